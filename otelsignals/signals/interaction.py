@@ -148,6 +148,7 @@ class GroupSpec:
     positives: tuple[str, ...] = ()
     near_misses: tuple[str, ...] = ()
     unless_satisfied: bool = False  # dropped when a satisfaction group fires in the same message
+    statement_only: bool = False  # dropped when its clause is a question ("works now?", "all set?")
 
 
 @dataclass(frozen=True)
@@ -186,11 +187,14 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             tuple(entry.get("positives", ())),
             tuple(entry.get("near_misses", ())),
             bool(entry.get("unless_satisfied", False)),
+            bool(entry.get("statement_only", False)),
         )
     matcher = PhraseMatcher(
         (spec.group for spec in specs.values()),
         negators=data.get("negators", DEFAULT_NEGATORS),
         protected_words=data.get("protected_words", ()),
+        lead_ins=data.get("lead_ins", ()),
+        trailers=data.get("trailers", ()),
     )
     return PhraseLibrary(matcher, specs)
 
@@ -259,7 +263,11 @@ def analyse_text(text: str) -> TextAnalysis:
         return cached
     groups = phrase_library().groups
     scan = phrase_library().matcher.scan(text)
-    accepted = [m for m in scan.matches if not m.quoted and not m.negated]
+    accepted = [
+        m
+        for m in scan.matches
+        if not (m.quoted or m.negated or (groups[m.group].statement_only and asked(text, m.start, m.end)))
+    ]
     if any(groups[m.group].signal in _SATISFACTION for m in accepted):
         accepted = [m for m in accepted if not groups[m.group].unless_satisfied]
     hits: dict[str, list[Match]] = {}
@@ -268,6 +276,22 @@ def analyse_text(text: str) -> TextAnalysis:
     analysis = TextAnalysis(scan, hits)
     _CACHE.put(text, analysis)
     return analysis
+
+
+QUESTION_LOOKAHEAD = 200  # characters looked at after a hit for the punctuation closing its clause
+_CLAUSE_CLOSERS = frozenset(".!?,;:\n")
+
+
+def asked(text: str, start: int, end: int) -> bool:
+    """The hit ``text[start:end]`` is (part of) a question: its clause closes with "?" ("it works now?",
+    "all set?"), or a "?" falls inside it ("fixed? it still crashes" is no "fixed it"). Looks at most
+    QUESTION_LOOKAHEAD characters past the hit (constant work per hit)."""
+    if "?" in text[start:end]:
+        return True
+    for char in text[end : end + QUESTION_LOOKAHEAD]:
+        if char in _CLAUSE_CLOSERS:
+            return char == "?"
+    return False
 
 
 def phrase_confidence(base: float, match: Match, message_tokens: int) -> float:

@@ -34,9 +34,13 @@ starting with ``>``, or after an e-mail reply header ("On Mon, … wrote:", "---
 
 Phrase syntax (in the phrase lists): words as a person writes them; a leading ``^`` requires the
 phrase to start a clause, a trailing ``$`` requires it to end one ("^perfect$" fires on "Perfect,
-thanks!" but not on "the perfect gift"). Per group, ``exclude`` phrases veto any overlapping hit of
-that group ("thanks to", "thank you note"), ``whole_message`` entries fire only when they are the
-whole message ("huh?", "ty"), and ``starts_with`` entries are literal message prefixes ("again:").
+thanks!" but not on "the perfect gift"). A clause still starts at a phrase preceded only by up to two
+*lead-in* words ("ok", "yeah", "ah": "ok great" is "^great$"), and still ends at one followed only
+by up to three *trailer* words ("thanks", "thank you", "mate": "awesome thanks" is "^awesome$"); both
+lists are data (the library's ``lead_ins`` and ``trailers``), empty by default. Per group,
+``exclude`` phrases veto any overlapping hit of that group ("thanks to", "thank you note"),
+``whole_message`` entries fire only when they are the whole message ("huh?", "ty"), and
+``starts_with`` entries are literal message prefixes ("again:").
 
 Wildcards (for a class of phrasings rather than a list of sentences): after at least one literal word, a
 phrase word ``*`` stands for any one token and ``*ing`` (``*ed``…) for any token of 5+ characters
@@ -59,6 +63,8 @@ MAX_TYPO_LEN = 30  # longer tokens are not typo-corrected (keeps the per-token c
 NEGATION_WINDOW = 3  # tokens looked at before a phrase
 MIN_WILDCARD_SUFFIX_TOKEN = 5  # "*ing" needs a real word before the ending ("sing" is not a verb form)
 MAX_WHOLE_MESSAGE_TOKENS = 8
+MAX_LEAD_INS = 2  # "ok yeah great": lead-in words skipped before a "^" phrase
+MAX_TRAILERS = 3  # "great thank you mate": trailer words skipped after a "$" phrase
 SNIPPET_LIMIT = 200
 _FAR = 1 << 62
 
@@ -482,9 +488,16 @@ class PhraseMatcher:
         groups: Iterable[PhraseGroup],
         negators: Iterable[str] = DEFAULT_NEGATORS,
         protected_words: Iterable[str] = (),
+        lead_ins: Iterable[str] = (),
+        trailers: Iterable[str] = (),
     ) -> None:
         self.groups: tuple[PhraseGroup, ...] = tuple(groups)
         self.negators = frozenset(word for negator in negators for word in phrase_tokens(str(negator))[0])
+        self.lead_ins = frozenset(word for lead in lead_ins for word in phrase_tokens(str(lead))[0])
+        # trailers may be two words ("thank you"): kept as token tuples, longest tried first
+        self.trailers = sorted(
+            {tuple(phrase_tokens(str(trailer))[0]) for trailer in trailers} - {()}, key=len, reverse=True
+        )
         self._automaton = ahocorasick.Automaton(ahocorasick.STORE_ANY, ahocorasick.KEY_STRING)
         self._whole: dict[str, list[tuple[int, str]]] = {}
         keys: dict[str, _Key] = {}
@@ -585,12 +598,39 @@ class PhraseMatcher:
         tail = words[end - len(entry.tail) : end]
         return all(_tail_fits(pattern, word) for pattern, word in zip(entry.tail, tail, strict=True))
 
-    @staticmethod
-    def _anchored(tokens: list[Token], first: int, entry: _Entry) -> bool:
-        if entry.anchor_start and not tokens[first].clause_start:
+    def _anchored(self, tokens: list[Token], first: int, entry: _Entry) -> bool:
+        if entry.anchor_start and not self._starts_clause(tokens, first):
             return False
-        after = first + entry.length
-        return not entry.anchor_end or after == len(tokens) or tokens[after].clause_start
+        return not entry.anchor_end or self._ends_clause(tokens, first + entry.length)
+
+    def _starts_clause(self, tokens: list[Token], first: int) -> bool:
+        """tokens[first] starts a clause, or only MAX_LEAD_INS lead-in words precede it in its clause."""
+        at = first
+        while not tokens[at].clause_start:
+            if first - at >= MAX_LEAD_INS or tokens[at - 1].norm not in self.lead_ins:
+                return False
+            at -= 1
+        return True
+
+    def _ends_clause(self, tokens: list[Token], after: int) -> bool:
+        """tokens[after] starts a clause (or the text ends), perhaps after MAX_TRAILERS trailer words."""
+        skipped = 0
+        while after < len(tokens) and not tokens[after].clause_start:
+            size = next((len(t) for t in self.trailers if self._trailer_at(tokens, after, t)), 0)
+            if not size or skipped + size > MAX_TRAILERS:
+                return False
+            after += size
+            skipped += size
+        return True
+
+    @staticmethod
+    def _trailer_at(tokens: list[Token], at: int, trailer: tuple[str, ...]) -> bool:
+        words = tokens[at : at + len(trailer)]
+        return (
+            len(words) == len(trailer)
+            and all(token.norm == word for token, word in zip(words, trailer, strict=True))
+            and not any(token.clause_start for token in words[1:])
+        )
 
     @staticmethod
     def _excluded(hits: list[tuple[int, _Entry]]) -> set[tuple[int, int]]:

@@ -388,3 +388,55 @@ def test_emoji_phrase_matches_only_the_emoji() -> None:
     assert [m.phrase for m in matcher.find("done 👍")] == ["👍"]
     assert matcher.find("👍 but the total is wrong") == []
     assert matcher.find("thumbs up") == []
+
+
+# --- lead-in and trailer words around anchors ------------------------------------------------------
+
+ANCHORED = PhraseGroup("a", ("^great$", "^never mind$", "went through$"))
+
+
+@pytest.fixture(scope="module")
+def anchored() -> PhraseMatcher:
+    return PhraseMatcher(
+        [ANCHORED], lead_ins=("ok", "yeah", "ah"), trailers=("thanks", "thank you", "mate", "ty")
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "great",
+        "ok great, thank you",  # a lead-in before "^"
+        "ok yeah great",  # two lead-ins
+        "awesome. great thanks",  # a trailer after "$"
+        "great thank you mate",  # a two-word trailer and a one-word one
+        "ah never mind",
+        "the payment went through ty",
+    ],
+)
+def test_lead_ins_and_trailers_keep_the_clause(anchored: PhraseMatcher, text: str) -> None:
+    assert [m.group for m in anchored.find(text)] == ["a"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "oh great, now it's broken",  # not a lead-in
+        "ok ok yeah great",  # three lead-ins: more than MAX_LEAD_INS
+        "that's a great idea",
+        "great thanks for nothing",  # "for" is no trailer
+        "great thank you thank you",  # four trailer words: more than MAX_TRAILERS
+        "never mind the typo",
+        "it went through the wall thanks",
+        "great thank. you",  # a two-word trailer does not cross a boundary, and "thank" alone is none
+    ],
+)
+def test_lead_ins_and_trailers_near_misses(anchored: PhraseMatcher, text: str) -> None:
+    assert anchored.find(text) == []
+
+
+def test_without_lead_ins_or_trailers_anchors_are_strict() -> None:
+    strict = PhraseMatcher([ANCHORED])
+    assert strict.find("ok great") == []
+    assert strict.find("great thanks") == []
+    assert [m.group for m in strict.find("ok, great!")] == ["a"]
