@@ -3,6 +3,7 @@ measures precision and recall per leaf type against the human labels."""
 
 from __future__ import annotations
 
+import argparse
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from otelsignals.analysis import analyze_update
 from otelsignals.conversation import ConversationState, TraceUpdate
 from otelsignals.signals.taxonomy import LEAF_TYPES
-from tests.corpus import CorpusConversation, load_corpus
+from tests.corpus import HELDOUT_DIR, CorpusConversation, load_corpus
 
 
 @dataclass
@@ -81,9 +82,10 @@ def detect_incrementally(entry: CorpusConversation) -> tuple[list[tuple[str, int
     return found, analysis.score.quality
 
 
-def evaluate() -> Evaluation:
+def evaluate(corpus: list[CorpusConversation] | None = None) -> Evaluation:
+    """Scores ``corpus`` (default: the main corpus, ``load_corpus()``)."""
     evaluation = Evaluation()
-    for entry in load_corpus():
+    for entry in load_corpus() if corpus is None else corpus:
         found, quality = detect_incrementally(entry)
         evaluation.qualities[entry.id] = quality
         expected = Counter(entry.expected)
@@ -102,6 +104,11 @@ def evaluate() -> Evaluation:
 
 
 if __name__ == "__main__":
-    result = evaluate()
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--heldout", action="store_true", help=f"evaluate the blind held-out set ({HELDOUT_DIR}) instead"
+    )
+    args = parser.parse_args()
+    result = evaluate(load_corpus(HELDOUT_DIR) if args.heldout else None)
     print(result.table())
     print("\n".join(result.misses))

@@ -18,6 +18,8 @@ import yaml
 from otelsignals.model import Conversation, LlmCall, Message, Role, ToolCall, ToolResult
 
 CORPUS_DIR = Path(__file__).resolve().parent
+# The blind held-out set: written from the rules alone, without access to the detectors (see its header).
+HELDOUT_DIR = CORPUS_DIR.parent / "corpus_heldout"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -54,14 +56,14 @@ class CorpusConversation:
         )
 
 
-def corpus_files() -> list[Path]:
-    return sorted(CORPUS_DIR.glob("*.yaml"))
+def corpus_files(directory: Path = CORPUS_DIR) -> list[Path]:
+    return sorted(directory.glob("*.yaml"))
 
 
-def load_raw() -> dict[str, list[dict[str, Any]]]:
-    """File stem → the YAML as written (for format checks)."""
+def load_raw(directory: Path = CORPUS_DIR) -> dict[str, list[dict[str, Any]]]:
+    """File stem → the YAML as written (for format checks), for the corpus in ``directory``."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for path in corpus_files():
+    for path in corpus_files(directory):
         with path.open(encoding="utf-8") as fh:
             out[path.stem] = yaml.load(fh, Loader=_Loader) or []
     return out
@@ -118,6 +120,7 @@ def _conversation(raw: dict[str, Any]) -> CorpusConversation:
     )
 
 
-def load_corpus() -> list[CorpusConversation]:
-    """Every conversation of every domain file, in file order (files sorted by name); fresh objects."""
-    return [_conversation(raw) for convs in load_raw().values() for raw in convs]
+def load_corpus(directory: Path = CORPUS_DIR) -> list[CorpusConversation]:
+    """Every conversation of every domain file in ``directory`` (default: the main corpus), in file order
+    (files sorted by name); fresh objects. ``load_corpus(HELDOUT_DIR)`` loads the blind held-out set."""
+    return [_conversation(raw) for convs in load_raw(directory).values() for raw in convs]
