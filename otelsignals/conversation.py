@@ -19,8 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from otelsignals.conventions.base import HistoryCache, SpanReading, SpanView, ToolExecution
+from otelsignals.conventions.decoding import any_value, varint
 from otelsignals.model import Conversation, LlmCall, Message, Role, SignalInstance, ToolCall, ToolResult
 
 # SPEC §2: the first of these set on any span of a trace names the conversation; else the trace id.
@@ -48,6 +51,39 @@ def conversation_key(spans: Iterable[SpanView], trace_id: bytes) -> str:
             if isinstance(value, str | int) and not isinstance(value, bool) and str(value).strip():
                 return str(value).strip()
     return trace_id.hex()
+
+
+def conversation_key_hint(spans: Iterable[bytes], trace_id: bytes) -> str:
+    """:func:`conversation_key` guessed from serialized spans without decoding them: the first key
+    attribute found by its bytes. Only a hint (the bytes could sit inside another value)."""
+    spans = list(spans)
+    for marker in _KEY_ATTRIBUTE_MARKERS:
+        for data in spans:
+            # Ids are set when a span starts or ends, so they sit before or after a resent history.
+            at = data.find(marker, 0, HINT_SEARCH_BYTES)
+            if at < 0 and len(data) > HINT_SEARCH_BYTES:
+                at = data.find(marker, max(HINT_SEARCH_BYTES, len(data) - HINT_SEARCH_BYTES))
+            if at < 0:
+                continue
+            try:
+                length, start = varint(data, at + len(marker))
+                value = any_value(AnyValue.FromString(data[start : start + length]))
+            except (IndexError, DecodeError):
+                continue
+            if isinstance(value, str | int) and not isinstance(value, bool) and str(value).strip():
+                return str(value).strip()
+    return trace_id.hex()
+
+
+HINT_SEARCH_BYTES = 4096
+
+
+def _key_marker(name: str) -> bytes:
+    # A top-level KeyValue with this key, up to its value: field 1 (key), then field 2's tag.
+    return b"\n" + bytes([len(name)]) + name.encode() + b"\x12"
+
+
+_KEY_ATTRIBUTE_MARKERS = tuple(_key_marker(name) for name in CONVERSATION_KEY_ATTRIBUTES)
 
 
 def agent_id_of(spans: Iterable[SpanView]) -> str | None:
@@ -79,6 +115,16 @@ def fingerprint(message: Message) -> int:
     if message.fingerprint is None:
         message.fingerprint = _fingerprint(message)
     return message.fingerprint
+
+
+def fingerprints(messages: list[Message]) -> list[int]:
+    """:func:`fingerprint` of each message; a resent history's messages mostly have theirs already."""
+    known = [message.fingerprint for message in messages]
+    if None in known:
+        # The messages without one are usually the new ones, at the end.
+        first = known.index(None)
+        known[first:] = [fingerprint(message) for message in messages[first:]]
+    return known  # type: ignore[return-value]  # every one is set now
 
 
 def _fingerprint(message: Message) -> int:
@@ -323,8 +369,9 @@ def _ancestors(views: list[SpanView], parents: Mapping[bytes, bytes] | None) -> 
 def _merge_snapshot(state: ConversationState, snapshot: list[Message]) -> int:
     """Append the part of ``snapshot`` the conversation does not hold yet. Returns 1 when a system
     prompt was put in front of messages already held (their indices moved by one), else 0."""
-    system = next((m for m in snapshot if m.role is Role.SYSTEM), None)
-    body = [m for m in snapshot if m.role is not Role.SYSTEM]
+    system_role = Role.SYSTEM
+    system = next((m for m in snapshot if m.role is system_role), None)
+    body = [m for m in snapshot if m.role is not system_role] if system is not None else snapshot
     inserted_front = 0
     if system is not None and not state.has_system_prompt:
         # One system prompt per conversation, kept first; later ones usually repeat it.
@@ -335,7 +382,7 @@ def _merge_snapshot(state: ConversationState, snapshot: list[Message]) -> int:
         else:
             state.append(system)
     if body:
-        for message in body[_first_new(state, [fingerprint(m) for m in body]) :]:
+        for message in body[_first_new(state, fingerprints(body)) :]:
             state.place(message)
     return inserted_front
 
@@ -421,15 +468,16 @@ def _find_tool_message(
     messages: list[Message], execution: ToolExecution, provisional: list[Message]
 ) -> Message | None:
     # A provisional result is another tool span's own execution: never the target of this one.
-    tool_messages = [m for m in messages if m.role is Role.TOOL and not any(m is p for p in provisional)]
-    if execution.call_id:
-        for message in reversed(tool_messages):
-            if message.tool_result is not None and message.tool_result.call_id == execution.call_id:
-                return message
-        return None
-    # No call id (some conventions omit it): the latest result of that tool not yet given details.
-    for message in reversed(tool_messages):
+    # The result looked for is usually among the latest messages: they are searched first.
+    provisional_ids = {id(message) for message in provisional}
+    for message in reversed(messages):
         result = message.tool_result
-        if result is not None and result.name == execution.name and result.arguments is None:
+        if message.role is not Role.TOOL or result is None or id(message) in provisional_ids:
+            continue
+        if execution.call_id:
+            if result.call_id == execution.call_id:
+                return message
+        # No call id (some conventions omit it): the latest result of that tool not yet given details.
+        elif result.name == execution.name and result.arguments is None:
             return message
     return None

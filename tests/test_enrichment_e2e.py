@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from otelsignals.conventions.base import any_value
+from otelsignals.conventions.decoding import any_value
 from tests.support.clients import export_grpc
 from tests.support.otlp_sink import OtlpSink
 from tests.support.sidecar import SidecarProcess

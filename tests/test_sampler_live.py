@@ -3,7 +3,7 @@ rest is counted by reason."""
 
 from __future__ import annotations
 
-from otelsignals.conventions.base import any_value
+from otelsignals.conventions.decoding import any_value
 from otelsignals.demo.traffic import send_demo_traffic
 from tests.support.otlp_sink import OtlpSink
 from tests.support.sidecar import SidecarProcess

@@ -10,7 +10,7 @@ import urllib.request
 import orjson
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otelsignals.conventions.base import any_value
+from otelsignals.conventions.decoding import any_value
 from otelsignals.demo.traffic import send_demo_traffic
 from tests.support.clients import export_grpc
 from tests.support.otlp_sink import OtlpSink

@@ -9,7 +9,7 @@ import urllib.request
 
 import orjson
 
-from otelsignals.conventions.base import any_value
+from otelsignals.conventions.decoding import any_value
 from otelsignals.demo.traffic import load_conversations, send_demo_traffic
 from tests.support.otlp_sink import OtlpSink
 from tests.support.sidecar import SidecarProcess

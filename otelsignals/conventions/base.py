@@ -12,19 +12,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from otelsignals.conventions.decoding import (
+    AttributeOrigin,
+    EventView,
+    SpanDecodeMemo,
+    decode_span,
+)
 from otelsignals.model import LlmCall, Message, ToolResult
 
 STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
-
-
-@dataclass(slots=True)
-class EventView:
-    name: str
-    time_unix_nano: int = 0
-    attributes: dict[str, Any] = field(default_factory=dict)
 
 
 class HistoryCache:
@@ -51,6 +49,7 @@ class HistoryCache:
     def __init__(self) -> None:
         self._last: dict[str, tuple[str, list[Message]]] = {}
         self._indexed: dict[str, list[_IndexedHistory]] = {}
+        self.decoding = SpanDecodeMemo()  # what was decoded of the conversation's spans
 
     def messages(self, key: str, text: str, parse: Callable[[str], list[Message]]) -> list[Message]:
         last = self._last.get(key)
@@ -176,6 +175,8 @@ class SpanView:
     scope_name: str = ""
     # The conversation's history cache, when the caller knows the conversation (readers may use it).
     history: HistoryCache | None = None
+    # Set when the attributes were decoded against an earlier span's (see decoding.indexed_groups).
+    attribute_origin: AttributeOrigin | None = None
 
     def attribute_str(self, key: str) -> str | None:
         value = self.attributes.get(key)
@@ -222,26 +223,17 @@ class Reader(Protocol):
         ...
 
 
-# -- protobuf → plain values ------------------------------------------------------------------
-def any_value(value: AnyValue) -> Any:
-    kind = value.WhichOneof("value")
-    if kind is None:
-        return None
-    if kind == "array_value":
-        return [any_value(v) for v in value.array_value.values]
-    if kind == "kvlist_value":
-        return key_values(value.kvlist_value.values)
-    return getattr(value, kind)
-
-
-def key_values(items: Any) -> dict[str, Any]:
-    # Most attributes are strings, and a span resending a long history has hundreds of them: the
-    # string is taken without asking which field is set (an empty string_value is also what any
-    # other kind reads as, so those go through any_value, which gives "" for an empty string).
-    return {kv.key: kv.value.string_value or any_value(kv.value) for kv in items}
-
-
-def span_view(span: Span, resource: Mapping[str, Any] | None = None, scope_name: str = "") -> SpanView:
+# -- protobuf → plain values (see decoding.py) ---------------------------------------------------
+def span_view(
+    span: Span,
+    resource: Mapping[str, Any] | None = None,
+    scope_name: str = "",
+    data: bytes | None = None,
+    memo: SpanDecodeMemo | None = None,
+) -> SpanView:
+    """The span as plain values. With its serialized ``data`` and the conversation's ``memo``, what
+    it shares with the conversation's previous spans is not decoded again (see decoding.py)."""
+    attributes, events, origin = decode_span(span, data, memo)
     return SpanView(
         trace_id=span.trace_id,
         span_id=span.span_id,
@@ -250,12 +242,13 @@ def span_view(span: Span, resource: Mapping[str, Any] | None = None, scope_name:
         kind=span.kind,
         start_time_unix_nano=span.start_time_unix_nano,
         end_time_unix_nano=span.end_time_unix_nano,
-        attributes=key_values(span.attributes),
-        events=[EventView(e.name, e.time_unix_nano, key_values(e.attributes)) for e in span.events],
+        attributes=attributes,
+        events=events,
         status_code=span.status.code,
         status_message=span.status.message,
         resource=dict(resource or {}),
         scope_name=scope_name,
+        attribute_origin=origin,
     )
 
 
@@ -372,9 +365,14 @@ def text_value(value: Any) -> str | None:
 
 def link_tool_names(messages: list[Message]) -> None:
     """Name each tool result after the call it answers, when the result itself did not say
-    (OpenAI-style histories give a result only the call id)."""
-    names = {call.id: call.name for m in messages for call in m.tool_calls if call.id and call.name}
-    for message in messages:
-        result = message.tool_result
-        if result is not None and result.name is None and result.call_id in names:
-            result.name = names[result.call_id]
+    (OpenAI-style histories give a result only the call id). Messages of a resent history that
+    were named before are not looked at again."""
+    unnamed = [
+        result
+        for message in messages
+        if (result := message.tool_result) is not None and result.name is None and result.call_id
+    ]
+    if unnamed:
+        names = {call.id: call.name for m in messages for call in m.tool_calls if call.id and call.name}
+        for result in unnamed:
+            result.name = names.get(result.call_id)

@@ -35,6 +35,7 @@ from otelsignals.conventions.base import (
     text_value,
     tool_result_of,
 )
+from otelsignals.conventions.decoding import indexed_groups
 from otelsignals.model import LlmCall, Message, Role, ToolCall, ToolResult
 
 CONVENTION = "openinference"
@@ -112,8 +113,11 @@ def _read_llm(span: SpanView, model_call: bool = True) -> SpanReading:
     attributes = span.attributes
     span_id = span.span_id
 
-    inputs = _indexed_messages(attributes, INPUT_MESSAGES, Role.USER, span_id, span.history) or _prompts(span)
-    outputs = _indexed_messages(attributes, OUTPUT_MESSAGES, Role.ASSISTANT, span_id) or _choices(span)
+    input_fields, output_fields = _message_fields(span)
+    inputs = _indexed_messages(input_fields, INPUT_MESSAGES, Role.USER, span_id, span.history) or _prompts(
+        span
+    )
+    outputs = _indexed_messages(output_fields, OUTPUT_MESSAGES, Role.ASSISTANT, span_id) or _choices(span)
     redacted = _redacted(attributes)
     output_body = None
     if model_call:
@@ -288,23 +292,56 @@ def _tool_output(span: SpanView) -> tuple[str | None, str | None, bool]:
 
 
 # -- indexed attributes ---------------------------------------------------------------------------
+_MESSAGE_PREFIXES = (INPUT_MESSAGES + ".", OUTPUT_MESSAGES + ".")
+
+
+def _message_fields(span: SpanView) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The fields of each ``llm.input_messages.{i}`` and ``llm.output_messages.{i}``, in index order.
+    The entries of attributes an earlier span of the conversation had too are that span's
+    (decoding.indexed_groups)."""
+    attributes = span.attributes
+    structured = [attributes.get(prefix) for prefix in (INPUT_MESSAGES, OUTPUT_MESSAGES)]
+    if any(isinstance(value, list) for value in structured):
+        # Some SDKs send the list as one structured AnyValue rather than flattened keys.
+        inputs, outputs = (
+            _positions(
+                chain(attributes.items(), _flatten(value, prefix) if isinstance(value, list) else ()), prefix
+            )
+            for value, prefix in zip(structured, (INPUT_MESSAGES, OUTPUT_MESSAGES), strict=True)
+        )
+        return inputs, outputs
+
+    def locate(key: str) -> tuple[int, int] | None:
+        if not key.startswith(_MESSAGE_PREFIXES):
+            return None
+        group = 0 if key.startswith(_MESSAGE_PREFIXES[0]) else 1
+        slot = _slot_of(key, len(_MESSAGE_PREFIXES[group]))
+        return None if slot is None else (group, slot[0])
+
+    def fill(entry: dict[str, Any], key: str, value: Any) -> None:
+        group = 0 if key.startswith(_MESSAGE_PREFIXES[0]) else 1
+        entry[_slot_of(key, len(_MESSAGE_PREFIXES[group]))[1]] = value  # type: ignore[index]  # located
+
+    inputs, outputs = indexed_groups(CONVENTION, attributes, span.attribute_origin, 2, locate, fill)
+    return inputs, outputs
+
+
+def _positions(items: Iterable[tuple[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    groups = _group_indexed(items, prefix)
+    return [groups[index] for index in sorted(groups)]
+
+
 def _indexed_messages(
-    attributes: Mapping[str, Any],
+    positions: list[dict[str, Any]],
     prefix: str,
     default_role: Role,
     span_id: bytes,
     history: HistoryCache | None = None,
 ) -> list[Message]:
-    """The messages of ``{prefix}.{i}.*``. With the conversation's history cache (given for the
-    input history only), the indexes already read in the previous call (the same attribute values
-    at the same position) give back the messages built then: only the new turn is built."""
-    items: Iterable[tuple[str, Any]] = attributes.items()
-    structured = attributes.get(prefix)
-    if isinstance(structured, list):
-        # Some SDKs send the list as one structured AnyValue rather than flattened keys.
-        items = chain(items, _flatten(structured, prefix))
-    groups = _group_indexed(items, prefix)
-    positions = [groups[index] for index in sorted(groups)]
+    """The messages of ``{prefix}.{i}.*`` (``positions``: the fields of each index, in order). With
+    the conversation's history cache (given for the input history only), the indexes already read
+    in the previous call (the same attribute values at the same position) give back the messages
+    built then: only the new turn is built."""
 
     def build(fields: dict[str, Any]) -> list[Message]:
         message = _indexed_message(fields, default_role, span_id)
@@ -323,12 +360,7 @@ def _group_indexed(items: Iterable[tuple[str, Any]], prefix: str) -> dict[int, d
     for key, value in items:
         if not key.startswith(dotted):
             continue
-        # Only keys of a sensible length are memoised: the memo must not keep huge strings alive.
-        slot = (
-            _index_and_rest(key, start)
-            if len(key) <= MAX_MEMO_KEY
-            else _index_and_rest.__wrapped__(key, start)
-        )
+        slot = _slot_of(key, start)
         if slot is not None:
             index, rest = slot
             group = groups.get(index)
@@ -336,6 +368,13 @@ def _group_indexed(items: Iterable[tuple[str, Any]], prefix: str) -> dict[int, d
                 group = groups[index] = {}
             group[rest] = value
     return groups
+
+
+def _slot_of(key: str, start: int) -> tuple[int, str] | None:
+    # Only keys of a sensible length are memoised: the memo must not keep huge strings alive.
+    return (
+        _index_and_rest(key, start) if len(key) <= MAX_MEMO_KEY else _index_and_rest.__wrapped__(key, start)
+    )
 
 
 @lru_cache(maxsize=1 << 14)

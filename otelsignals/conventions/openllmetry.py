@@ -34,6 +34,7 @@ from otelsignals.conventions.base import (
     parse_json,
     tool_result_of,
 )
+from otelsignals.conventions.decoding import indexed_groups
 from otelsignals.conventions.genai import (
     arguments_of,
     content_blocks,
@@ -75,29 +76,28 @@ def _index(text: str) -> int | None:
 def indexed_entries(attributes: Mapping[str, Any], prefixes: tuple[str, ...]) -> list[dict[str, Any]]:
     """``{prefix}{i}.{field}`` attributes grouped per index ``i`` and sorted numerically (indexes may be
     sparse or arrive in any order). ``tool_calls.{j}.{field}`` become ``entry["tool_calls"][j]``."""
-    return _indexed_entries(attributes, (prefixes,))[0]
+    return _indexed_entries(SpanView(b"", b"", attributes=dict(attributes)), (prefixes,))[0]
 
 
-def _indexed_entries(
-    attributes: Mapping[str, Any], groups: tuple[tuple[str, ...], ...]
-) -> list[list[dict[str, Any]]]:
-    """:func:`indexed_entries` for several groups of prefixes in one pass over the attributes. A span
-    resending a long history has hundreds of them, and the same keys every call: what a key means
-    is worked out once (:func:`_slot`), so a pass costs little more than a dictionary lookup each."""
+def _indexed_entries(span: SpanView, groups: tuple[tuple[str, ...], ...]) -> list[list[dict[str, Any]]]:
+    """:func:`indexed_entries` for several groups of prefixes at once. A span resending a long history
+    has hundreds of them, the same keys every call: what a key means is worked out once
+    (:func:`_slot`), and the entries of attributes an earlier span of the conversation had too are
+    that span's (decoding.indexed_groups)."""
     every = tuple(prefix for prefixes in groups for prefix in prefixes)
-    found: list[dict[int, dict[str, Any]]] = [{} for _ in groups]
-    for key, value in attributes.items():
+
+    def slot_of(key: str) -> tuple[int, int, str, str, int] | None:
         if not key.startswith(every):
-            continue
+            return None
         # Only keys of a sensible length are memoised: the memo must not keep huge strings alive.
-        slot = _slot(key, groups) if len(key) <= MAX_MEMO_KEY else _slot.__wrapped__(key, groups)
-        if slot is None:
-            continue
-        group, index, kind, field, call_index = slot
-        entries = found[group]
-        entry = entries.get(index)
-        if entry is None:
-            entry = entries[index] = {}
+        return _slot(key, groups) if len(key) <= MAX_MEMO_KEY else _slot.__wrapped__(key, groups)
+
+    def locate(key: str) -> tuple[int, int] | None:
+        slot = slot_of(key)
+        return None if slot is None else (slot[0], slot[1])
+
+    def fill(entry: dict[str, Any], key: str, value: Any) -> None:
+        _, _, kind, field, call_index = slot_of(key)  # type: ignore[misc]  # located: not None
         if kind == _FIELD:
             entry[field] = value
         elif kind == _CALL_FIELD:
@@ -106,7 +106,10 @@ def _indexed_entries(
             entry.setdefault("function_call", {})[field] = value
         elif kind == _CALLS_VALUE:
             entry["tool_calls_value"] = value  # the whole list as one JSON attribute
-    return [[entries[index] for index in sorted(entries)] for entries in found]
+
+    return indexed_groups(
+        f"openllmetry:{groups}", span.attributes, span.attribute_origin, len(groups), locate, fill
+    )
 
 
 MAX_MEMO_KEY = 256
@@ -290,7 +293,7 @@ class OpenLlmetryReader:
         request_type = span.attribute_str(REQUEST_TYPE)
         if request_type in NOT_CONVERSATION_REQUEST_TYPES:
             return None  # embedding inputs are recorded as gen_ai.prompt.{i}.content too
-        prompts, completions = _indexed_entries(span.attributes, (PROMPT_PREFIXES, COMPLETION_PREFIXES))
+        prompts, completions = _indexed_entries(span, (PROMPT_PREFIXES, COMPLETION_PREFIXES))
         if not prompts and not completions and request_type not in MODEL_REQUEST_TYPES:
             return None
         inputs = prompt_history(prompts, span)

@@ -20,13 +20,15 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from otelsignals.analysis import Analysis, analyze_update
 from otelsignals.config import EvalsConfig, SessionsConfig, SignalsConfig
 from otelsignals.conventions import might_carry_genai, read_span
-from otelsignals.conventions.base import HistoryCache, SpanReading, SpanView, key_values, span_view
+from otelsignals.conventions.base import HistoryCache, SpanReading, SpanView, span_view
+from otelsignals.conventions.decoding import SpanDecodeMemo, key_values
 from otelsignals.conversation import (
     ConversationState,
     TraceUpdate,
     agent_id_of,
     apply_trace,
     conversation_key,
+    conversation_key_hint,
 )
 from otelsignals.evals.embeddings import Embedder, OpenAIEmbedder, default_embedder
 from otelsignals.evals.per_trace import trace_signals, turn_texts
@@ -107,21 +109,28 @@ class Analyzer:
         if not candidates:
             return None
         self.telemetry.genai_spans.inc(len(candidates))
-        candidate_views = [view for view in map(self._view, candidates) if view is not None]
-        # The conversation is known before the spans are read, so the readers can reuse what they
-        # read of its history last time (see HistoryCache).
         candidate_ids = {id(record) for record in candidates}
-        key_views = [
-            view
+        key_records = [
+            record
             for record in trace.spans
             if id(record) not in candidate_ids and any(marker in record.data for marker in _KEY_MARKERS)
-            for view in (self._view(record),)
-            if view is not None
         ]
+        # The conversation is guessed from the raw spans before they are decoded, so that what they
+        # share with its previous spans is not decoded again (decoding.py; a wrong guess only costs
+        # that saving), and known once they are, so the readers reuse what they read of its history.
+        hint = conversation_key_hint([record.data for record in (*candidates, *key_records)], trace.trace_id)
+        guessed = self.sessions.get(hint)
+        guessed_history = guessed.history_cache if guessed is not None else HistoryCache()
+        memo = guessed_history.decoding
+        candidate_views = [view for record in candidates if (view := self._view(record, memo)) is not None]
+        key_views = [view for record in key_records if (view := self._view(record)) is not None]
         views = candidate_views + key_views
         key = conversation_key(views, trace.trace_id)
         known = self.sessions.get(key)
-        history = known.history_cache if known is not None else HistoryCache()
+        if known is not None:
+            history = known.history_cache
+        else:
+            history = guessed_history if key == hint else HistoryCache()
         readings: list[tuple[SpanView, SpanReading]] = []
         for view in candidate_views:
             view.history = history
@@ -189,14 +198,14 @@ class Analyzer:
         self.log_events.expire()
         self.telemetry.conversations.set(len(self.sessions))
 
-    def _view(self, record: SpanRecord) -> SpanView | None:
+    def _view(self, record: SpanRecord, memo: SpanDecodeMemo | None = None) -> SpanView | None:
         try:
             span = Span.FromString(record.data)
         except DecodeError:  # cannot happen for spans the receiver parsed; kept for replayed data
             self.telemetry.unreadable_spans.labels("undecodable").inc()
             return None
         resource, scope_name = self._context(record.context)
-        view = span_view(span, resource, scope_name)
+        view = span_view(span, resource, scope_name, record.data, memo)
         # Content some instrumentations send as log records, joined back to its span.
         view.events.extend(self.log_events.take(view.trace_id, view.span_id))
         return view

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
-from otelsignals.conventions.base import EventView, any_value, key_values
+from otelsignals.conventions.decoding import EventView, any_value, key_values
 
 GENAI_EVENT_PREFIX = "gen_ai."
 

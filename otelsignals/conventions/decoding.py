@@ -1,0 +1,422 @@
+"""A span's protobuf as plain Python values, decoding only what is new since the conversation's
+previous spans.
+
+Stateless chat APIs resend the whole history on every call, and the indexed conventions write it
+as hundreds of attributes (OpenLLMetry's ``gen_ai.prompt.{i}.*``, OpenInference's
+``llm.input_messages.{i}.*``) or events (one deprecated GenAI event per message): the same ones as
+last time, plus a few. Turning each into Python values costs about half a microsecond, which at 80
+turns is most of a turn's cost and grows with the history. So, per conversation
+(:class:`SpanDecodeMemo`):
+
+- attributes: the serialized attributes of the conversation's latest long spans are kept; the
+  leading attributes of a new span that are byte for byte the same (one vectorised comparison)
+  give back the values decoded then, and only the rest is decoded. Readers that group indexed
+  attributes get, through :func:`indexed_groups`, the groups built then for the same attributes;
+- events: each event is looked up by its serialized bytes without its timestamp (instrumentations
+  stamp every resent event anew).
+
+The same bytes decode to the same values, so the result is what a full decode gives. When a span is
+not laid out the way conforming encoders write it (one run of attributes, then one run of events,
+each event's timestamp first), it is simply decoded in full.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import accumulate, islice
+from typing import Any
+
+import numpy as np
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+
+@dataclass(slots=True)
+class EventView:
+    name: str
+    time_unix_nano: int = 0
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+def any_value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [any_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return key_values(value.kvlist_value.values)
+    return getattr(value, kind)
+
+
+def key_values(items: Any) -> dict[str, Any]:
+    return dict(_pairs(items))
+
+
+def _pairs(items: Any) -> list[tuple[str, Any]]:
+    # Most attributes are strings, and a span resending a long history has hundreds of them: the
+    # string is taken without asking which field is set (an empty string_value is also what any
+    # other kind reads as, so those go through any_value, which gives "" for an empty string).
+    return [(kv.key, kv.value.string_value or any_value(kv.value)) for kv in items]
+
+
+# Below these sizes a span is decoded in full: comparing and keeping it would cost more than it saves.
+MEMO_MIN_ATTRIBUTES = 64
+MEMO_MIN_EVENTS = 16
+# Long spans whose attributes are kept per conversation (an agent's calls of one turn extend each
+# other; a second branch keeps the previous turn's call while the latest one differs at its end).
+ATTRIBUTE_BRANCHES = 2
+# Events kept per conversation, by their bytes (the oldest are forgotten first).
+EVENT_MEMO_ENTRIES = 4096
+
+# One-byte tags of the Span fields read here (field number << 3 | wire type 2, length-delimited).
+_ATTRIBUTES_FIELD, _EVENTS_FIELD = 9, 11
+_ATTRIBUTE_TAG, _EVENT_TAG = 0x4A, 0x5A
+_EVENT_TIME_TAG = 0x09  # Event.time_unix_nano: field 1, fixed64
+
+
+@dataclass(slots=True, eq=False)
+class DecodedAttributes:
+    """One span's attributes as decoded: their serialized run, where each one ends in it, their
+    values, and what readers derived from them (:func:`indexed_groups`)."""
+
+    region: bytes
+    ends: np.ndarray  # int64
+    pairs: list[tuple[str, Any]]
+    groups: dict[str, IndexedFold] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class AttributeOrigin:
+    """How a span's attributes were decoded: ``decoded`` is this span's own record, and its first
+    ``shared`` attributes are ``base``'s first ``shared`` (the same objects)."""
+
+    decoded: DecodedAttributes
+    base: DecodedAttributes | None = None
+    shared: int = 0
+    replaced: tuple[int, ...] = ()  # positions below ``shared`` whose value is not ``base``'s
+
+
+class SpanDecodeMemo:
+    """Per conversation, what was decoded of its latest long spans (bounded; see module doc)."""
+
+    __slots__ = ("branches", "events")
+
+    def __init__(self) -> None:
+        self.branches: list[DecodedAttributes] = []
+        self.events: dict[bytes, tuple[str, dict[str, Any]]] = {}
+
+    def closest(self, data: bytes, start: int) -> tuple[DecodedAttributes | None, _Match]:
+        """The kept span sharing the most leading attributes with ``data``'s run at ``start``."""
+        best, found = None, _NO_MATCH
+        for branch in self.branches:
+            match = _match(data, start, branch)
+            if match.shared > found.shared:
+                best, found = branch, match
+        return best, found
+
+    def keep(self, decoded: DecodedAttributes, base: DecodedAttributes | None, shared: int) -> None:
+        # A base the new span extends whole is of no further use; one it differs from at its end
+        # (the previous call's answer) may still be extended by a late or parallel span.
+        rest = [b for b in self.branches if b is not base]
+        if base is not None and shared < len(base.ends):
+            rest.insert(0, base)
+        self.branches = [decoded, *rest][:ATTRIBUTE_BRANCHES]
+
+    def event(self, key: bytes, decode: Callable[[], tuple[str, dict[str, Any]]]) -> tuple[str, dict]:
+        known = self.events.get(key)
+        if known is None:
+            known = self.events[key] = decode()
+            if len(self.events) > EVENT_MEMO_ENTRIES:
+                del self.events[next(iter(self.events))]
+        return known
+
+
+def decode_span(
+    span: Span, data: bytes | None, memo: SpanDecodeMemo | None
+) -> tuple[dict[str, Any], list[EventView], AttributeOrigin | None]:
+    """(attributes, events, how the attributes were decoded) of ``span``, parsed from ``data``."""
+    attributes, origin, after = _attributes(span, data, memo)
+    return attributes, _events(span, data, memo, after), origin
+
+
+def _attributes(
+    span: Span, data: bytes | None, memo: SpanDecodeMemo | None
+) -> tuple[dict[str, Any], AttributeOrigin | None, int]:
+    """(attributes, origin, offset past the attribute run or 0 when unknown)."""
+    items = span.attributes
+    if data is None or memo is None or len(items) < MEMO_MIN_ATTRIBUTES:
+        return key_values(items), None, 0
+    try:
+        start = _field_start(data, _ATTRIBUTES_FIELD, 0)
+        if start is None:
+            return key_values(items), None, 0
+        base, match = memo.closest(data, start)
+        shared = match.shared
+        tail, stop = _run(data, start + (int(match.ends[-1]) if shared else 0), _ATTRIBUTE_TAG)
+    except IndexError:  # not what a conforming encoder writes: read it in full
+        return key_values(items), None, 0
+    if shared + len(tail) != len(items):  # the attributes are not one run
+        return key_values(items), None, 0
+    fresh = _pairs(items[shared:])
+    tail_ends = np.array(tail, dtype=np.int64) - start
+    if base is not None and shared:
+        pairs = base.pairs[:shared]
+        for position in match.replaced:
+            kv = items[position]
+            pairs[position] = (kv.key, kv.value.string_value or any_value(kv.value))
+        pairs += fresh
+        ends = np.concatenate((match.ends, tail_ends))
+    else:
+        base, pairs, ends = None, fresh, tail_ends
+    decoded = DecodedAttributes(data[start:stop], ends, pairs)
+    memo.keep(decoded, base, shared)
+    return dict(pairs), AttributeOrigin(decoded, base, shared, match.replaced), stop
+
+
+def _events(span: Span, data: bytes | None, memo: SpanDecodeMemo | None, after: int) -> list[EventView]:
+    events = span.events
+    if data is None or memo is None or len(events) < MEMO_MIN_EVENTS:
+        return _full_events(events)
+    if not after and len(span.attributes) >= MEMO_MIN_ATTRIBUTES:
+        return _full_events(events)  # finding the events would mean walking every attribute
+    views = []
+    try:
+        pos = _field_start(data, _EVENTS_FIELD, after)
+        for index in range(len(events)):
+            if pos is None or data[pos] != _EVENT_TAG:
+                return _full_events(events)  # the events are not one run
+            length, body = varint(data, pos + 1)
+            pos = body + length
+            time = 0
+            if data[body] == _EVENT_TIME_TAG:
+                time = int.from_bytes(data[body + 1 : body + 9], "little")
+                body += 9
+            name, attributes = memo.event(data[body:pos], lambda i=index: _event_values(events[i]))
+            views.append(EventView(name, time, attributes))
+    except IndexError:
+        return _full_events(events)
+    return views
+
+
+def _event_values(event: Any) -> tuple[str, dict[str, Any]]:
+    return event.name, key_values(event.attributes)
+
+
+def _full_events(events: Any) -> list[EventView]:
+    return [EventView(e.name, e.time_unix_nano, key_values(e.attributes)) for e in events]
+
+
+# -- the wire format, as far as needed to find the runs -----------------------------------------
+def varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _field_start(data: bytes, number: int, pos: int) -> int | None:
+    """Offset of the first top-level field ``number`` at or after ``pos``, or None."""
+    end = len(data)
+    while pos < end:
+        key, after = varint(data, pos)
+        if key >> 3 == number:
+            return pos
+        wire = key & 7
+        if wire == 0:
+            _, pos = varint(data, after)
+        elif wire == 1:
+            pos = after + 8
+        elif wire == 2:
+            length, after = varint(data, after)
+            pos = after + length
+        elif wire == 5:
+            pos = after + 4
+        else:
+            return None
+    return None
+
+
+def _run(data: bytes, pos: int, tag: int) -> tuple[list[int], int]:
+    """(end offsets, offset after them) of the consecutive length-delimited fields with ``tag``."""
+    ends = []
+    end = len(data)
+    while pos < end and data[pos] == tag:
+        length, pos = varint(data, pos + 1)
+        pos += length
+        ends.append(pos)
+    if pos > end:
+        raise IndexError("truncated field")
+    return ends, pos
+
+
+def _common_prefix(data: bytes, start: int, region: bytes, offset: int) -> int:
+    """How many leading bytes of ``data[start:]`` equal those of ``region[offset:]`` (compared in C)."""
+    length = min(len(data) - start, len(region) - offset)
+    if length <= 0:
+        return 0
+    differ = np.frombuffer(data, np.uint8, length, start) != np.frombuffer(region, np.uint8, length, offset)
+    first = int(differ.argmax())
+    return first if differ[first] else length
+
+
+@dataclass(slots=True, frozen=True)
+class _Match:
+    """A new span's attributes against a kept span's: the first ``shared`` are the same but for
+    the ``replaced`` positions (a value that changed, such as a request body with the history in
+    it), and ``ends`` are where those ``shared`` end in the new span's run."""
+
+    shared: int
+    replaced: tuple[int, ...]
+    ends: np.ndarray
+
+
+_NO_MATCH = _Match(0, (), np.zeros(0, dtype=np.int64))
+# Attributes of a resent history whose value changed, among the same ones (OpenInference writes the
+# whole request body before the history's indexed attributes).
+MAX_REPLACED = 4
+
+
+def _match(data: bytes, start: int, base: DecodedAttributes) -> _Match:
+    """How ``data``'s attribute run at ``start`` matches ``base``'s: runs of byte-identical attributes,
+    separated by single attributes whose bytes changed (each followed by identical ones again)."""
+    region, old_ends = base.region, base.ends
+    count = len(old_ends)
+    index = shift = 0  # attributes matched so far; how much longer the new run is up to there
+    changes: list[tuple[int, int]] = []  # (replaced position, shift before it)
+    while True:
+        old_at = int(old_ends[index - 1]) if index else 0
+        common = _common_prefix(data, start + old_at + shift, region, old_at)
+        matched = int(np.searchsorted(old_ends, old_at + common, "right"))
+        if matched == index and changes and changes[-1][0] == index - 1:
+            # What follows the changed attribute differs too: the runs part there, it is no change.
+            index, shift = changes.pop()
+            break
+        index = matched
+        if index >= count or len(changes) == MAX_REPLACED:
+            break
+        at = start + (int(old_ends[index - 1]) if index else 0) + shift
+        if at >= len(data) or data[at] != _ATTRIBUTE_TAG:
+            break
+        length, body = varint(data, at + 1)
+        changes.append((index, shift))
+        shift = body + length - start - int(old_ends[index])
+        index += 1
+    if not index:
+        return _NO_MATCH
+    ends = old_ends[:index].copy()
+    shifts = [before for _, before in changes[1:]] + [shift] if changes else []
+    for (position, before), after in zip(changes, shifts, strict=True):
+        ends[position:] += after - before
+    return _Match(index, tuple(position for position, _ in changes), ends)
+
+
+# -- indexed attributes, grouped incrementally ------------------------------------------------------
+@dataclass(slots=True, eq=False)
+class IndexedFold:
+    """Attributes grouped per slot (group, index), the slots in the order they first appear: each
+    slot's entry, the positions of its first and last attribute, and the running maximum of the
+    last positions (so the slots that used only the first N attributes are found by bisection)."""
+
+    entries: dict[tuple[int, int], dict[str, Any]]
+    first: list[int]
+    last: dict[tuple[int, int], int]
+    running_last: list[int]
+
+
+Locate = Callable[[str], "tuple[int, int] | None"]
+Fill = Callable[[dict[str, Any], str, Any], None]
+
+
+def indexed_groups(
+    name: str,
+    attributes: dict[str, Any],
+    origin: AttributeOrigin | None,
+    groups: int,
+    locate: Locate,
+    fill: Fill,
+) -> list[list[dict[str, Any]]]:
+    """Per group ``0 .. groups - 1``, the entries of its indexes in index order: ``locate(key)`` says
+    which (group, index) a key belongs to (None: not an indexed key), ``fill(entry, key, value)``
+    puts it into that index's entry.
+
+    With ``origin`` (the span was decoded against an earlier one), the entries built for the earlier
+    span from the attributes the two share are the same objects, and only the rest is read: the
+    entries must not be changed afterwards. ``name`` keeps apart the folds of different readers.
+    """
+    if origin is None:
+        fold = _fold(attributes.items(), 0, locate, fill)
+    else:
+        previous = origin.base.groups.get(name) if origin.base is not None else None
+        fold = _resume(previous, origin, locate, fill) if previous else None
+        if fold is None:
+            fold = _fold(origin.decoded.pairs, 0, locate, fill)
+        origin.decoded.groups[name] = fold
+    assert fold is not None  # a fold from scratch always completes
+    ordered = sorted(fold.entries)
+    found = fold.entries.__getitem__
+    return [
+        list(map(found, ordered[bisect_left(ordered, (group,)) : bisect_left(ordered, (group + 1,))]))
+        for group in range(groups)
+    ]
+
+
+def _fold(
+    pairs: Any, position: int, locate: Locate, fill: Fill, kept: IndexedFold | None = None
+) -> IndexedFold | None:
+    """Group ``pairs`` (the first one being attribute ``position``) after the ``kept`` slots, which
+    all end before it; None when one of the pairs belongs to a kept slot (kept entries are shared
+    with an earlier span's fold: never changed)."""
+    fold = kept or IndexedFold({}, [], {}, [])
+    entries, first, last = fold.entries, fold.first, fold.last
+    kept_slots, start = len(entries), position
+    for key, value in pairs:
+        slot = locate(key)
+        if slot is not None:
+            entry = entries.get(slot)
+            if entry is None:
+                entry = entries[slot] = {}
+                first.append(position)
+            elif last[slot] < start:
+                return None
+            last[slot] = position
+            fill(entry, key, value)
+        position += 1
+    running = accumulate(
+        islice(last.values(), kept_slots, None), max, initial=fold.running_last[-1] if kept_slots else -1
+    )
+    next(running)  # the initial value
+    fold.running_last.extend(running)
+    return fold
+
+
+def _resume(previous: IndexedFold, origin: AttributeOrigin, locate: Locate, fill: Fill) -> IndexedFold | None:
+    """The fold of ``origin``'s attributes, the first ``shared`` of which ``previous`` was folded from
+    (but for replaced ones outside any index): the slots of ``previous`` that used only attributes
+    before some restart position are kept (found by bisection), the attributes from there are read."""
+    assert origin.base is not None
+    shared, pairs, old_pairs = origin.shared, origin.decoded.pairs, origin.base.pairs
+    if any(locate(pairs[p][0]) is not None or locate(old_pairs[p][0]) is not None for p in origin.replaced):
+        return None  # an indexed attribute changed in the middle: read it all
+    # Slots appear in the order of their first attribute, so the ones after the kept ones start at
+    # or after the restart position and are read again whole.
+    count = bisect_left(previous.running_last, shared)
+    while True:
+        restart = min(shared, previous.first[count]) if count < len(previous.first) else shared
+        fewer = bisect_left(previous.running_last, restart, 0, count)
+        if fewer == count:
+            break
+        count = fewer
+    kept = IndexedFold(
+        dict(islice(previous.entries.items(), count)),
+        previous.first[:count],
+        dict(islice(previous.last.items(), count)),
+        previous.running_last[:count],
+    )
+    return _fold(pairs[restart:], restart, locate, fill, kept)

@@ -1,0 +1,191 @@
+"""Decoding a span against the conversation's earlier spans (conventions/decoding.py) gives exactly
+what decoding it alone gives: attributes, events, indexed groups and, through the whole analyzer,
+the conversation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from bench.reassembly import traces_of
+from otelsignals.config import SessionsConfig
+from otelsignals.conventions import decoding
+from otelsignals.conventions.base import span_view
+from otelsignals.conventions.decoding import SpanDecodeMemo, indexed_groups, key_values
+from otelsignals.conventions.openllmetry import COMPLETION_PREFIXES, PROMPT_PREFIXES, _indexed_entries
+from otelsignals.demo.traffic import CONVENTIONS
+from otelsignals.pipeline.analyzer import Analyzer
+from otelsignals.telemetry import Telemetry
+
+LONG = decoding.MEMO_MIN_ATTRIBUTES + 10
+
+
+def attribute(key: str, value: object) -> KeyValue:
+    if isinstance(value, int):
+        return KeyValue(key=key, value=AnyValue(int_value=value))
+    return KeyValue(key=key, value=AnyValue(string_value=str(value)))
+
+
+def chat_span(history: list[tuple[str, str]], answer: str, body: bool = True, n: int = 0) -> Span:
+    """An OpenLLMetry-style chat span: request attributes, a request body that grows with the
+    history (OpenInference writes one before its indexed messages), the indexed prompts, the answer."""
+    span = Span(trace_id=bytes([n % 256]) * 16, span_id=bytes([n % 256 + 1]) * 8, name="chat")
+    span.attributes.extend([attribute("gen_ai.request.model", "m"), attribute("session.id", "s1")])
+    if body:
+        span.attributes.append(attribute("input.value", repr(history)))
+    for index, (role, content) in enumerate(history):
+        span.attributes.extend(
+            [
+                attribute(f"gen_ai.prompt.{index}.role", role),
+                attribute(f"gen_ai.prompt.{index}.content", content),
+            ]
+        )
+    span.attributes.extend(
+        [
+            attribute("gen_ai.completion.0.role", "assistant"),
+            attribute("gen_ai.completion.0.content", answer),
+            attribute("gen_ai.usage.input_tokens", 10 * n),
+        ]
+    )
+    for index in range(decoding.MEMO_MIN_EVENTS + 2):
+        span.events.add(time_unix_nano=1000 * n + index, name=f"event.{index % 3}").attributes.append(
+            attribute("k", f"value {index % 5}")
+        )
+    return span
+
+
+def decode_all(spans: list[Span], memo: SpanDecodeMemo | None):
+    views = []
+    for span in spans:
+        data = span.SerializeToString()
+        views.append(span_view(Span.FromString(data), None, "", data, memo))
+    return views
+
+
+def entries(view):
+    return _indexed_entries(view, (PROMPT_PREFIXES, COMPLETION_PREFIXES))
+
+
+def growing_conversation(turns: int, body: bool) -> list[Span]:
+    history = [("system", "You are the order assistant.")]
+    spans = []
+    for n in range(turns):
+        history.append(("user", f"question {n} " + "x" * (n % 7)))
+        spans.append(chat_span(list(history), f"answer {n}", body, n))
+        history.append(("assistant", f"answer {n}"))
+    return spans
+
+
+@pytest.mark.parametrize("body", [False, True], ids=["prefix only", "changing body before the history"])
+def test_a_resent_history_decodes_as_if_alone_and_reuses_what_it_shares(body):
+    spans = growing_conversation(LONG, body)
+    memo = SpanDecodeMemo()
+    remembered = decode_all(spans, memo)
+    alone = decode_all(spans, None)
+    for with_memo, without in zip(remembered, alone, strict=True):
+        assert with_memo.attributes == without.attributes
+        assert list(with_memo.attributes) == list(without.attributes)  # same order too
+        assert with_memo.events == without.events
+        assert entries(with_memo) == entries(without)
+    late = remembered[-1].attribute_origin
+    assert late is not None and late.base is not None
+    # Everything but the new turn, the answer and the usage is the previous span's (the same objects).
+    assert late.shared == len(late.decoded.pairs) - 7  # 2 prompts (4 attributes), the answer, usage
+    assert late.decoded.pairs[5] is late.base.pairs[5]
+    assert (late.replaced == (2,)) is body
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_any_edit_of_a_long_span_decodes_as_if_alone(data):
+    """Resent spans edited at random (values changed, attributes inserted, removed, moved, indexes
+    renumbered) never make the memo give anything but a full decode's result."""
+    rng = random.Random(data.draw(st.integers(0, 2**32)))
+    history = [(rng.choice(["user", "assistant"]), f"m{i}") for i in range(LONG)]
+    spans = [chat_span(history, "a", rng.random() < 0.5)]
+    for n in range(1, 6):
+        span = Span()
+        span.CopyFrom(spans[-1])
+        items = list(span.attributes)
+        for _ in range(data.draw(st.integers(0, 4))):
+            edit = data.draw(st.sampled_from(["change", "insert", "delete", "move", "renumber", "append"]))
+            at = rng.randrange(len(items))
+            if edit == "change":
+                items[at] = attribute(items[at].key, f"changed {rng.random()}")
+            elif edit == "insert":
+                items.insert(at, attribute(f"gen_ai.prompt.{rng.randrange(LONG)}.content", "inserted"))
+            elif edit == "delete" and len(items) > 1:
+                del items[at]
+            elif edit == "move":
+                items.insert(rng.randrange(len(items)), items.pop(at))
+            elif edit == "renumber":
+                items[at] = attribute(f"gen_ai.prompt.{rng.randrange(3)}.role", items[at].value.string_value)
+            else:
+                items.append(attribute(f"gen_ai.prompt.{LONG + n}.content", "new"))
+        del span.attributes[:]
+        span.attributes.extend(items)
+        spans.append(span)
+    memo = SpanDecodeMemo()
+    for with_memo, without in zip(decode_all(spans, memo), decode_all(spans, None), strict=True):
+        assert with_memo.attributes == without.attributes
+        assert with_memo.events == without.events
+        assert entries(with_memo) == entries(without)
+
+
+def test_a_span_whose_attributes_are_not_one_run_is_decoded_in_full():
+    span = growing_conversation(LONG, False)[-1]
+    data = span.SerializeToString()
+    # A second run of attributes after the events: legal protobuf, not what SDKs write.
+    extra = Span()
+    extra.attributes.append(attribute("late.key", "late"))
+    data += extra.SerializeToString()
+    memo = SpanDecodeMemo()
+    first = span_view(Span.FromString(data), None, "", data, memo)
+    again = span_view(Span.FromString(data), None, "", data, memo)
+    assert first.attributes == again.attributes == key_values(Span.FromString(data).attributes)
+    assert again.attributes["late.key"] == "late"
+
+
+def test_indexed_groups_keeps_readers_apart_and_never_changes_a_kept_entry():
+    spans = growing_conversation(LONG, False)
+    views = decode_all(spans, SpanDecodeMemo())
+
+    def locate(key):
+        return (0, int(key.split(".")[2])) if key.startswith("gen_ai.prompt.") else None
+
+    def fill(entry, key, value):
+        entry[key.rsplit(".", 1)[1]] = value
+
+    before = [
+        dict(e)
+        for e in indexed_groups("test", views[-2].attributes, views[-2].attribute_origin, 1, locate, fill)[0]
+    ]
+    after = indexed_groups("test", views[-1].attributes, views[-1].attribute_origin, 1, locate, fill)[0]
+    earlier = indexed_groups("test", views[-2].attributes, None, 1, locate, fill)[0]
+    assert earlier == before  # the kept entries were not changed by the later span
+    assert after[: len(before)] == before and len(after) == len(before) + 2
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_the_analyzer_assembles_the_same_conversation_with_and_without_the_memo(convention, monkeypatch):
+    traces = traces_of(convention, 30)
+
+    def assemble():
+        analyzer = Analyzer(Telemetry(), SessionsConfig())
+        for trace in traces:
+            analyzer.assemble(trace)
+        (state,) = list(analyzer.sessions)
+        return state
+
+    remembered = assemble()
+    monkeypatch.setattr(decoding, "MEMO_MIN_ATTRIBUTES", 10**9)
+    monkeypatch.setattr(decoding, "MEMO_MIN_EVENTS", 10**9)
+    alone = assemble()
+    assert remembered is not None and alone is not None
+    assert remembered.conversation.messages == alone.conversation.messages
+    assert len(remembered.conversation.messages) > 60
