@@ -24,15 +24,17 @@ gives its instance; there is at most one instance per (leaf, message).
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import string
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
-from rapidfuzz import fuzz
+from rapidfuzz import fuzz, process
 
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
@@ -79,6 +81,14 @@ REPETITION_COMPARE_CHARS = 4000  # bounded cost per comparison
 REPETITION_CONTAINED_SIMILARITY = 95.0
 REPETITION_CONTAINED_MIN_CHARS = 60
 REPETITION_CONTAINED_MIN_SHARE = 0.5
+# A repeated answer behind a new opening ("I understand your concern. <the same two sentences>"): most of
+# the new answer is sentences that nearly duplicate sentences of one earlier answer (rapidfuzz ratio per
+# sentence, as for whole answers). The repeated sentences must carry most of the new text (a stock
+# "I'm sorry for the inconvenience." among new content is not a repeated answer) and be long enough
+# to mean something.
+REPETITION_SENTENCE_SIMILARITY = 90.0
+REPETITION_SENTENCE_SHARE = 0.66  # of the new answer's characters in repeated sentences
+REPETITION_SENTENCE_MIN_CHARS = 60  # characters of repeated sentences, at least
 
 DRAGGING_EFFICIENCY = 0.5  # SPEC §8: dragging fires when efficiency drops below this
 DRAGGING_CONFIDENCE = 0.8
@@ -412,10 +422,97 @@ def detect_correction(ctx: DetectionContext) -> list[SignalInstance]:
         index = ctx.absolute_index(i)
         instance = _phrase_instance(tx.CORRECTION, index, text, analysis)
         if instance is None and not analysis.satisfied:
-            instance = _contrast_instance(ctx, i, text, analysis)
+            instance = _contrast_instance(ctx, i, text, analysis) or _piecemeal_instance(
+                index, text, analysis
+            )
         if instance is not None:
             found.append(instance)
     return found
+
+
+# --- a needlessly piecemeal approach: "you don't need to check them one by one, just…" ----------------
+# A clause telling the agent it need not, or should stop, doing something, with a piecemeal marker in the
+# same clause: "X by X" ("one by one", "store by store", "file by file"), "one at a time", "individually",
+# "separately", "each one", "one after another". The user corrects the approach. Not a question ("you
+# don't have to pay them one by one?", "…one at a time, right?"): that asks.
+PIECEMEAL_CONFIDENCE = 0.7
+_PIECEMEAL_HEADS = (
+    ("you", "dont", "need", "to"),
+    ("you", "dont", "have", "to"),
+    ("you", "do", "not", "need", "to"),
+    ("you", "do", "not", "have", "to"),
+    ("you", "shouldnt", "have", "to"),
+    ("no", "need", "to"),
+    ("theres", "no", "need", "to"),
+    ("why", "are", "you"),
+    ("stop",),
+    ("instead", "of"),
+)
+_PIECEMEAL_MARKERS = (
+    ("one", "at", "a", "time"),
+    ("individually",),
+    ("separately",),
+    ("each", "one"),
+    ("one", "after", "another"),
+    ("one", "after", "the", "other"),
+)
+_PIECEMEAL_WORDS = frozenset(["by", *(marker[0] for marker in _PIECEMEAL_MARKERS)])
+_STOP_BY = (("by",), ("at",), ("in",), ("over",), ("off",))  # "stop by the shop": a visit, not a halt
+_CLAUSE_LEADS = frozenset(["so", "but", "and", "just", "please", "ok", "okay", "look", "no"])
+QUESTION_TAG_WORDS = 2  # "…, right?", "…, don't I?": a clause followed only by this many words and "?"
+
+
+def _piecemeal_instance(index: int, text: str, analysis: TextAnalysis) -> SignalInstance | None:
+    """The first clause of the first MAX_SENTENCES sentences that opens with a _PIECEMEAL_HEADS head and
+    holds a piecemeal marker after it (see above)."""
+    tokens = analysis.scan.tokens
+    if _PIECEMEAL_WORDS.isdisjoint(t.norm for t in tokens):
+        return None  # the cheap first look: no marker word at all
+    for start, end in _sentences(tokens):
+        after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+        question = "?" in after
+        for a, b in _clauses(tokens, start, end):
+            if question and end - b <= QUESTION_TAG_WORDS:
+                continue  # the clause is, or is tagged as, a question
+            head = _piecemeal_head(tokens, a, b)
+            if head is None:
+                continue
+            marker = _piecemeal_marker(tokens, head, b)
+            if marker is not None:
+                metadata = {"pattern": "piecemeal", "marker": marker}
+                span = snippet(text, tokens[a].start, tokens[b - 1].end)
+                return SignalInstance(tx.CORRECTION, index, PIECEMEAL_CONFIDENCE, span, metadata)
+    return None
+
+
+def _piecemeal_head(tokens: list[Token], a: int, b: int) -> int | None:
+    """The index after a _PIECEMEAL_HEADS head opening the clause tokens[a:b] (after at most one
+    _CLAUSE_LEADS word), else None."""
+    for at in (a, a + 1):
+        if at >= b or (at > a and tokens[a].norm not in _CLAUSE_LEADS) or tokens[at].quoted:
+            continue
+        words = tuple(t.norm for t in tokens[at : at + 5])
+        for head in _PIECEMEAL_HEADS:
+            if words[: len(head)] == head and not (head == ("stop",) and words[1:2] in _STOP_BY):
+                return at + len(head)
+    return None
+
+
+def _piecemeal_marker(tokens: list[Token], at: int, b: int) -> str | None:
+    for k in range(at, b):
+        norm = tokens[k].norm
+        if (
+            norm == "by"
+            and at < k < b - 1
+            and tokens[k - 1].norm.isalpha()
+            and tokens[k - 1].norm == tokens[k + 1].norm
+        ):
+            return f"{tokens[k - 1].norm} by {tokens[k + 1].norm}"
+        words = tuple(t.norm for t in tokens[k : min(k + 4, b)])
+        for marker in _PIECEMEAL_MARKERS:
+            if words[: len(marker)] == marker:
+                return " ".join(marker)
+    return None
 
 
 CONTRAST_CONFIDENCE = 0.7
@@ -504,7 +601,17 @@ def detect_clarification(ctx: DetectionContext) -> list[SignalInstance]:
 
 TERM_QUESTION_CONFIDENCE = 0.7
 TERM_QUESTION_MAX_WORDS = 2  # "what's intune?", "what is open jaw?": a term, not a new question
+# A bare "what" echoes the agent's words back ("what unpaid invoice?", "what fee?"): the user does not
+# know what the agent is talking about. Not when the words ask for something new ("what else?", "what
+# about the hotel?", "what happened?", "what time?" names no word of the agent's unless it used it).
+# fmt: off
+_ECHO_NOT_TERMS = frozenset([
+    "about", "else", "if", "happened", "happens", "now", "then", "next", "for", "abt", "has", "have", "had",
+    "kind", "sort", "type", "other", "others", "exactly", "way",
+])
+# fmt: on
 _TERM_QUESTION_HEADS = (
+    ("what",),
     ("whats",),
     ("what", "is"),
     ("what", "are"),
@@ -514,30 +621,31 @@ _TERM_QUESTION_HEADS = (
     ("what", "is", "an"),
     ("whats", "an"),
 )
+_TERM_QUESTION_LONGEST = max(map(len, _TERM_QUESTION_HEADS)) + TERM_QUESTION_MAX_WORDS
 
 
 def _term_question(ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis) -> SignalInstance | None:
     """A sentence that is only "what's <term>?", the term being 1–2 words of the assistant message
     just before: the user does not know a word the agent used ("whats the difference between…" is a
     longer, new question and "what's the weather?" names nothing the agent said)."""
-    previous = _previous_assistant_words(ctx, i)
+    previous: frozenset[str] | None = None  # read lazily
     tokens = analysis.scan.tokens
-    for start, token in enumerate(tokens):
-        if not token.sentence_start or token.quoted:
+    for start, end in _sentences(tokens):
+        token = tokens[start]
+        if token.quoted or end - start > _TERM_QUESTION_LONGEST:
             continue
-        end = start + 1
-        while end < len(tokens) and not tokens[end].sentence_start:
-            end += 1
         words = [t.norm for t in tokens[start:end]]
         head = next((h for h in _TERM_QUESTION_HEADS[::-1] if tuple(words[: len(h)]) == h), None)
         term = words[len(head) :] if head else []
+        if head == ("what",) and any(w in _ECHO_NOT_TERMS for w in term):
+            continue
         after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
-        if (
-            0 < len(term) <= TERM_QUESTION_MAX_WORDS
-            and "?" in after
-            and all(w in previous and w not in STOP_WORDS for w in term)
-        ):
-            metadata = {"pattern": "term_question", "term": " ".join(term)}
+        if not (0 < len(term) <= TERM_QUESTION_MAX_WORDS and "?" in after):
+            continue
+        previous = _previous_assistant_words(ctx, i) if previous is None else previous
+        if all(w in previous and w not in STOP_WORDS for w in term):
+            pattern = "echo_question" if head == ("what",) else "term_question"
+            metadata = {"pattern": pattern, "term": " ".join(term)}
             span = snippet(text, token.start, tokens[end - 1].end)
             return SignalInstance(
                 tx.CLARIFICATION, ctx.absolute_index(i), TERM_QUESTION_CONFIDENCE, span, metadata
@@ -615,10 +723,13 @@ def _answered_since(ctx: DetectionContext, recent: deque[tuple[int, str]], i: in
 
 
 def detect_rephrase(ctx: DetectionContext) -> list[SignalInstance]:
-    """The user restates a request: an explicit marker, or a near-duplicate of one of their last 3
-    messages sent after the assistant answered (short messages never count)."""
+    """The user restates a request, after the assistant answered (short messages never count): an
+    explicit marker ("let me rephrase"), a near-duplicate of one of their last 3 messages, a short
+    request clause restating one of their sentences in other words, or an insisting one (see
+    _insistence_instance) that brings their request back after the agent steered away from it."""
     recent = _recent(ctx, "rephrase.recent", Role.USER, REPHRASE_WINDOW, content_words)
     keys = _recent(ctx, "rephrase.keys", Role.USER, REPHRASE_WINDOW, sentence_keys)
+    _task(ctx)  # seeds the remembered task from the earlier messages when the memory is new
     found: list[SignalInstance] = []
     for i, text, follows in _user_texts(ctx):
         index = ctx.absolute_index(i)
@@ -626,27 +737,34 @@ def detect_rephrase(ctx: DetectionContext) -> list[SignalInstance]:
         words = " ".join(_content_tokens(analysis.scan.tokens))
         instance = _phrase_instance(tx.REPHRASE, index, text, analysis) if follows else None
         if instance is None and not analysis.satisfied and _answered_since(ctx, recent, i, follows):
-            instance = _near_duplicate_instance(index, text, words, recent) or _restatement_instance(
-                index, text, analysis, keys
+            instance = (
+                _near_duplicate_instance(index, text, words, recent)
+                or _restatement_instance(ctx, i, text, analysis, keys)
+                or _insistence_instance(ctx, i, text, analysis, [*keys, *_task(ctx)])
             )
         if instance is not None:
             found.append(instance)
+        sentences = sentence_keys(text)
         recent.append((index, words))
-        keys.append((index, sentence_keys(text)))
+        keys.append((index, sentences))
+        if ctx.memory.get(_TASK) is None and _is_task(sentences):
+            ctx.memory[_TASK] = (index, sentences)
     return found
 
 
-# --- restatement in other words: a short statement whose key words the user already wrote ----------
-# "no. I want to dispute it" … "why would I contact them. I want to dispute the charge": a sentence
-# that mostly repeats (after stemming and a few synonyms) the key words of one earlier sentence of the
-# user's, after the assistant answered. Questions are left to the near-duplicate rule: a follow-up
-# question naturally reuses the request's nouns ("are the flights to osaka direct?"); so is a message
-# that moves the task on ("ok, book the flight to osaka"): it opens with an acknowledgement or brings
-# in a verb of progress.
+# --- restatement in other words: a short request whose key words the user already wrote ------------
+# "no. I want to dispute it" … "why would I contact them. I want to dispute the charge": a request
+# clause that mostly repeats (after stemming and a few synonyms) the key words of one earlier sentence
+# of the user's, after the assistant answered. Clauses, not sentences: "it has to leave after five, the
+# 14:20 is no good for me" restates in its first clause and reacts to the agent in its second.
+# Questions are left to the near-duplicate rule: a follow-up question naturally reuses the request's
+# nouns ("are the flights to osaka direct?"); so is a message that moves the task on ("ok, book the
+# flight to osaka"): it opens with an acknowledgement or brings in a verb of progress.
 RESTATE_MIN_SHARED = 2  # key words shared with the earlier sentence
-RESTATE_SHARE = 0.66  # of the new sentence's key words
-RESTATE_MAX_KEYS = 6  # a restatement is short; a longer sentence is a new, fuller request
+RESTATE_SHARE = 0.66  # of the new clause's key words
+RESTATE_MAX_KEYS = 6  # a restatement is short; a longer clause is a new, fuller request
 RESTATE_CONFIDENCE = 0.6
+INSISTENCE_CONFIDENCE = 0.6
 # fmt: off
 _RESTATE_OPENERS = frozenset([
     "ok", "okay", "yes", "yeah", "yep", "sure", "great", "good", "fine", "then", "also", "and", "now",
@@ -659,8 +777,8 @@ _PROGRESS_WORDS = frozenset([
 # not key words: fillers, and the modal words of a request ("it has to…", "I'd like…"); "want" and
 # "need" stay, they are the request's verb when the object is a pronoun ("I want to dispute it")
 _KEY_STOP = STOP_WORDS | DEFAULT_NEGATORS | frozenset([
-    "yes", "yeah", "one", "ones", "thing", "like", "get", "has", "have", "must", "would", "id", "asked",
-    "asking", "trying", "me", "its", "im", "something", "anything",
+    "yes", "yeah", "yep", "nope", "nah", "one", "ones", "thing", "like", "get", "has", "have", "must",
+    "would", "id", "asked", "asking", "trying", "me", "its", "im", "something", "anything",
 ])
 # the same request in other words: number words and times as digits, a few everyday synonyms
 _CANONICAL = {  # keys as _key leaves them (stemmed, final "e" off)
@@ -683,23 +801,6 @@ def _key(word: str) -> str:
     return _CANONICAL.get(word, word)
 
 
-def sentence_keys(text: str) -> tuple[tuple[frozenset[str], bool], ...]:
-    """Per sentence (first REPETITION_COMPARE_CHARS characters): its key words, and whether it cannot be
-    a restatement (a question, or no request word)."""
-    scan = analyse_text(text[:REPETITION_COMPARE_CHARS]).scan
-    tokens = scan.tokens
-    found: list[tuple[frozenset[str], bool]] = []
-    for start, end in _sentences(tokens):
-        keys = frozenset(_key(t.norm) for t in tokens[start:end] if t.norm not in _KEY_STOP and not t.quoted)
-        after = scan.text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(scan.text)]
-        asks = "?" in after or tokens[start].norm in _QUESTION_OPENERS
-        # "give me…", "show me…": an imperative addressed to the agent is a request too
-        imperative = end - start > 1 and tokens[start + 1].norm == "me"
-        wants = imperative or any(_requests(tokens, k) for k in range(start, end))
-        found.append((keys, asks or not wants))
-    return tuple(found)
-
-
 # fmt: off
 _QUESTION_OPENERS = frozenset([
     "how", "what", "why", "when", "where", "which", "who", "can", "could", "is", "are", "does", "do",
@@ -710,30 +811,134 @@ _REQUEST_WORDS = frozenset([
     "want", "wanted", "need", "needed", "needs", "looking", "must", "require", "required",
     "asked", "asking", "trying", "should", "would", "please", "pls",
 ])
+# Questions that ask the agent to do something, or how to ("how do I cancel", "can you book it").
+_REQUEST_QUESTIONS = (
+    ("how", "do", "i"), ("how", "can", "i"), ("how", "do", "we"), ("how", "can", "we"), ("can", "you"),
+    ("could", "you"), ("would", "you"), ("will", "you"), ("can", "i"), ("could", "i"),
+)
+# Words skipped before a clause's first word when reading it as an imperative ("just cancel it").
+_IMPERATIVE_FILLERS = frozenset([
+    "just", "please", "pls", "then", "now", "so", "simply", "and", "again", "really", "only",
+])
+# Words that add to the task rather than restate it ("another one", "also the hotel", "one more").
+_ADDITIVE_WORDS = frozenset(["another", "other", "more", "instead", "also", "else", "too", "next"])
+# Request words are not what a request is about: "I need…" shared with "I need…" restates nothing.
+_GENERIC_KEYS = frozenset(_key(word) for word in (*_REQUEST_WORDS, "help", "want", "need"))
+_PROGRESS_KEYS = frozenset(_key(word) for word in _PROGRESS_WORDS)
 # fmt: on
+
+
+class _Unit(NamedTuple):
+    """A sentence or a clause of a user message as the restatement rules read it."""
+
+    keys: frozenset[str]
+    asks: bool  # a question
+    wants: bool  # a request word, "has to", or "give me…"
+    asks_for: bool  # a question asking the agent to act, or how to ("how do I cancel")
+    lead: str  # the key of its first word after _IMPERATIVE_FILLERS ("" when that is a stop word)
+    progress: bool  # an _ADDITIVE_WORDS word ("also", "another", "too"): the task moves on
+    sentence: frozenset[str]  # the key words of its whole sentence
+
+
+def _units(text: str, *, clauses: bool) -> tuple[_Unit, ...]:
+    """The first MAX_SENTENCES sentences of ``text`` (first REPETITION_COMPARE_CHARS characters), or
+    their clauses, as _Unit records (cached: each message is read for several rules)."""
+    return _units_of(text[:REPETITION_COMPARE_CHARS], clauses)
+
+
+_REQUEST_MARKS = _REQUEST_WORDS | frozenset(["has", "have", "had", "like"])
+
+
+@functools.lru_cache(maxsize=1024)  # keys are at most REPETITION_COMPARE_CHARS long: bounded memory
+def _units_of(text: str, clauses: bool) -> tuple[_Unit, ...]:
+    scan = analyse_text(text).scan
+    tokens = scan.tokens
+    units: list[_Unit] = []
+    for start, end in _sentences(tokens):
+        after = scan.text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(scan.text)]
+        closed_by_question = "?" in after
+        spans = _clauses(tokens, start, end) if clauses else [(start, end)]
+        whole = _keys(tokens, start, end)
+        for a, b in spans:
+            norms = [t.norm for t in tokens[a:b]]
+            asks = norms[0] in _QUESTION_OPENERS or (closed_by_question and b == end)
+            lead = next((norm for norm in norms if norm not in _IMPERATIVE_FILLERS), "")
+            wants = (len(norms) > 1 and norms[1] == "me") or (
+                not _REQUEST_MARKS.isdisjoint(norms) and any(_requests(tokens, k) for k in range(a, b))
+            )
+            units.append(
+                _Unit(
+                    whole if len(spans) == 1 else _keys(tokens, a, b),
+                    asks,
+                    wants,
+                    asks and any(tuple(norms[: len(q)]) == q for q in _REQUEST_QUESTIONS),
+                    "" if lead in _KEY_STOP else _key(lead),
+                    not _ADDITIVE_WORDS.isdisjoint(norms),
+                    whole,
+                )
+            )
+    return tuple(units)
+
+
+def _keys(tokens: list[Token], a: int, b: int) -> frozenset[str]:
+    return frozenset(_key(t.norm) for t in tokens[a:b] if t.norm not in _KEY_STOP and not t.quoted)
+
+
+def _clauses(tokens: list[Token], start: int, end: int) -> list[tuple[int, int]]:
+    """[a, b) token ranges of the clauses of the sentence tokens[start:end]."""
+    cuts = [k for k in range(start + 1, end) if tokens[k].clause_start]
+    return list(zip([start, *cuts], [*cuts, end], strict=True))
+
+
+def sentence_keys(text: str) -> tuple[tuple[frozenset[str], bool, bool], ...]:
+    """Per sentence: its key words, whether it cannot be restated by the restatement rule (a question,
+    or no request word), and whether it is a request at all (a request word, or a question asking the
+    agent to act)."""
+    return tuple(
+        (unit.keys, unit.asks or not unit.wants, unit.wants or unit.asks_for)
+        for unit in _units(text, clauses=False)
+    )
 
 
 def _requests(tokens: list[Token], k: int) -> bool:
     """tokens[k] makes its sentence a request: a _REQUEST_WORDS word, or "has/have to" ("he has loads
-    of books" states a fact; "it has to leave after five" asks for something)."""
+    of books" states a fact; "it has to leave after five" asks for something), "I'd like", not negated in its
+    clause ("I don't want the premium plan" refuses)."""
+    for j in (k - 1, k - 2):
+        if j < 0 or tokens[j + 1].clause_start:
+            break
+        if tokens[j].norm in DEFAULT_NEGATORS:
+            return False
     norm = tokens[k].norm
     if norm in ("has", "have", "had"):
         return k + 1 < len(tokens) and tokens[k + 1].norm == "to" and not tokens[k + 1].sentence_start
+    if norm == "like":  # "I'd like…", "we would like…"
+        return k > 0 and tokens[k - 1].norm in ("id", "wed", "would") and not tokens[k].clause_start
     return norm in _REQUEST_WORDS
 
 
 def _restatement_instance(
-    index: int, text: str, analysis: TextAnalysis, keys: deque[tuple[int, Any]]
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, keys: deque[tuple[int, Any]]
 ) -> SignalInstance | None:
+    """A request clause restating an earlier sentence of the user's. Its sentence must be short too: a
+    sentence with more than RESTATE_MAX_KEYS key words of its own (words of the agent's last answer it
+    merely refers to, "the 14:20 is no good", aside) is a new, fuller request."""
     tokens = analysis.scan.tokens
     if not tokens or tokens[0].norm in _RESTATE_OPENERS:
         return None
-    for sentence, skip in sentence_keys(text):
-        if skip or not RESTATE_MIN_SHARED <= len(sentence) <= RESTATE_MAX_KEYS:
+    answer: frozenset[str] | None = None  # read lazily
+    for unit in _units(text, clauses=True):
+        if unit.asks or not unit.wants or unit.progress:
             continue
+        if not RESTATE_MIN_SHARED <= len(unit.keys) <= RESTATE_MAX_KEYS:
+            continue
+        if len(unit.sentence) > RESTATE_MAX_KEYS:
+            answer = _answer_keys(ctx, i) if answer is None else answer
+            if len(unit.sentence - answer) > RESTATE_MAX_KEYS:
+                continue
         for earlier_index, earlier in keys:
-            for before, _ in earlier:
-                shared = _restates(sentence, before)
+            for before, *_ in earlier:
+                shared = _restates(unit.keys, before)
                 if shared:
                     metadata = {
                         "pattern": "restatement",
@@ -741,7 +946,9 @@ def _restatement_instance(
                         "shared": sorted(shared),
                     }
                     span = snippet(text, 0, min(len(text), 200))
-                    return SignalInstance(tx.REPHRASE, index, RESTATE_CONFIDENCE, span, metadata)
+                    return SignalInstance(
+                        tx.REPHRASE, ctx.absolute_index(i), RESTATE_CONFIDENCE, span, metadata
+                    )
     return None
 
 
@@ -754,11 +961,117 @@ def _restates(sentence: frozenset[str], before: frozenset[str]) -> frozenset[str
     swapped = bool(new and before - sentence and len(sentence) >= len(before))
     if (
         len(shared) < max(RESTATE_MIN_SHARED, RESTATE_SHARE * len(sentence))
-        or new & _PROGRESS_WORDS
+        or new & _PROGRESS_KEYS
         or swapped
     ):
         return frozenset()
     return shared
+
+
+# --- insistence: the request brought back after the agent steered away -------------------------------
+# "nope, just cancel it" / "I don't want a discount. … how do I cancel" / "are you serious. CANCEL MY
+# SUBSCRIPTION", the agent having offered a pause, a discount, anything but the cancellation. Three
+# things together: the message insists (it opens by rejecting the agent's offer, says "I don't want…",
+# or is angry: a negative-stance phrase or shouting); one of its clauses is a request (a request word,
+# a question asking to act, or an imperative whose verb is the request's), whose key words mostly come
+# from one of the user's earlier requests (the conversation's first one, the task, included however long
+# ago); and one of those shared words is absent from the agent's last answer: the agent dropped it and
+# the user brings it back. When the agent just offered the very thing ("shall I book it?" … "book it"),
+# the user moves on rather than insists. A message that corrects ("no, I said cancel, not pause") points
+# back at the earlier words, which the correction covers; it is not also a restatement.
+_TASK = "rephrase.task"
+_REJECTIONS = frozenset(["no", "nope", "nah"])
+_REJECTION_WORDS = _REJECTIONS | frozenset(["thanks", "thank", "you", "ty", "way"])
+_REFUSALS = (
+    ("i", "dont", "want"),
+    ("i", "do", "not", "want"),
+    ("i", "dont", "need"),
+    ("not", "interested"),
+    ("im", "not", "interested"),
+    ("i", "am", "not", "interested"),
+)
+
+
+def _is_task(sentences: tuple[tuple[frozenset[str], bool, bool], ...]) -> bool:
+    """A request with at least two key words beyond the request words: what the conversation is for."""
+    return any(request and len(keys - _GENERIC_KEYS) >= 2 for keys, _, request in sentences)
+
+
+def _task(ctx: DetectionContext) -> list[tuple[int, Any]]:
+    """[(index, sentence keys)] of the conversation's first request (remembered; seeded once from the
+    first SEED_LOOKBACK messages when the memory is new)."""
+    if _TASK not in ctx.memory:
+        ctx.memory[_TASK] = None
+        for i in range(min(ctx.new_from, SEED_LOOKBACK)):
+            message = ctx.messages[i]
+            if message.role is Role.USER and message.content:
+                sentences = sentence_keys(message.content)
+                if _is_task(sentences):
+                    ctx.memory[_TASK] = (ctx.absolute_index(i), sentences)
+                    break
+    task = ctx.memory[_TASK]
+    return [task] if task is not None else []
+
+
+def _insists(text: str, analysis: TextAnalysis) -> bool:
+    """The message opens by rejecting ("nope", "no thanks"), refuses something ("I don't want a
+    discount"), or is angry (a negative-stance phrase, shouting)."""
+    tokens = analysis.scan.tokens
+    if tokens and tokens[0].norm in _REJECTIONS:
+        end = next((k for k in range(1, len(tokens)) if tokens[k].clause_start), len(tokens))
+        if all(t.norm in _REJECTION_WORDS for t in tokens[:end]):
+            return True
+    for start, _ in _sentences(tokens):
+        words = tuple(t.norm for t in tokens[start : start + 4])
+        if any(words[: len(refusal)] == refusal for refusal in _REFUSALS):
+            return True
+    return bool(analysis.hits.get(tx.NEGATIVE_STANCE)) or bool(
+        _caps_cue(text, analysis) or _caps_run_cue(text, analysis)
+    )
+
+
+def _insistence_instance(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, earlier: list[tuple[int, Any]]
+) -> SignalInstance | None:
+    tokens = analysis.scan.tokens
+    if not tokens or tokens[0].norm in _RESTATE_OPENERS or analysis.hits.get(tx.CORRECTION):
+        return None
+    requests = [(at, keys) for at, sentences in earlier for keys, _, request in sentences if request]
+    if not requests:
+        return None
+    answer: frozenset[str] | None = None  # read lazily, as is whether the message insists
+    insists: bool | None = None
+    for unit in _units(text, clauses=True):
+        wanted = unit.keys - _GENERIC_KEYS
+        if not wanted or len(wanted) > RESTATE_MAX_KEYS or unit.progress:
+            continue
+        for at, before in requests:
+            shared = wanted & before
+            if not shared or len(shared) < RESTATE_SHARE * len(wanted):
+                continue
+            if not (unit.wants or unit.asks_for or unit.lead in shared):
+                continue
+            insists = _insists(text, analysis) if insists is None else insists
+            if not insists:
+                return None
+            answer = _answer_keys(ctx, i) if answer is None else answer
+            if shared - answer:
+                metadata = {
+                    "pattern": "insistence",
+                    "similar_to": at,
+                    "shared": sorted(shared),
+                    "brought_back": sorted(shared - answer),
+                }
+                span = snippet(text, 0, min(len(text), 200))
+                return SignalInstance(
+                    tx.REPHRASE, ctx.absolute_index(i), INSISTENCE_CONFIDENCE, span, metadata
+                )
+    return None
+
+
+def _answer_keys(ctx: DetectionContext, i: int) -> frozenset[str]:
+    """The key forms of the words of the assistant's last answer before local index ``i``."""
+    return frozenset(_key(word) for word in _previous_assistant_words(ctx, i))
 
 
 def _near_duplicate_instance(
@@ -810,33 +1123,82 @@ def comparable_text(text: str) -> str:
     return " ".join(t.norm for t in analyse_text(text[:REPETITION_COMPARE_CHARS]).scan.tokens)
 
 
+class _Answer(NamedTuple):
+    """An assistant message as the repetition rule compares it."""
+
+    text: str  # comparable_text
+    sentences: tuple[str, ...]  # its first MAX_SENTENCES sentences, normalised the same way
+
+
+def comparable_answer(text: str) -> _Answer:
+    tokens = analyse_text(text[:REPETITION_COMPARE_CHARS]).scan.tokens
+    spans = _sentences(tokens)
+    sentences = tuple(" ".join(t.norm for t in tokens[a:b]) for a, b in spans)
+    if not spans or spans[-1][1] == len(tokens):  # every sentence read: the text is their join
+        return _Answer(" ".join(sentences), sentences)
+    return _Answer(" ".join(t.norm for t in tokens), sentences)
+
+
 def detect_repetition(ctx: DetectionContext) -> list[SignalInstance]:
-    """A new assistant message nearly duplicates one of the previous 5 assistant messages."""
-    recent = _recent(ctx, "repetition.recent", Role.ASSISTANT, REPETITION_WINDOW, comparable_text)
+    """A new assistant message nearly duplicates one of the previous 5 assistant messages: as a whole,
+    contained in it (or containing it), or sentence by sentence behind a new opening."""
+    recent = _recent(ctx, "repetition.recent", Role.ASSISTANT, REPETITION_WINDOW, comparable_answer)
     found: list[SignalInstance] = []
     for i in range(ctx.new_from, len(ctx.messages)):
         message = ctx.messages[i]
         if message.role is not Role.ASSISTANT or not message.content:
             continue
-        text = comparable_text(message.content)
-        best = _most_similar(text, recent)
+        answer = comparable_answer(message.content)
+        best = _most_similar(answer, recent)
         if best is not None:
             found.append(_repetition_instance(ctx.absolute_index(i), message.content, *best))
-        recent.append((ctx.absolute_index(i), text))
+        recent.append((ctx.absolute_index(i), answer))
     return found
 
 
-def _most_similar(text: str, recent: deque[tuple[int, str]]) -> tuple[int, float] | None:
+def _most_similar(answer: _Answer, recent: deque[tuple[int, _Answer]]) -> tuple[int, float, str] | None:
+    """(index, ratio, pattern) of the earlier answer the new one repeats best, if any."""
+    text = answer.text
     if len(text) < REPETITION_MIN_CHARS:
         return None
-    best: tuple[int, float] | None = None
+    best: tuple[int, float, str] | None = None
     for index, earlier in recent:
-        if len(earlier) < REPETITION_MIN_CHARS:
+        if len(earlier.text) < REPETITION_MIN_CHARS:
             continue
-        ratio = fuzz.ratio(text, earlier, score_cutoff=REPETITION_SIMILARITY) or _contained(text, earlier)
-        if ratio and (best is None or ratio > best[1]):
-            best = (index, ratio)
+        found = _whole_or_contained(text, earlier.text) or _repeated_sentences(answer, earlier)
+        if found and (best is None or found[0] > best[1]):
+            best = (index, *found)
     return best
+
+
+def _whole_or_contained(text: str, earlier: str) -> tuple[float, str] | None:
+    ratio = fuzz.ratio(text, earlier, score_cutoff=REPETITION_SIMILARITY)
+    if ratio:
+        return ratio, "near_duplicate"
+    ratio = _contained(text, earlier)
+    return (ratio, "contained") if ratio else None
+
+
+def _repeated_sentences(answer: _Answer, earlier: _Answer) -> tuple[float, str] | None:
+    """(mean ratio of the repeated sentences, "repeated_sentences") when repeated sentences make up
+    REPETITION_SENTENCE_SHARE of the new answer and REPETITION_SENTENCE_MIN_CHARS characters."""
+    if len(answer.sentences) < 2:
+        return None  # one sentence: the whole-answer comparisons decide
+    total = sum(len(sentence) for sentence in answer.sentences)
+    repeated, weighted = 0, 0.0
+    for sentence in answer.sentences:
+        if len(sentence) < REPETITION_MIN_CHARS:
+            continue  # a short stock sentence never counts as repeated content
+        match = process.extractOne(
+            sentence, earlier.sentences, scorer=fuzz.ratio, score_cutoff=REPETITION_SENTENCE_SIMILARITY
+        )
+        if match is not None:
+            ratio = match[1]
+            repeated += len(sentence)
+            weighted += ratio * len(sentence)
+    if repeated < max(REPETITION_SENTENCE_MIN_CHARS, REPETITION_SENTENCE_SHARE * total):
+        return None
+    return weighted / repeated, "repeated_sentences"
 
 
 def _contained(text: str, earlier: str) -> float:
@@ -848,10 +1210,12 @@ def _contained(text: str, earlier: str) -> float:
     return min(ratio, 100.0)
 
 
-def _repetition_instance(index: int, content: str, earlier: int, ratio: float) -> SignalInstance:
-    confidence = round(0.6 + 0.35 * (ratio - REPETITION_SIMILARITY) / (100 - REPETITION_SIMILARITY), 3)
+def _repetition_instance(
+    index: int, content: str, earlier: int, ratio: float, pattern: str
+) -> SignalInstance:
+    confidence = round(0.6 + 0.35 * max(ratio - REPETITION_SIMILARITY, 0) / (100 - REPETITION_SIMILARITY), 3)
     metadata = {
-        "pattern": "near_duplicate",
+        "pattern": pattern,
         "similar_to": earlier,
         "ratio": round(ratio / 100, 3),
         "threshold": REPETITION_SIMILARITY / 100,
@@ -1029,14 +1393,14 @@ def _rhetorical_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
 MAX_SENTENCES = 12
 
 
+_SENTENCE_START = operator.attrgetter("sentence_start")
+
+
 def _sentences(tokens: list[Token]) -> list[tuple[int, int]]:
     """[start, end) token ranges of the first MAX_SENTENCES sentences (split at sentence_start tokens)."""
-    starts: list[int] = []
-    for i, token in enumerate(tokens):
-        if token.sentence_start:
-            starts.append(i)
-            if len(starts) > MAX_SENTENCES:
-                break
+    # C-speed scan of the flags, stopping at the (MAX_SENTENCES + 1)th start
+    flags = map(_SENTENCE_START, tokens)
+    starts = list(itertools.islice(itertools.compress(itertools.count(), flags), MAX_SENTENCES + 1))
     ends = [*starts[1:], len(tokens)] if len(starts) <= MAX_SENTENCES else starts[1:]
     return list(zip(starts[:MAX_SENTENCES], ends, strict=False))
 

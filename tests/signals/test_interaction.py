@@ -111,6 +111,73 @@ CONTRAST_NEAR_MISSES = [
 ]
 
 
+# "you don't need to check them one by one, just…": a needlessly piecemeal approach.
+PIECEMEAL_POSITIVES = [
+    opened(
+        (U, "which branches have the blue kettle?"),
+        (A, "The Leeds branch has none."),
+        (U, "you don't need to check every branch one by one, search them all"),
+    ),
+    opened(
+        (U, "rename the photos by date"),
+        (A, "Renamed IMG_001.jpg to 2024-05-01.jpg."),
+        (U, "no need to rename them one at a time, use a pattern"),
+    ),
+    opened(
+        (U, "refund the three items"),
+        (A, "Refunded the lamp."),
+        (U, "you don't have to refund them individually, do the whole order"),
+    ),
+    opened(
+        (U, "find a room for 12 people"),
+        (A, "Room 2A is taken."),
+        (U, "stop checking room by room. there's a capacity filter"),
+    ),
+    opened(
+        (U, "list the failing tests"),
+        (A, "test_a fails."),
+        (U, "why are you running them separately, run the whole suite"),
+    ),
+    opened(
+        (U, "update the prices"),
+        (A, "Updated SKU 1."),
+        (U, "so you don't need to go file by file, the script takes a folder"),
+    ),
+    opened(
+        (U, "email the team"),
+        (A, "Sent to Ana."),
+        (U, "instead of sending each one separately, use the team list"),
+    ),
+    opened(
+        (U, "check the fares"),
+        (A, "The 7:00 fare is non-refundable."),
+        (U, "you do not need to look at each one, filter on refundable"),
+    ),
+]
+PIECEMEAL_NEAR_MISSES = [
+    opened((A, "Renamed a.txt."), (U, "Do I need to check them one by one?")),  # no "you" head
+    opened((A, "Paid the gas bill."), (U, "you don't have to pay them one by one, right?")),  # asks
+    opened((A, "Paid the gas bill."), (U, "You don't have to pay them one by one?")),  # asks
+    opened((A, "Wrap each gift."), (U, "stop by the shop one at a time")),  # "stop by": a visit
+    opened((A, "Day 1: Rome."), (U, "let's take it day by day")),  # no head
+    opened((A, "Sure."), (U, "you don't need to hurry, take it one step at a time")),  # no marker
+    opened((A, "Sure."), (U, "No need to rush. They arrive one by one anyway.")),  # another sentence
+    opened((A, "Sure."), (U, 'He said "you don\'t need to check them one by one" and left.')),  # quoted
+    opened((A, "Sure."), (U, "stop the timer. we'll go one by one after lunch")),  # another sentence
+]
+
+
+@pytest.mark.parametrize("turns", PIECEMEAL_POSITIVES)
+def test_piecemeal_correction_positive(turns: list[Turn]) -> None:
+    assert_fires(tx.CORRECTION, turns)
+    assert only(tx.CORRECTION, turns)[0].metadata["pattern"] == "piecemeal"
+
+
+@pytest.mark.parametrize("turns", PIECEMEAL_NEAR_MISSES)
+def test_piecemeal_correction_near_miss(turns: list[Turn]) -> None:
+    assert only(tx.CORRECTION, turns) == []
+
+
 @pytest.mark.parametrize("turns", CONTRAST_POSITIVES)
 def test_contrast_correction_positive(turns: list[Turn]) -> None:
     assert_fires(tx.CORRECTION, turns)
@@ -291,6 +358,16 @@ RESTATEMENT_POSITIVES = [
         (A, "A bike shop can service your brakes for $40."),
         (U, "no, I want to fix the brakes myself"),
     ),
+    opened(  # the restating clause first, a reaction to the agent's answer after it
+        (U, "find me a bus to Bristol tomorrow before 9am"),
+        (A, "National Express at 10:40 and 13:15."),
+        (U, "it has to leave before nine, the 10:40 is too late"),
+    ),
+    opened(
+        (U, "I need a quiet room on a high floor"),
+        (A, "Room 104 is available, next to the lift."),
+        (U, "I need a room on a high floor, 104 won't do"),
+    ),
 ]
 RESTATEMENT_NEAR_MISSES = [
     opened(
@@ -336,7 +413,137 @@ RESTATEMENT_NEAR_MISSES = [
         (A, "Dr Patel, 12 Park Row."),
         (U, "I need a dentist in Bristol now"),
     ),  # only one key word shared
+    opened(
+        (U, "compare the premium and basic plans"),
+        (A, "Premium has 4K; basic is HD."),
+        (U, "I don't want the premium plan. What does the basic plan include?"),
+    ),  # refuses rather than requests
+    opened(
+        (U, "I want to change my delivery address"),
+        (A, "Your address is now 5 Elm St."),
+        (U, "I also want to change my delivery time"),
+    ),  # adds to the task
 ]
+
+# Insistence: the request brought back after the agent steered away from it (an offer, a question, an
+# upsell), the message rejecting the detour or angry, and a shared word the agent's answer dropped.
+INSISTENCE_POSITIVES = [
+    opened(
+        (U, "I want to cancel my gym membership"),
+        (A, "Before you go, how about two free months?"),
+        (U, "nope, just cancel it"),
+    ),
+    opened(
+        (U, "I want to cancel my gym membership"),
+        (A, "We can freeze it for three months instead."),
+        (U, "I don't want a freeze. how do I cancel"),
+    ),
+    opened(
+        (U, "please close my savings account"),
+        (A, "Our new saver pays 4.1%, shall I switch you?"),
+        (U, "are you kidding. CLOSE THE ACCOUNT"),
+    ),
+    opened(
+        (U, "book me a flight to Rome on Friday"),
+        (A, "Would you like travel insurance for $20?"),
+        (U, "no thanks, just book the flight"),
+    ),
+    opened(
+        (U, "I'd like a refund for the broken lamp"),
+        (A, "I can send you a 20% voucher for your next order."),
+        (U, "not interested. can you refund it"),
+    ),
+    opened(
+        (U, "I want to unsubscribe from the newsletter"),
+        (A, "You could get fewer emails with a weekly digest."),
+        (U, "this is ridiculous, unsubscribe me"),
+    ),
+    opened(  # the task reaches back past the last three user messages
+        (U, "I want to cancel my phone contract"),
+        (A, "May I ask why?"),
+        (U, "too expensive"),
+        (A, "We have a cheaper plan at $20."),
+        (U, "what does it include?"),
+        (A, "5 GB and unlimited calls."),
+        (U, "hmm"),
+        (A, "Shall I switch you to it?"),
+        (U, "no. cancel the contract"),
+    ),
+    opened(
+        (U, "I need my password reset for the payroll portal"),
+        (A, "Have you tried the self-service page?"),
+        (U, "ugh, seriously. reset the password please"),
+    ),
+]
+INSISTENCE_NEAR_MISSES = [
+    opened(
+        (U, "book me a flight to Rome on Friday"), (A, "Shall I book the 7:05 to Rome?"), (U, "book it")
+    ),  # the agent offered that very thing
+    opened(
+        (U, "book me a flight to Rome on Friday"),
+        (A, "Shall I book the 7:05 to Rome?"),
+        (U, "no, book the 9:40 one"),
+    ),  # another option, not the request again
+    opened(
+        (U, "cancel my gym membership please"),
+        (A, "Would pausing work instead?"),
+        (U, "No, I said cancel, not pause."),
+    ),  # the correction covers it
+    opened(
+        (U, "I want to cancel my gym membership"),
+        (A, "Shall I cancel it now?"),
+        (U, "no, cancel it at the end of the month"),
+    ),  # the agent already says "cancel"
+    opened(
+        (U, "I want to cancel my gym membership"),
+        (A, "Before you go, how about two free months?"),
+        (U, "just cancel it"),
+    ),  # no rejection, no anger: a plain reply
+    opened(
+        (U, "my chair arrived broken"),
+        (A, "Do you have the order number?"),
+        (U, "no, it's in the email I think"),
+    ),  # answers the question
+    opened(
+        (U, "I want to change my delivery address"),
+        (A, "Your address is now 5 Elm St."),
+        (U, "ugh, I also want to change my phone number"),
+    ),  # adds to the task
+    opened(
+        (U, "I need a hotel in Rome for 3 nights"),
+        (A, "Here are 3 hotels in Rome."),
+        (U, "nope, I need one near the station"),
+    ),  # a new constraint, no shared request word
+    opened(
+        (U, "I want to cancel my gym membership"),
+        (A, "Would you like a free month instead?"),
+        (U, "nope, thanks for cancelling though!"),
+    ),  # satisfied
+]
+
+
+@pytest.mark.parametrize("turns", INSISTENCE_POSITIVES)
+def test_insistence_positive(turns: list[Turn]) -> None:
+    assert_fires(tx.REPHRASE, turns)
+    (instance,) = only(tx.REPHRASE, turns)
+    assert instance.metadata["pattern"] in {"insistence", "restatement", "near_duplicate"}
+
+
+@pytest.mark.parametrize("turns", INSISTENCE_NEAR_MISSES)
+def test_insistence_near_miss(turns: list[Turn]) -> None:
+    assert only(tx.REPHRASE, turns) == []
+
+
+def test_insistence_remembers_the_task_across_calls_and_rebuilds_it() -> None:
+    turns = INSISTENCE_POSITIVES[6]
+    for step in (1, 2, 5):
+        (instance,) = of_type(run_incrementally([it.detect_rephrase], turns, step=step), tx.REPHRASE)
+        assert instance.message_index == len(turns) - 1 and instance.metadata["pattern"] == "insistence"
+    # memory lost before the last message: the task is found again by the bounded look-back
+    convo = Conversation("c", [Message(Role(role), text) for role, text in turns])
+    ctx = DetectionContext(convo, new_from=len(turns) - 1, memory={})
+    (instance,) = it.detect_rephrase(ctx)
+    assert instance.metadata["similar_to"] == 2
 
 
 @pytest.mark.parametrize("turns", RESTATEMENT_POSITIVES)
@@ -393,6 +600,8 @@ CLARIFICATION_POSITIVES = [
     opened((U, "Sorry, I'm not following.")),
     opened((U, "I dont undrestand the last part")),  # typo
     opened((U, "Wait, what? You deleted it?")),
+    opened((A, "The fee applies to the old card."), (U, "wait so am I paying it twice or not?")),
+    opened((A, "The refund goes to the original method."), (U, "so you're saying it goes to my old card?")),
 ]
 CLARIFICATION_NEAR_MISSES = [
     opened((A, "Because the cache expired."), (U, "why?")),
@@ -404,6 +613,8 @@ CLARIFICATION_NEAR_MISSES = [
     opened((U, "He wrote:\n> I don't understand your invoice\nHow should I reply?")),
     opened((U, "Huh, interesting, tell me more about it")),
     opened((U, "I'm not confused anymore, thanks")),
+    opened((U, "I had to wait so long at the desk.")),
+    opened((U, "What are you saying in the cover letter?")),
 ]
 
 
@@ -648,6 +859,8 @@ QUIT_POSITIVES = [
     opened((U, "i quit")),
     opened((U, "whatever, I'll just google it")),
     opened((U, "I'm givng up on this")),  # typo
+    opened((U, "forget the upgrade then, I'll stay on my old plan")),
+    opened((U, "forget the scanner, I'll use the one on the second floor")),
 ]
 QUIT_NEAR_MISSES = [
     [(U, "Cancel my subscription please."), (A, "Done, it's cancelled.")],  # the task itself, first message
@@ -660,6 +873,8 @@ QUIT_NEAR_MISSES = [
     opened((U, "I'm leaving for Rome on Friday, any tips?")),
     opened((U, "I'm done with the form, what's next?")),
     opened((U, "I'm leasing a car next month, what should I check?")),  # protected word, not "leaving"
+    opened((U, "don't forget the charger then, I'll need it")),
+    opened((U, "forget what I said about Tuesday, I'll need it Monday")),
 ]
 
 
@@ -697,6 +912,13 @@ NEGATIVE_STANCE_POSITIVES = [
     (opened((U, "How would I know. You have my order number")), "rhetorical_question"),
     (opened((U, "why should I pay for your mistake!")), "rhetorical_question"),
     (opened((U, "ok. how is that helpful.")), "rhetorical_question"),
+    (opened((U, "you keep switching the setting back and forth")), "phrase"),
+    (opened((U, "stop copy pasting the same apology")), "phrase"),
+    (opened((U, "that doesn't answer my question. is it refundable")), "phrase"),
+    (opened((U, "I emailed twice last week and nobody replied")), "phrase"),
+    (opened((U, "the second outage this week. when is it back")), "phrase"),
+    (opened((U, "took way too long for a password reset")), "phrase"),
+    (opened((U, "they want $30 for a blanket? lame.")), "phrase"),
 ]
 NEGATIVE_STANCE_NEAR_MISSES = [
     opened((U, "I'm not frustrated, just curious.")),
@@ -727,6 +949,11 @@ NEGATIVE_STANCE_NEAR_MISSES = [
     opened((U, "How does that help with battery life? Just curious.")),
     opened((U, "why on earth is the sky blue? my kid asked")),
     opened((U, "> STOP!!! why\nlovely, my sister wrote that, can you reply?")),  # quoted
+    opened((U, "The ferry goes back and forth between the islands, how often?")),
+    opened((U, "If nobody replies by Friday, send a reminder.")),
+    opened((U, "Book it for the third Tuesday this month.")),
+    opened((U, "The hotel doesn't answer the phone, what now?")),
+    opened((U, "Write a lame joke for my dad's card.")),
 ]
 
 
@@ -761,6 +988,7 @@ GRATITUDE_POSITIVES = [
     opened((U, "thnak you so much")),  # typo
     opened((U, "No problem, thanks!")),
     opened((U, "Cheers")),
+    opened((A, "Mapped the drive."), (U, "it shows up now. ta")),  # British "ta" as its own clause
 ]
 GRATITUDE_NEAR_MISSES = [
     [(U, "Thanks in advance, can you book a table?"), (A, "Sure.")],  # first message
@@ -773,6 +1001,7 @@ GRATITUDE_NEAR_MISSES = [
     opened((U, "Summarise this email:\n> Thanks for your order\n> Best, Shop")),
     opened((U, "Thanks, but it still crashes.")),
     opened((U, "Say hi"), (A, "Thank you for your patience!")),  # the assistant
+    opened((U, "my TA said the lab is due Friday")),
 ]
 
 
@@ -799,6 +1028,13 @@ CONFIRMATION_POSITIVES = [
     opened((U, "This is super helpful.")),
     opened((U, "Awesome.")),
     opened((U, "Prefect, thanks")),  # typo
+    opened((U, "ok great, thank you")),  # a lead-in before "^great$"
+    opened((U, "awesome thanks")),  # a trailer after it
+    opened((U, "yeah perfect")),
+    opened((U, "the 9:40 one is perfect, I'll take it")),
+    opened((U, "thanks, that explains the extra charge")),
+    opened((U, "yep, the USB-C cable is the one I needed")),
+    opened((U, "fair enough, I'll wait until Monday")),
 ]
 CONFIRMATION_NEAR_MISSES = [
     [(U, "Perfect, now book it for Friday"), (A, "Booked.")],  # first message
@@ -811,6 +1047,12 @@ CONFIRMATION_NEAR_MISSES = [
     opened((U, "That's not perfect yet.")),
     opened((U, "Is this a great idea?")),
     opened((U, "Check"), (A, "Perfect, that makes sense.")),  # the assistant
+    opened((U, "oh great, now the login page is broken too")),  # "oh" is no lead-in: sarcasm as often
+    opened((U, "great thanks for nothing")),  # "for" is no trailer
+    opened((U, "sounds good?")),  # asked, not said
+    opened((U, "Nobody is perfect.")),
+    opened((U, "Does that explain the fee?")),
+    opened((U, "fair enough but the fee is still wrong")),
 ]
 
 
@@ -836,6 +1078,10 @@ SUCCESS_POSITIVES = [
     opened((U, "Problem solved.")),
     opened((U, "Finally working, the build is green.")),
     opened((U, "it's workng now")),  # typo
+    opened((U, "connected, I can see the shared drive")),  # a status word as its own clause
+    opened((U, "ok sorted")),
+    opened((U, "fixed! thanks")),
+    opened((A, "Resent the invite to her new address."), (U, "she got it now, thanks")),
 ]
 SUCCESS_NEAR_MISSES = [
     [(U, "It works on Linux, how about Windows?"), (A, "Let me check.")],  # first message
@@ -848,6 +1094,11 @@ SUCCESS_NEAR_MISSES = [
     opened((U, "Not sure it works yet.")),
     opened((U, "Run them"), (T, "All tests passed.")),  # the tool
     opened((U, "Run them"), (A, "It works now! All tests pass.")),  # the assistant
+    opened((U, "is it working now?")),  # asked
+    opened((U, "fixed? it still crashes on start")),  # a "?" inside the phrase
+    opened((U, "it worked fine on friday, now nothing")),  # the past, not now
+    opened((U, "Connected but no internet.")),
+    opened((U, "he got it wrong again")),
 ]
 
 
@@ -862,6 +1113,22 @@ def test_success_near_miss(turns: list[Turn]) -> None:
 
 
 # --- confidence ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "phrase", "question"),
+    [
+        ("it works now?", "works now", True),
+        ("it works now, can you also add logging?", "works now", False),  # the clause closes with ","
+        ("fixed? it still crashes", "fixed? it", True),  # a "?" inside the hit
+        ("all set. any questions?", "all set", False),
+        ("perfect", "perfect", False),
+        ("perfect" + " x" * 300 + "?", "perfect", False),  # beyond the look-ahead: not read
+    ],
+)
+def test_a_hit_in_a_question_is_asked(text: str, phrase: str, question: bool) -> None:
+    start = text.index(phrase)
+    assert it.asked(text, start, start + len(phrase)) is question
 
 
 def test_confidence_rule() -> None:
@@ -1032,6 +1299,69 @@ CONTAINED_REPETITION_PAIRS = [
 ]
 
 
+# The same answer behind a new opening: sentences of one earlier answer make up most of the new one.
+REPEATED_SENTENCES_PAIRS = [
+    (
+        "Your booking exists but the payment is still pending. Payments usually confirm within a few "
+        "hours, and if it fails the hold on your card is released automatically.",
+        "I understand your concern. Payments usually confirm within a few hours, and if it fails, the "
+        "hold on your card is released automatically.",
+        True,
+    ),
+    (
+        "There is a known outage in your area since 6am. I'm sorry for the inconvenience. Engineers are "
+        "working to restore service as quickly as possible and you'll get a text when it's back.",
+        "I'm sorry for the inconvenience. Engineers are working to restore service as quickly as "
+        "possible, and you'll get a text once it's back.",
+        True,
+    ),
+    (
+        "Your parcel left the depot this morning. It should arrive by 6pm and the driver will call "
+        "ahead. You can track it with the link in your email.",
+        "Thanks for your patience! It should arrive by 6pm, and the driver will call ahead. You can "
+        "track it with the link in your email.",
+        True,
+    ),
+    (
+        "Step 1: open Settings and choose Accounts. Step 2: select Sign-in options and remove the PIN.",
+        "Sure. Step 1: open Settings and choose Accounts. Step 2: select Sign-in options and remove the PIN.",
+        True,
+    ),
+    (
+        "I'm sorry for the inconvenience. Your refund of $40 was issued today and will show in 3-5 days.",
+        "I'm sorry for the inconvenience. The replacement ships tomorrow by express and arrives Thursday.",
+        False,
+    ),  # a stock apology, then new content
+    (
+        "Your order #1234 has shipped. It will arrive on Monday between 9 and 12.",
+        "Your order #5678 has shipped. It will arrive on Tuesday between 2 and 5.",
+        False,
+    ),  # a template with other data
+    (
+        "Added the blue kettle to your basket. Delivery is free over $50.",
+        "Added the red toaster to your basket. Your total is now $74.",
+        False,
+    ),
+    (
+        "Is there anything else I can help you with today? Have a lovely evening.",
+        "Your table for four is booked at 8pm at Sakura, under the name Patel, with a window seat. "
+        "Is there anything else I can help you with today?",
+        False,
+    ),  # a repeated closing line is a small part of the new answer
+    (
+        "The museum opens at 9am. Tickets are 15 euros and free for children under 12.",
+        "The castle opens at 10am. Tickets are 12 euros and free for children under 6.",
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(("earlier", "later", "repeated"), REPEATED_SENTENCES_PAIRS)
+def test_repeated_sentences(earlier: str, later: str, repeated: bool) -> None:
+    found = only(tx.REPETITION, [(U, "help"), (A, earlier), (U, "and?"), (A, later)])
+    assert [i.message_index for i in found] == ([3] if repeated else [])
+
+
 @pytest.mark.parametrize(("earlier", "later", "repeated"), CONTAINED_REPETITION_PAIRS)
 def test_contained_repetition(earlier: str, later: str, repeated: bool) -> None:
     found = only(tx.REPETITION, [(U, "help"), (A, earlier), (U, "and?"), (A, later)])
@@ -1064,6 +1394,42 @@ def test_term_question_positive(turns: list[Turn]) -> None:
 
 @pytest.mark.parametrize("turns", TERM_QUESTION_NEAR_MISSES)
 def test_term_question_near_miss(turns: list[Turn]) -> None:
+    assert only(tx.CLARIFICATION, turns) == []
+
+
+# A bare "what <the agent's words>?" echoes them back: the user does not know what the agent means.
+ECHO = "There's an unpaid invoice of $15.99 and a late fee, so I can't cancel until it's settled."
+ECHO_QUESTION_POSITIVES = [
+    [(U, "cancel my plan"), (A, ECHO), (U, "what unpaid invoice? I've never missed a payment")],
+    [(U, "cancel my plan"), (A, ECHO), (U, "what late fee?")],
+    [(U, "cancel my plan"), (A, ECHO), (U, "ok. what invoice??")],
+    [(U, "my balance?"), (A, "It's $20 after the overdraft charge."), (U, "What overdraft charge?")],
+    [(U, "dinner ideas"), (A, "Try the risotto or the tagine."), (U, "what tagine? is it spicy")],
+    [(U, "book it"), (A, "Booked under your usual alias."), (U, "what alias?")],
+    [(U, "deploy"), (A, "Deploy blocked by the freeze window."), (U, "what freeze window?")],
+    [(U, "ship it"), (A, "It needs the customs form first."), (U, "what customs form? nobody said")],
+]
+ECHO_QUESTION_NEAR_MISSES = [
+    [(U, "cancel my plan"), (A, ECHO), (U, "what else?")],  # asks for more
+    [(U, "cancel my plan"), (A, ECHO), (U, "what about the late fee?")],  # moves on
+    [(U, "cancel my plan"), (A, ECHO), (U, "what happened to my payment?")],  # not the agent's words
+    [(U, "cancel my plan"), (A, ECHO), (U, "what discount?")],  # the agent never said "discount"
+    [(U, "cancel my plan"), (A, ECHO), (U, "what unpaid invoice is that, the May one or the June one?")],
+    [(U, "cancel my plan"), (A, ECHO), (U, "what invoice.")],  # no question mark: said, not asked
+    [(U, "cancel my plan"), (A, ECHO), (U, "> what invoice?\nmy wife asked that")],  # quoted
+    [(U, "what late fee?"), (A, ECHO)],  # before any assistant turn
+    [(U, "router"), (A, "The router restarted, it happened at 5."), (U, "what happened?")],
+]
+
+
+@pytest.mark.parametrize("turns", ECHO_QUESTION_POSITIVES)
+def test_echo_question_positive(turns: list[Turn]) -> None:
+    (instance,) = only(tx.CLARIFICATION, turns)
+    assert instance.metadata["pattern"] == "echo_question"
+
+
+@pytest.mark.parametrize("turns", ECHO_QUESTION_NEAR_MISSES)
+def test_echo_question_near_miss(turns: list[Turn]) -> None:
     assert only(tx.CLARIFICATION, turns) == []
 
 
