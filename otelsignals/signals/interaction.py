@@ -159,6 +159,9 @@ class GroupSpec:
     near_misses: tuple[str, ...] = ()
     unless_satisfied: bool = False  # dropped when a satisfaction group fires in the same message
     statement_only: bool = False  # dropped when its clause is a question ("works now?", "all set?")
+    # dropped when a complaint (a negative-stance group not itself unless_satisfied) fires in the same
+    # message: "great, now it's even worse" is sarcasm
+    unless_complaining: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,7 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             tuple(entry.get("near_misses", ())),
             bool(entry.get("unless_satisfied", False)),
             bool(entry.get("statement_only", False)),
+            bool(entry.get("unless_complaining", False)),
         )
     matcher = PhraseMatcher(
         (spec.group for spec in specs.values()),
@@ -266,6 +270,10 @@ class _AnalysisCache:
 _CACHE = _AnalysisCache(ANALYSIS_CACHE_CHARS)
 
 
+def _complains(spec: GroupSpec) -> bool:
+    return spec.signal == tx.NEGATIVE_STANCE and not spec.unless_satisfied
+
+
 def analyse_text(text: str) -> TextAnalysis:
     """Scan a message once for every phrase group (cached: several detectors read each message)."""
     cached = _CACHE.get(text)
@@ -278,6 +286,8 @@ def analyse_text(text: str) -> TextAnalysis:
         for m in scan.matches
         if not (m.quoted or m.negated or (groups[m.group].statement_only and asked(text, m.start, m.end)))
     ]
+    if any(_complains(groups[m.group]) for m in accepted):
+        accepted = [m for m in accepted if not groups[m.group].unless_complaining]
     if any(groups[m.group].signal in _SATISFACTION for m in accepted):
         accepted = [m for m in accepted if not groups[m.group].unless_satisfied]
     hits: dict[str, list[Match]] = {}
@@ -621,13 +631,17 @@ _TERM_QUESTION_HEADS = (
     ("what", "is", "an"),
     ("whats", "an"),
 )
-_TERM_QUESTION_LONGEST = max(map(len, _TERM_QUESTION_HEADS)) + TERM_QUESTION_MAX_WORDS
+# "what does R01 mean?", "what does ACH stand for?": the same question, the term inside
+_MEANING_HEADS = (("what", "does"), ("what", "do"), ("whats",))
+_MEANING_TAILS = (("mean",), ("stand", "for"), ("mean", "here"), ("mean", "exactly"))
+_TERM_QUESTION_LONGEST = max(map(len, _TERM_QUESTION_HEADS)) + TERM_QUESTION_MAX_WORDS + 2
 
 
 def _term_question(ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis) -> SignalInstance | None:
-    """A sentence that is only "what's <term>?", the term being 1–2 words of the assistant message
-    just before: the user does not know a word the agent used ("whats the difference between…" is a
-    longer, new question and "what's the weather?" names nothing the agent said)."""
+    """A sentence that is only "what's <term>?" (or "what does <term> mean?"), the term being 1–2 words
+    of the assistant message just before: the user does not know a word the agent used ("whats the
+    difference between…" is a longer, new question and "what's the weather?" names nothing the agent
+    said)."""
     previous: frozenset[str] | None = None  # read lazily
     tokens = analysis.scan.tokens
     for start, end in _sentences(tokens):
@@ -637,6 +651,11 @@ def _term_question(ctx: DetectionContext, i: int, text: str, analysis: TextAnaly
         words = [t.norm for t in tokens[start:end]]
         head = next((h for h in _TERM_QUESTION_HEADS[::-1] if tuple(words[: len(h)]) == h), None)
         term = words[len(head) :] if head else []
+        for meaning in _MEANING_HEADS:
+            tail = next((t for t in _MEANING_TAILS if tuple(words[-len(t) :]) == t), None)
+            if tail and tuple(words[: len(meaning)]) == meaning:
+                head, term = meaning, words[len(meaning) : -len(tail)]
+                break
         if head == ("what",) and any(w in _ECHO_NOT_TERMS for w in term):
             continue
         after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
@@ -924,7 +943,7 @@ def _restatement_instance(
     sentence with more than RESTATE_MAX_KEYS key words of its own (words of the agent's last answer it
     merely refers to, "the 14:20 is no good", aside) is a new, fuller request."""
     tokens = analysis.scan.tokens
-    if not tokens or tokens[0].norm in _RESTATE_OPENERS:
+    if not tokens or _accepts(tokens):
         return None
     answer: frozenset[str] | None = None  # read lazily
     for unit in _units(text, clauses=True):
@@ -950,6 +969,12 @@ def _restatement_instance(
                         tx.REPHRASE, ctx.absolute_index(i), RESTATE_CONFIDENCE, span, metadata
                     )
     return None
+
+
+def _accepts(tokens: list[Token]) -> bool:
+    """The message opens by accepting ("ok, …", "great, …"), unless a "but" follows ("yes but I need
+    the reset itself"): then it pushes back."""
+    return tokens[0].norm in _RESTATE_OPENERS and not (len(tokens) > 1 and tokens[1].norm == "but")
 
 
 def _restates(sentence: frozenset[str], before: frozenset[str]) -> frozenset[str]:
@@ -1014,9 +1039,11 @@ def _task(ctx: DetectionContext) -> list[tuple[int, Any]]:
 
 
 def _insists(text: str, analysis: TextAnalysis) -> bool:
-    """The message opens by rejecting ("nope", "no thanks"), refuses something ("I don't want a
-    discount"), or is angry (a negative-stance phrase, shouting)."""
+    """The message opens by rejecting ("nope", "no thanks") or pushing back ("ok but…"), refuses
+    something ("I don't want a discount"), or is angry (a negative-stance phrase, shouting)."""
     tokens = analysis.scan.tokens
+    if len(tokens) > 1 and tokens[0].norm in _RESTATE_OPENERS and tokens[1].norm == "but":
+        return True  # "ok but…", "yes but…"
     if tokens and tokens[0].norm in _REJECTIONS:
         end = next((k for k in range(1, len(tokens)) if tokens[k].clause_start), len(tokens))
         if all(t.norm in _REJECTION_WORDS for t in tokens[:end]):
@@ -1034,7 +1061,7 @@ def _insistence_instance(
     ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, earlier: list[tuple[int, Any]]
 ) -> SignalInstance | None:
     tokens = analysis.scan.tokens
-    if not tokens or tokens[0].norm in _RESTATE_OPENERS or analysis.hits.get(tx.CORRECTION):
+    if not tokens or _accepts(tokens) or analysis.hits.get(tx.CORRECTION):
         return None
     requests = [(at, keys) for at, sentences in earlier for keys, _, request in sentences if request]
     if not requests:

@@ -62,6 +62,11 @@ CORRECTION_POSITIVES = [
     opened((U, "Like I said, the size is medium.")),
     opened((U, "you misunderstod me, the blue one")),  # typo
     opened((U, "Not quite \u2014 the total should include tax.")),
+    opened((A, "Sent the invoice to ana@corp.com."), (U, "you sent it to the wrong email, it's ana@corp.io")),
+    opened((A, "Your total is $90."), (U, "the total is wrong, it should be 84")),
+    opened((A, "Applied your order."), (U, "you forgot the discount code")),
+    opened((A, "Here is order 5510."), (U, "that's not my order, mine is 5512")),
+    opened((A, "Voucher sent."), (U, "I asked for a refund, not a voucher")),
 ]
 CORRECTION_NEAR_MISSES = [
     [
@@ -76,6 +81,9 @@ CORRECTION_NEAR_MISSES = [
     opened((U, "Everything is correct, thanks.")),
     opened((U, "Fix the typo"), (A, "That's wrong, let me fix it: 'recieve' → 'receive'.")),  # assistant
     opened((U, "Run the linter"), (T, "that's wrong: E501 line too long")),  # tool
+    opened((U, "Did I pick the wrong size?")),
+    opened((U, "the total is wrong?")),  # asks
+    opened((U, "If you forgot your password, where do I reset it?")),
 ]
 
 
@@ -368,6 +376,11 @@ RESTATEMENT_POSITIVES = [
         (A, "Room 104 is available, next to the lift."),
         (U, "I need a room on a high floor, 104 won't do"),
     ),
+    opened(  # an acceptance pushed back with "but"
+        (U, "I need a password reset for the HR portal"),
+        (A, "The HR portal is at hr.example.com."),
+        (U, "yes but I need the password reset, I can't log in"),
+    ),
 ]
 RESTATEMENT_NEAR_MISSES = [
     opened(
@@ -423,6 +436,11 @@ RESTATEMENT_NEAR_MISSES = [
         (A, "Your address is now 5 Elm St."),
         (U, "I also want to change my delivery time"),
     ),  # adds to the task
+    opened(
+        (U, "I need a password reset for the HR portal"),
+        (A, "Done, check your email for the link."),
+        (U, "ok, I need the password reset for the VPN too"),
+    ),  # accepted, then more
 ]
 
 # Insistence: the request brought back after the agent steered away from it (an offer, a question, an
@@ -1053,6 +1071,7 @@ CONFIRMATION_NEAR_MISSES = [
     opened((U, "Nobody is perfect.")),
     opened((U, "Does that explain the fee?")),
     opened((U, "fair enough but the fee is still wrong")),
+    opened((U, "great, now it's even worse")),  # sarcasm: a complaint in the same message
 ]
 
 
@@ -1373,6 +1392,8 @@ TERM_QUESTION_POSITIVES = [
     [(U, "install tableau"), (A, TERM), (U, "what's intune? is that the portal thing?")],
     [(U, "install tableau"), (A, TERM), (U, "ok. what is TARGETARCH?")],
     [(U, "install tableau"), (A, TERM), (U, "whats company portal?")],
+    [(U, "install tableau"), (A, TERM), (U, "what does TARGETARCH mean?")],
+    [(U, "install tableau"), (A, TERM), (U, "ok. what does BuildKit stand for?")],
 ]
 TERM_QUESTION_NEAR_MISSES = [
     [(U, "install tableau"), (A, TERM), (U, "what's the weather?")],  # not the agent's word
@@ -1383,6 +1404,8 @@ TERM_QUESTION_NEAR_MISSES = [
     [(U, "install tableau"), (A, TERM), (U, "I know what intune is.")],
     [(U, "install tableau"), (A, TERM), (U, "> what's intune?\nmy colleague asked that")],
     [(U, "what's intune?"), (A, TERM)],  # before any assistant turn
+    [(U, "install tableau"), (A, TERM), (U, "what does carpe diem mean?")],  # not the agent's words
+    [(U, "install tableau"), (A, TERM), (U, "what does intune mean for my battery life?")],
 ]
 
 
