@@ -1158,7 +1158,12 @@ class _Answer(NamedTuple):
 
 
 def comparable_answer(text: str) -> _Answer:
-    tokens = analyse_text(text[:REPETITION_COMPARE_CHARS]).scan.tokens
+    return _comparable_answer(text[:REPETITION_COMPARE_CHARS])
+
+
+@functools.lru_cache(maxsize=1024)  # keys are at most REPETITION_COMPARE_CHARS long: bounded memory
+def _comparable_answer(text: str) -> _Answer:
+    tokens = analyse_text(text).scan.tokens
     spans = _sentences(tokens)
     sentences = tuple(" ".join(t.norm for t in tokens[a:b]) for a, b in spans)
     if not spans or spans[-1][1] == len(tokens):  # every sentence read: the text is their join
@@ -1212,8 +1217,12 @@ def _repeated_sentences(answer: _Answer, earlier: _Answer) -> tuple[float, str] 
     if len(answer.sentences) < 2:
         return None  # one sentence: the whole-answer comparisons decide
     total = sum(len(sentence) for sentence in answer.sentences)
-    repeated, weighted = 0, 0.0
+    needed = max(REPETITION_SENTENCE_MIN_CHARS, REPETITION_SENTENCE_SHARE * total)
+    repeated, weighted, left = 0, 0.0, total
     for sentence in answer.sentences:
+        if repeated + left < needed:
+            return None  # the rest cannot make up the share any more
+        left -= len(sentence)
         if len(sentence) < REPETITION_MIN_CHARS:
             continue  # a short stock sentence never counts as repeated content
         match = process.extractOne(
@@ -1223,7 +1232,7 @@ def _repeated_sentences(answer: _Answer, earlier: _Answer) -> tuple[float, str] 
             ratio = match[1]
             repeated += len(sentence)
             weighted += ratio * len(sentence)
-    if repeated < max(REPETITION_SENTENCE_MIN_CHARS, REPETITION_SENTENCE_SHARE * total):
+    if repeated < needed:
         return None
     return weighted / repeated, "repeated_sentences"
 
