@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from otelsignals.analysis import analyze_update
 from otelsignals.conversation import ConversationState, TraceUpdate
 from otelsignals.signals.taxonomy import LEAF_TYPES
-from tests.corpus import HELDOUT_DIR, CorpusConversation, load_corpus
+from tests.corpus import BLIND_DIR, HELDOUT_DIR, CorpusConversation, load_corpus
 
 
 @dataclass
@@ -108,7 +108,11 @@ if __name__ == "__main__":
     parser.add_argument(
         "--heldout", action="store_true", help=f"evaluate the blind held-out set ({HELDOUT_DIR}) instead"
     )
+    parser.add_argument(
+        "--blind", action="store_true", help=f"evaluate the second blind set ({BLIND_DIR}) instead"
+    )
     args = parser.parse_args()
-    result = evaluate(load_corpus(HELDOUT_DIR) if args.heldout else None)
+    directory = BLIND_DIR if args.blind else HELDOUT_DIR if args.heldout else None
+    result = evaluate(load_corpus(directory) if directory else None)
     print(result.table())
     print("\n".join(result.misses))

@@ -20,6 +20,8 @@ from otelsignals.model import Conversation, LlmCall, Message, Role, ToolCall, To
 CORPUS_DIR = Path(__file__).resolve().parent
 # The blind held-out set: written from the rules alone, without access to the detectors (see its header).
 HELDOUT_DIR = CORPUS_DIR.parent / "corpus_heldout"
+# The second blind set (2026-11-23): also written from the rules alone (see its header).
+BLIND_DIR = CORPUS_DIR.parent / "corpus_blind"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
