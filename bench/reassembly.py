@@ -4,8 +4,9 @@
 
 Conversations are emitted with the real OpenTelemetry SDK in each convention the demo traffic
 speaks (one trace per turn; each model-call span carries the whole history so far, as stateless
-chat APIs do; a tool call every fourth turn), then fed trace by trace to the analyzer's assembly
-(parse the GenAI spans, read them with the convention's reader, merge into the conversation).
+chat APIs do; a tool call every fifth turn, so that turns 5, 20 and 80 are all tool turns), then fed
+trace by trace to the analyzer's assembly (parse the GenAI spans, read them with the convention's
+reader, merge into the conversation).
 Prints per convention:
 - conversations/s for ``--turns``-turn conversations (all their traces, in order);
 - the cost of one more turn when the history is 5, 20 and 80 turns long, next to the same-run
@@ -60,7 +61,7 @@ def script(convention: str, turns: int) -> dict:
                     ]
                 }
             ]
-            if n % 4 == 3
+            if n % 5 == 4
             else []
         )
         steps.append(

@@ -8,6 +8,7 @@ None when the span is not written in its convention. Readers never see protobuf.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,7 +33,7 @@ class HistoryCache:
     same way each time. Two forms are remembered:
 
     - a history written as one JSON string (:meth:`messages`): a new history string usually starts
-      with the previous one minus its closing ``]``, and then only the new tail is parsed;
+      with the previous one minus its closing ``]`` (or ``]}``), and then only the new tail is parsed;
     - a history written one message per index (:meth:`indexed`: OpenLLMetry's
       ``gen_ai.prompt.{i}.*``, OpenInference's ``llm.input_messages.{i}.*``, one deprecated
       ``gen_ai.*.message`` event per message): the reader gives, per position, the raw values it
@@ -51,19 +52,40 @@ class HistoryCache:
         self._indexed: dict[str, list[_IndexedHistory]] = {}
         self.decoding = SpanDecodeMemo()  # what was decoded of the conversation's spans
 
-    def messages(self, key: str, text: str, parse: Callable[[str], list[Message]]) -> list[Message]:
+    def messages(
+        self,
+        key: str,
+        text: str,
+        read: Callable[[Any], list[Message]],
+        items: Callable[[list[Any]], list[Message]] | None = None,
+        closing: str = "]",
+    ) -> list[Message]:
+        """The messages of a history written as one JSON text.
+
+        ``read(value)`` reads the whole text: its parsed JSON, or the text itself when it is not
+        JSON. A text that continues the previous one of ``key`` (the same up to the ``closing``
+        that ends its last array, then ``,`` and further values of that array, then ``closing``)
+        gives the previous messages plus ``items(further values)`` (``read`` by default).
+        ``closing`` is ``]`` for a JSON array; ``]}`` for an object whose last key holds the
+        array, when reading the object amounts to reading its arrays in order.
+        """
         last = self._last.get(key)
         if last is not None:
-            previous, previous_messages = last
-            head = previous.rstrip()[:-1]
-            if head and previous.rstrip().endswith("]") and text.startswith(head):
-                rest = text[len(head) :].lstrip()
-                if rest.startswith(","):
-                    messages = previous_messages + parse("[" + rest[1:])
-                    self._last[key] = (text, messages)
-                    return messages
-        messages = parse(text)
-        self._last[key] = (text, messages)
+            further = _continuation(last[0], text, closing)
+            if further is not None:
+                messages = last[1] + (items or read)(further)
+                link_tool_names(messages, len(last[1]))
+                self._last[key] = (text, messages)
+                return messages
+        value: Any = text
+        if text.lstrip()[:1] in ("[", "{"):
+            with suppress(orjson.JSONDecodeError):
+                value = orjson.loads(text)
+        messages = read(value)
+        if value is not text:  # only valid JSON is continued
+            self._last[key] = (text, messages)
+        else:
+            self._last.pop(key, None)
         return messages
 
     def indexed(
@@ -110,6 +132,25 @@ class HistoryCache:
         for raw in raws[kept:]:
             branch.add(raw, build(raw))
         return list(branch.messages)
+
+
+def _continuation(previous: str, text: str, closing: str) -> list[Any] | None:
+    """The values ``text`` adds to the last array of the JSON text ``previous``, or None when it
+    does not merely continue it."""
+    trimmed = previous.rstrip()
+    if not trimmed.endswith(closing):
+        return None
+    head = trimmed[: -len(closing)]
+    if not head or not text.startswith(head):
+        return None
+    rest = text[len(head) :].strip()
+    if not rest.startswith(",") or not rest.endswith(closing):
+        return None
+    try:
+        further = orjson.loads("[" + rest[1 : len(rest) - len(closing) + 1])
+    except orjson.JSONDecodeError:
+        return None
+    return further if isinstance(further, list) else None
 
 
 # Indexed histories remembered per namespace of a conversation (each at most one history long).
@@ -363,16 +404,24 @@ def text_value(value: Any) -> str | None:
     return None
 
 
-def link_tool_names(messages: list[Message]) -> None:
-    """Name each tool result after the call it answers, when the result itself did not say
-    (OpenAI-style histories give a result only the call id). Messages of a resent history that
-    were named before are not looked at again."""
+def link_tool_names(messages: list[Message], start: int = 0) -> None:
+    """Name each tool result from ``start`` on after the call it answers, when the result itself did
+    not say (OpenAI-style histories give a result only the call id)."""
     unnamed = [
         result
-        for message in messages
+        for message in messages[start:]
         if (result := message.tool_result) is not None and result.name is None and result.call_id
     ]
-    if unnamed:
-        names = {call.id: call.name for m in messages for call in m.tool_calls if call.id and call.name}
-        for result in unnamed:
-            result.name = names.get(result.call_id)
+    if not unnamed:
+        return
+    # A call comes shortly before its result: look back only as far as the calls still wanted.
+    wanted = {result.call_id for result in unnamed}
+    names: dict[str, str] = {}
+    for message in reversed(messages):
+        for call in message.tool_calls:
+            if call.id in wanted and call.name and call.id not in names:
+                names[call.id] = call.name
+        if len(names) == len(wanted):
+            break
+    for result in unnamed:
+        result.name = names.get(result.call_id)

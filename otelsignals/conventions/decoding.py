@@ -12,8 +12,10 @@ turns is most of a turn's cost and grows with the history. So, per conversation
   leading attributes of a new span that are byte for byte the same (one vectorised comparison)
   give back the values decoded then, and only the rest is decoded. Readers that group indexed
   attributes get, through :func:`indexed_groups`, the groups built then for the same attributes;
-- events: each event is looked up by its serialized bytes without its timestamp (instrumentations
-  stamp every resent event anew).
+- events: the serialized events of the conversation's latest span with many events are kept, and
+  the leading events of a new span that are the same but for their timestamps (instrumentations
+  stamp every resent event anew; one vectorised comparison with the timestamps masked) are the
+  views made then. Only the rest is decoded.
 
 The same bytes decode to the same values, so the result is what a full decode gives. When a span is
 not laid out the way conforming encoders write it (one run of attributes, then one run of events,
@@ -33,10 +35,12 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class EventView:
+    """A span event as the readers read it: its name and attributes (its time is not read). The
+    views of a resent history are shared between spans: never changed."""
+
     name: str
-    time_unix_nano: int = 0
     attributes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -68,13 +72,12 @@ MEMO_MIN_EVENTS = 16
 # Long spans whose attributes are kept per conversation (an agent's calls of one turn extend each
 # other; a second branch keeps the previous turn's call while the latest one differs at its end).
 ATTRIBUTE_BRANCHES = 2
-# Events kept per conversation, by their bytes (the oldest are forgotten first).
-EVENT_MEMO_ENTRIES = 4096
 
 # One-byte tags of the Span fields read here (field number << 3 | wire type 2, length-delimited).
 _ATTRIBUTES_FIELD, _EVENTS_FIELD = 9, 11
 _ATTRIBUTE_TAG, _EVENT_TAG = 0x4A, 0x5A
 _EVENT_TIME_TAG = 0x09  # Event.time_unix_nano: field 1, fixed64
+_STAMP_BYTES = np.arange(8, dtype=np.int64)
 
 
 @dataclass(slots=True, eq=False)
@@ -99,6 +102,17 @@ class AttributeOrigin:
     replaced: tuple[int, ...] = ()  # positions below ``shared`` whose value is not ``base``'s
 
 
+@dataclass(slots=True, eq=False)
+class DecodedEvents:
+    """One span's events as decoded: their serialized run, where each one ends in it, where the
+    timestamps are in it (masked when compared), and their views."""
+
+    region: bytes
+    ends: np.ndarray  # int64
+    stamps: np.ndarray  # int64: offset of each 8-byte timestamp
+    views: list[EventView]
+
+
 class SpanDecodeMemo:
     """Per conversation, what was decoded of its latest long spans (bounded; see module doc)."""
 
@@ -106,7 +120,7 @@ class SpanDecodeMemo:
 
     def __init__(self) -> None:
         self.branches: list[DecodedAttributes] = []
-        self.events: dict[bytes, tuple[str, dict[str, Any]]] = {}
+        self.events: DecodedEvents | None = None
 
     def closest(self, data: bytes, start: int) -> tuple[DecodedAttributes | None, _Match]:
         """The kept span sharing the most leading attributes with ``data``'s run at ``start``."""
@@ -124,14 +138,6 @@ class SpanDecodeMemo:
         if base is not None and shared < len(base.ends):
             rest.insert(0, base)
         self.branches = [decoded, *rest][:ATTRIBUTE_BRANCHES]
-
-    def event(self, key: bytes, decode: Callable[[], tuple[str, dict[str, Any]]]) -> tuple[str, dict]:
-        known = self.events.get(key)
-        if known is None:
-            known = self.events[key] = decode()
-            if len(self.events) > EVENT_MEMO_ENTRIES:
-                del self.events[next(iter(self.events))]
-        return known
 
 
 def decode_span(
@@ -182,31 +188,69 @@ def _events(span: Span, data: bytes | None, memo: SpanDecodeMemo | None, after: 
         return _full_events(events)
     if not after and len(span.attributes) >= MEMO_MIN_ATTRIBUTES:
         return _full_events(events)  # finding the events would mean walking every attribute
-    views = []
     try:
-        pos = _field_start(data, _EVENTS_FIELD, after)
-        for index in range(len(events)):
-            if pos is None or data[pos] != _EVENT_TAG:
-                return _full_events(events)  # the events are not one run
-            length, body = varint(data, pos + 1)
-            pos = body + length
-            time = 0
-            if data[body] == _EVENT_TIME_TAG:
-                time = int.from_bytes(data[body + 1 : body + 9], "little")
-                body += 9
-            name, attributes = memo.event(data[body:pos], lambda i=index: _event_values(events[i]))
-            views.append(EventView(name, time, attributes))
+        start = _field_start(data, _EVENTS_FIELD, after)
+        if start is None:
+            return _full_events(events)
+        kept = memo.events
+        shared = _shared_events(data, start, kept) if kept is not None else 0
+        decoded = _decode_events(data, start, events, kept, shared)
     except IndexError:
         return _full_events(events)
-    return views
+    if decoded is None:
+        return _full_events(events)  # the events are not one run
+    if kept is None or shared < len(events) or len(kept.views) <= shared:
+        memo.events = decoded  # (a late span with a shorter history leaves the longer one kept)
+    return list(decoded.views)
 
 
-def _event_values(event: Any) -> tuple[str, dict[str, Any]]:
-    return event.name, key_values(event.attributes)
+def _shared_events(data: bytes, start: int, kept: DecodedEvents) -> int:
+    """How many leading events of ``data``'s run at ``start`` are ``kept``'s but for their timestamps."""
+    region = kept.region
+    length = min(len(data) - start, len(region))
+    if length <= 0:
+        return 0
+    differ = np.frombuffer(data, np.uint8, length, start) != np.frombuffer(region, np.uint8, length)
+    stamps = kept.stamps[kept.stamps <= length - 8]
+    differ[(stamps[:, None] + _STAMP_BYTES).ravel()] = False
+    first = int(differ.argmax())
+    same = first if differ[first] else length
+    return int(np.searchsorted(kept.ends, same, "right"))
+
+
+def _decode_events(
+    data: bytes, start: int, events: Any, kept: DecodedEvents | None, shared: int
+) -> DecodedEvents | None:
+    """The span's events: the first ``shared`` are ``kept``'s, the rest decoded; None when the
+    events are not one run of fields."""
+    if shared:
+        assert kept is not None
+        offset = int(kept.ends[shared - 1])
+        views = kept.views[:shared]
+        ends = kept.ends[:shared].tolist()
+        stamps = kept.stamps[kept.stamps < offset].tolist()
+    else:
+        offset, views, ends, stamps = 0, [], [], []
+    pos = start + offset
+    for index in range(shared, len(events)):
+        if pos >= len(data) or data[pos] != _EVENT_TAG:
+            return None
+        length, body = varint(data, pos + 1)
+        pos = body + length
+        if data[body] == _EVENT_TIME_TAG:
+            stamps.append(body + 1 - start)
+        ends.append(pos - start)
+        event = events[index]
+        views.append(EventView(event.name, key_values(event.attributes)))
+    if pos > len(data):
+        raise IndexError("truncated field")
+    return DecodedEvents(
+        data[start:pos], np.array(ends, dtype=np.int64), np.array(stamps, dtype=np.int64), views
+    )
 
 
 def _full_events(events: Any) -> list[EventView]:
-    return [EventView(e.name, e.time_unix_nano, key_values(e.attributes)) for e in events]
+    return [EventView(e.name, key_values(e.attributes)) for e in events]
 
 
 # -- the wire format, as far as needed to find the runs -----------------------------------------

@@ -359,9 +359,8 @@ def messages_of_attributes(
         present = True
         value = attributes[INPUT_MESSAGES]
         if history is not None and isinstance(value, str):
-            inputs.extend(
-                history.messages(INPUT_MESSAGES, value, lambda text: otel_messages(text, span_id, Role.USER))
-            )
+            read = lambda parsed: otel_messages(parsed, span_id, Role.USER)  # noqa: E731
+            inputs.extend(history.messages(INPUT_MESSAGES, value, read))
         else:
             inputs.extend(otel_messages(value, span_id, Role.USER))
     if OUTPUT_MESSAGES in attributes:
@@ -432,15 +431,16 @@ def _messages_of_span_events(
         ]
         inputs, outputs = messages_of_events(pairs, span_id)
         return inputs, outputs, bool(pairs)
-    # One event per history message: the events already read in the previous call (same name and
-    # attributes at the same position) give back the messages built then, so only the new turn's
-    # events are read. Choices are this call's answer: always read (and never cached as inputs).
-    sent = [(event.name, event.attributes) for event in events if event.name in DEPRECATED_MESSAGE_EVENTS]
+    # One event per history message: the events already read in the previous call (equal views at
+    # the same position; a resent history's are the same objects, see decoding.py) give back the
+    # messages built then, so only the new turn's events are read. Choices are this call's answer:
+    # always read (and never cached as inputs).
+    sent = [event for event in events if event.name in DEPRECATED_MESSAGE_EVENTS]
     choices = [(event.name, event_body(event.attributes)) for event in events if event.name == CHOICE_EVENT]
     inputs = history.indexed(
         DEPRECATED_EVENTS_HISTORY,
         sent,
-        lambda raw: plain_message(event_body(raw[1]), DEPRECATED_MESSAGE_EVENTS[raw[0]], span_id),
+        lambda e: plain_message(event_body(e.attributes), DEPRECATED_MESSAGE_EVENTS[e.name], span_id),
     )
     _, outputs = messages_of_events(choices, span_id)
     return inputs, outputs, bool(sent or choices)

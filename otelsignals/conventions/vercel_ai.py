@@ -56,6 +56,7 @@ _ROLES = {"system": Role.SYSTEM, "user": Role.USER, "assistant": Role.ASSISTANT,
 _ERROR_OUTPUT_TYPES = frozenset({"error-text", "error-json", "execution-denied"})
 
 
+PROMPT = "ai.prompt"
 PROMPT_MESSAGES = "ai.prompt.messages"
 
 
@@ -69,11 +70,7 @@ class VercelAiReader:
         if operation == TOOL_CALL_OPERATION or "ai.toolCall.name" in span.attributes:
             return _read_tool(span)
         model_call = operation.endswith(MODEL_CALL_SUFFIXES)
-        inputs = (
-            _prompt_history(span)
-            if model_call
-            else _prompt_messages(_json(span.attributes.get("ai.prompt")), span.span_id)
-        )
+        inputs = _prompt_history(span) if model_call else _outer_prompt(span)
         outputs = _response_messages(span)
         return SpanReading(
             convention=CONVENTION,
@@ -201,10 +198,24 @@ def _prompt_history(span: SpanView) -> list[Message]:
     """``ai.prompt.messages``, reusing what was read of the same history last call (HistoryCache)."""
     value = span.attributes.get(PROMPT_MESSAGES)
     if span.history is not None and isinstance(value, str) and len(value) <= MAX_JSON_CHARS:
-        return span.history.messages(
-            PROMPT_MESSAGES, value, lambda text: _messages(_json(text), span.span_id)
-        )
+        return span.history.messages(PROMPT_MESSAGES, value, lambda parsed: _messages(parsed, span.span_id))
     return _messages(_json(value), span.span_id)
+
+
+def _outer_prompt(span: SpanView) -> list[Message]:
+    """The outer span's ``ai.prompt``. The SDK writes it as ``{system, prompt, messages}``, each an
+    array of messages read in that order (or text), so a prompt that only adds messages to its last
+    array is read as the previous one plus those (HistoryCache, closing ``]}``)."""
+    value = span.attributes.get(PROMPT)
+    if span.history is not None and isinstance(value, str) and len(value) <= MAX_JSON_CHARS:
+        return span.history.messages(
+            PROMPT,
+            value,
+            lambda parsed: _prompt_messages(parsed, span.span_id),
+            items=lambda further: _messages(further, span.span_id),
+            closing="]}",
+        )
+    return _prompt_messages(_json(value), span.span_id)
 
 
 def _messages(value: Any, span_id: bytes) -> list[Message]:

@@ -38,7 +38,9 @@ class LogEventBuffer:
         self._on_forget = on_forget
         self._clock = clock
         # (trace id, span id) → (arrival time, events); oldest first.
-        self._events: OrderedDict[tuple[bytes, bytes], tuple[float, list[EventView]]] = OrderedDict()
+        self._events: OrderedDict[tuple[bytes, bytes], tuple[float, list[tuple[int, EventView]]]] = (
+            OrderedDict()
+        )
         self._count = 0
 
     def __len__(self) -> int:
@@ -61,7 +63,7 @@ class LogEventBuffer:
                     entry = self._events.get(key)
                     if entry is None:
                         entry = self._events[key] = (now, [])
-                    entry[1].append(EventView(name, record.time_unix_nano, attributes))
+                    entry[1].append((record.time_unix_nano, EventView(name, attributes)))
                     kept += 1
         self._count += kept
         self.expire()
@@ -77,7 +79,7 @@ class LogEventBuffer:
         if entry is None:
             return []
         self._count -= len(entry[1])
-        return sorted(entry[1], key=lambda event: event.time_unix_nano)
+        return [event for _, event in sorted(entry[1], key=lambda timed: timed[0])]
 
     def expire(self) -> None:
         deadline = self._clock() - self.ttl

@@ -28,33 +28,99 @@ def history(turns: int) -> str:
 
 def test_only_the_new_tail_is_parsed_and_the_result_equals_a_full_parse():
     cache = HistoryCache()
-    parsed_sizes: list[int] = []
+    read_lengths: list[int] = []
 
-    def parse(text: str):
-        parsed_sizes.append(len(text))
-        return otel_messages(text, b"s", Role.USER)
+    def read(value: Any) -> list[Message]:
+        read_lengths.append(len(value))
+        return otel_messages(value, b"s", Role.USER)
 
     for turns in range(1, 40):
-        messages = cache.messages("gen_ai.input.messages", history(turns), parse)
+        messages = cache.messages("gen_ai.input.messages", history(turns), read)
         full = otel_messages(history(turns), b"s", Role.USER)
         assert [(m.role, m.content) for m in messages] == [(m.role, m.content) for m in full]
-    # After the first call every parse is of two messages, never of the growing history.
-    assert max(parsed_sizes[1:]) < 200 < len(history(39))
+    # After the first call every read is of the two new messages, never of the growing history.
+    assert read_lengths[0] == 2 and set(read_lengths[1:]) == {2}
 
 
 def test_a_history_that_does_not_extend_the_last_one_is_parsed_whole():
     cache = HistoryCache()
-    sizes: list[int] = []
+    read_lengths: list[int] = []
 
-    def parse(text: str):
-        sizes.append(len(text))
-        return otel_messages(text, b"s", Role.USER)
+    def read(value: Any) -> list[Message]:
+        read_lengths.append(len(value))
+        return otel_messages(value, b"s", Role.USER)
 
-    cache.messages("k", history(5), parse)
+    cache.messages("k", history(5), read)
     edited = history(5).replace("question 0", "question zero")
-    messages = cache.messages("k", edited, parse)
-    assert sizes[-1] == len(edited)
+    messages = cache.messages("k", edited, read)
+    assert read_lengths[-1] == 10
     assert messages[0].content == "question zero"
+
+
+def prompt(turns: int, tail: str = "") -> str:
+    """An AI SDK outer-span prompt: ``{system, messages}``, the messages array last."""
+    messages = [{"role": "user", "content": f"question {n}"} for n in range(turns)]
+    return orjson.dumps({"system": "Be brief.", "messages": messages}).decode()[:-1] + tail + "}"
+
+
+def read_prompt(value: Any) -> list[Message]:
+    if not isinstance(value, dict):
+        return []
+    system = [Message(Role.SYSTEM, content=value["system"])]
+    return system + [Message(Role.USER, content=m["content"]) for m in value["messages"]]
+
+
+def read_items(values: list[Any]) -> list[Message]:
+    return [Message(Role.USER, content=m["content"]) for m in values]
+
+
+def test_an_object_whose_last_array_grows_is_read_for_its_new_items_only():
+    cache = HistoryCache()
+    read_lengths: list[int] = []
+
+    def items(values: list[Any]) -> list[Message]:
+        read_lengths.append(len(values))
+        return read_items(values)
+
+    for turns in range(1, 12):
+        messages = cache.messages("ai.prompt", prompt(turns), read_prompt, items, closing="]}")
+        assert [m.content for m in messages] == [m.content for m in read_prompt(orjson.loads(prompt(turns)))]
+    assert set(read_lengths) == {1}
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda text: text.replace('"question 0"', '"question zero"'), id="earlier item edited"),
+        pytest.param(lambda text: text[:-1] + ',"prompt":"and then"}', id="a key after the array"),
+        pytest.param(lambda text: text[:-2] + ',{"role":"user","content":"half', id="truncated"),
+        pytest.param(lambda text: text.replace("Be brief.", "Be long."), id="another system prompt"),
+    ],
+)
+def test_an_object_changed_otherwise_is_read_whole(edit: Callable[[str], str]):
+    cache = HistoryCache()
+    cache.messages("ai.prompt", prompt(3), read_prompt, read_items, closing="]}")
+    changed = edit(prompt(4))
+    messages = cache.messages("ai.prompt", changed, read_prompt, read_items, closing="]}")
+    try:
+        expected = read_prompt(orjson.loads(changed))
+    except orjson.JSONDecodeError:
+        expected = []
+    assert [m.content for m in messages] == [m.content for m in expected]
+
+
+def test_text_that_is_not_json_is_read_as_text_and_never_continued():
+    cache = HistoryCache()
+    seen: list[Any] = []
+
+    def read(value: Any) -> list[Message]:
+        seen.append(value)
+        return otel_messages(value, b"s", Role.USER)
+
+    truncated = history(3)[:-5]
+    assert [m.content for m in cache.messages("k", truncated, read)] == [truncated]
+    cache.messages("k", truncated + "x", read)
+    assert seen == [truncated, truncated + "x"]
 
 
 # -- indexed histories: OpenLLMetry, OpenInference, deprecated GenAI message events -----------------
