@@ -137,6 +137,54 @@ def test_any_edit_of_a_long_span_decodes_as_if_alone(data):
         assert entries(with_memo) == entries(without)
 
 
+def event_span(events: list[tuple[str, str]], n: int) -> Span:
+    """A span resending its history as deprecated GenAI events, every event stamped anew."""
+    span = Span(trace_id=b"\x01" * 16, span_id=bytes([n % 250 + 1]) * 8, name="chat")
+    span.attributes.append(attribute("gen_ai.system", "openai"))
+    for index, (name, content) in enumerate(events):
+        event = span.events.add(time_unix_nano=10**18 + 1000 * n + index, name=name)
+        event.attributes.append(attribute("content", content))
+    return span
+
+
+def test_resent_events_stamped_anew_are_shared_and_decode_as_if_alone():
+    events = [("gen_ai.user.message", f"question {i}") for i in range(decoding.MEMO_MIN_EVENTS + 4)]
+    spans = [event_span(events[: len(events) - 3 + n], n) for n in range(4)]
+    memo = SpanDecodeMemo()
+    remembered = decode_all(spans, memo)
+    for with_memo, without in zip(remembered, decode_all(spans, None), strict=True):
+        assert with_memo.events == without.events
+    # The events the previous span had are the views made then, not decoded again.
+    assert all(a is b for a, b in zip(remembered[-2].events, remembered[-1].events, strict=False))
+    assert remembered[-1].events[-1] is not remembered[-2].events[-1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_any_edit_of_resent_events_decodes_as_if_alone(data):
+    rng = random.Random(data.draw(st.integers(0, 2**32)))
+    events = [("gen_ai.user.message", f"m{i}") for i in range(decoding.MEMO_MIN_EVENTS + 4)]
+    spans = [event_span(events, 0)]
+    for n in range(1, 6):
+        for _ in range(data.draw(st.integers(0, 3))):
+            edit = data.draw(st.sampled_from(["change", "insert", "delete", "rename", "append"]))
+            at = rng.randrange(len(events))
+            if edit == "change":
+                events[at] = (events[at][0], f"changed {rng.random()}")
+            elif edit == "insert":
+                events.insert(at, ("gen_ai.assistant.message", "inserted"))
+            elif edit == "delete" and len(events) > 1:
+                del events[at]
+            elif edit == "rename":
+                events[at] = ("gen_ai.tool.message", events[at][1])
+            else:
+                events.append(("gen_ai.user.message", f"new {n}"))
+        spans.append(event_span(list(events), n))
+    memo = SpanDecodeMemo()
+    for with_memo, without in zip(decode_all(spans, memo), decode_all(spans, None), strict=True):
+        assert with_memo.events == without.events
+
+
 def test_a_span_whose_attributes_are_not_one_run_is_decoded_in_full():
     span = growing_conversation(LONG, False)[-1]
     data = span.SerializeToString()
