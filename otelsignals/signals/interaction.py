@@ -46,6 +46,7 @@ from otelsignals.signals.matching import (
     PhraseMatcher,
     Scan,
     Token,
+    phrase_tokens,
     snippet,
 )
 
@@ -162,12 +163,18 @@ class GroupSpec:
     # dropped when a complaint (a negative-stance group not itself unless_satisfied) fires in the same
     # message: "great, now it's even worse" is sarcasm
     unless_complaining: bool = False
+    # a trouble cue ("it crashed", "which is down", "by mistake"): it counts (as its signal) only beside
+    # a bare praise word and no other satisfaction ("which is down. brilliant."), see _sarcastic
+    with_praise: bool = False
 
 
 @dataclass(frozen=True)
 class PhraseLibrary:
     matcher: PhraseMatcher
     groups: dict[str, GroupSpec] = field(default_factory=dict)
+    # words a sarcastic confirmation is made of ("great", "super helpful", "oh wonderful"): a confirmation
+    # hit all of whose words are praise words can be sarcasm (see _sarcastic)
+    praise_words: frozenset[str] = frozenset()
 
     def signal_of(self, group: str) -> str:
         return self.groups[group].signal
@@ -202,6 +209,7 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             bool(entry.get("unless_satisfied", False)),
             bool(entry.get("statement_only", False)),
             bool(entry.get("unless_complaining", False)),
+            bool(entry.get("with_praise", False)),
         )
     matcher = PhraseMatcher(
         (spec.group for spec in specs.values()),
@@ -210,7 +218,10 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
         lead_ins=data.get("lead_ins", ()),
         trailers=data.get("trailers", ()),
     )
-    return PhraseLibrary(matcher, specs)
+    praise = frozenset(
+        word for phrase in data.get("praise_words", ()) for word in phrase_tokens(str(phrase))[0]
+    )
+    return PhraseLibrary(matcher, specs, praise)
 
 
 @functools.cache
@@ -279,13 +290,19 @@ def analyse_text(text: str) -> TextAnalysis:
     cached = _CACHE.get(text)
     if cached is not None:
         return cached
-    groups = phrase_library().groups
-    scan = phrase_library().matcher.scan(text)
+    library = phrase_library()
+    groups = library.groups
+    scan = library.matcher.scan(text)
     accepted = [
         m
         for m in scan.matches
         if not (m.quoted or m.negated or (groups[m.group].statement_only and asked(text, m.start, m.end)))
     ]
+    trouble = [m for m in accepted if groups[m.group].with_praise]
+    if trouble:
+        accepted = [m for m in accepted if not groups[m.group].with_praise]
+        if _sarcastic(text, accepted, library):
+            accepted += [m for m in trouble if not asked(text, m.start, m.end)]
     if any(_complains(groups[m.group]) for m in accepted):
         accepted = [m for m in accepted if not groups[m.group].unless_complaining]
     if any(groups[m.group].signal in _SATISFACTION for m in accepted):
@@ -296,6 +313,23 @@ def analyse_text(text: str) -> TextAnalysis:
     analysis = TextAnalysis(scan, hits)
     _CACHE.put(text, analysis)
     return analysis
+
+
+def _sarcastic(text: str, accepted: list[Match], library: PhraseLibrary) -> bool:
+    """Praise beside trouble is sarcasm ("great, now it's broken", "which is down. brilliant."): the
+    message's only satisfaction is confirmation hits made of praise words alone; thanks, a success or a
+    fuller confirmation ("that fixed the error, perfect") make it sincere."""
+    praised = False
+    for match in accepted:
+        spec = library.groups[match.group]
+        if spec.signal in (tx.GRATITUDE, tx.SUCCESS):
+            return False
+        if spec.signal == tx.CONFIRMATION:
+            words = phrase_tokens(text[match.start : match.end])[0]
+            if not library.praise_words.issuperset(words):
+                return False
+            praised = True
+    return praised
 
 
 QUESTION_LOOKAHEAD = 200  # characters looked at after a hit for the punctuation closing its clause
@@ -1454,11 +1488,37 @@ def _punctuation_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
         if at >= 0 and (first < 0 or at < first):
             first = at
     if first < 0:
-        return None
+        return _double_punctuation_cue(text, analysis)
     end = first
     while end < len(text) and end - first < 50 and text[end] in "!?":
         end += 1
     return _Cue("excessive_punctuation", PUNCTUATION_CONFIDENCE, first, end, {"run": text[first:end]})
+
+
+SHORT_DOUBT_TOKENS = 3  # "usually?? …", "no?? …", "and the fries?? …": an echo thrown back in disbelief
+
+
+def _double_punctuation_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
+    """A doubled "??" or "!!" closing a sentence, in anger: "??" after a short echo the user goes on
+    from ("usually?? this happened in july as well"), "!!" closing a complaining or shouting sentence ("I
+    TOLD the bank I was travelling!!"). A long question ending "??" asks; a satisfied "!!" rejoices."""
+    if analysis.satisfied or ("??" not in text and "!!" not in text):
+        return None
+    tokens = analysis.scan.tokens
+    for start, end in _sentences(tokens):
+        gap = tokens[end - 1].end
+        after = text[gap : tokens[end].start if end < len(tokens) else len(text)]
+        run = next((r for r in ("??", "!!") if r in after), "")
+        at = after.find(run) if run else -1
+        if at < 0 or tokens[start].quoted or after[at + 2 : at + 3] in ("!", "?") or "!" in after[:at]:
+            continue  # no doubled mark, or a longer run (counted above) or a mixed one
+        if run == "??":
+            angry = end - start <= SHORT_DOUBT_TOKENS and end < len(tokens)
+        else:
+            angry = any(t.norm in BANG_ANGER_WORDS or _shouted_word(text, t) for t in tokens[start:end])
+        if angry:
+            return _Cue("excessive_punctuation", PUNCTUATION_CONFIDENCE, gap + at, gap + at + 2, {"run": run})
+    return None
 
 
 def _angry_bangs(text: str, at: int, scan: Scan) -> int:

@@ -10,8 +10,9 @@ Normalisation (the same for phrases and text): curly apostrophes/quotes, primes 
 (a 1:1 character map, so offsets stay offsets into the original text), tokens are runs of letters and
 digits, casefolded, with in-word apostrophes dropped ("Don't" → ``dont``, "that’s" → ``thats``);
 everything else is a token boundary, except a few emoji that stand for a word (👍 → ``thumbsup``,
-👌 → ``okhand``: a thumbs-up is a reply in chat) and become a token of their own, with a clause
-boundary on each side. Punctuation between tokens is kept as two flags on the next token:
+👌 → ``okhand``, 🙏 → ``foldedhands``, 🙌 → ``raisedhands``: a thumbs-up is a reply in chat) and
+become a token of their own, with a clause boundary on each side. Punctuation between tokens is kept as two
+flags on the next token:
 ``sentence_start`` (``. ! ? ;`` newline, or the start of the text) and ``clause_start`` (any
 of those or ``, : ( ) [ ] " …`` or a free-standing dash).
 
@@ -90,7 +91,12 @@ _SENTENCE_PUNCT = frozenset(".!?;")
 _CLAUSE_PUNCT = frozenset(',:()[]{}"`')
 _EDGE_PUNCT = ".!?;,:()[]{}\"'`*_~<>/\\|#@&%$^+=-"  # stripped around a word on the fast path
 # Emoji used as a one-word reply: each is its own token, written in phrases either way ("👍" or its norm).
-EMOJI_WORDS = {"\U0001f44d": "thumbsup", "\U0001f44c": "okhand"}
+EMOJI_WORDS = {
+    "\U0001f44d": "thumbsup",
+    "\U0001f44c": "okhand",
+    "\U0001f64f": "foldedhands",  # 🙏 thanks
+    "\U0001f64c": "raisedhands",  # 🙌 hooray
+}
 
 
 class Token(NamedTuple):

@@ -928,7 +928,7 @@ NEGATIVE_STANCE_POSITIVES = [
     # a question the user answers themself: closed with "." or "!" instead of "?"
     (opened((U, "why would I call a shop I've never been to. I want a refund")), "rhetorical_question"),
     (opened((U, "How would I know. You have my order number")), "rhetorical_question"),
-    (opened((U, "why should I pay for your mistake!")), "rhetorical_question"),
+    (opened((U, "why should I pay for a new one!")), "rhetorical_question"),
     (opened((U, "ok. how is that helpful.")), "rhetorical_question"),
     (opened((U, "you keep switching the setting back and forth")), "phrase"),
     (opened((U, "stop copy pasting the same apology")), "phrase"),
