@@ -794,6 +794,7 @@ def detect_rephrase(ctx: DetectionContext) -> list[SignalInstance]:
                 _near_duplicate_instance(index, text, words, recent)
                 or _restatement_instance(ctx, i, text, analysis, keys)
                 or _insistence_instance(ctx, i, text, analysis, [*keys, *_task(ctx)])
+                or _reask_instance(ctx, i, text, analysis, [*keys, *_task(ctx)])
             )
         if instance is not None:
             found.append(instance)
@@ -1128,6 +1129,59 @@ def _insistence_instance(
                     tx.REPHRASE, ctx.absolute_index(i), INSISTENCE_CONFIDENCE, span, metadata
                 )
     return None
+
+
+# --- asked again after a repeated answer ---------------------------------------------------------------
+# The agent answered with (nearly) the same text as one of its earlier answers, and the user asks again: a
+# question or a request about what they asked before (a key word shared with one of their earlier
+# sentences). "you pasted the same thing again. wow" complains without asking; "is there a human I can
+# talk to?" escalates rather than restates; a satisfied reply moves on.
+REASK_CONFIDENCE = 0.6
+
+
+def _reask_instance(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, earlier: list[tuple[int, Any]]
+) -> SignalInstance | None:
+    if not earlier or analysis.hits.get(tx.ESCALATION) or analysis.hits.get(tx.QUIT):
+        return None
+    units = [
+        u for u in _units(text, clauses=False) if (u.asks or u.wants or u.asks_for) and u.keys - _GENERIC_KEYS
+    ]
+    if not units:
+        return None
+    repeated = _repeated_answer(ctx, i)
+    if repeated is None:
+        return None
+    for unit in units:
+        wanted = unit.keys - _GENERIC_KEYS
+        for at, sentences in earlier:
+            shared = next((wanted & keys for keys, *_ in sentences if wanted & keys), None)
+            if shared:
+                metadata = {
+                    "pattern": "asked_again",
+                    "similar_to": at,
+                    "shared": sorted(shared),
+                    "repeated_answer": repeated,
+                }
+                span = snippet(text, 0, min(len(text), 200))
+                return SignalInstance(tx.REPHRASE, ctx.absolute_index(i), REASK_CONFIDENCE, span, metadata)
+    return None
+
+
+def _repeated_answer(ctx: DetectionContext, i: int) -> int | None:
+    """Absolute index of the assistant's last answer before local index ``i`` when it nearly repeats one
+    of the REPETITION_WINDOW answers before it (the repetition detector's rule), else None."""
+    answers: list[tuple[int, _Answer]] = []
+    for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
+        message = ctx.messages[j]
+        if message.role is Role.ASSISTANT and message.content:
+            answers.append((ctx.absolute_index(j), comparable_answer(message.content)))
+            if len(answers) > REPETITION_WINDOW:
+                break
+    if len(answers) < 2:
+        return None
+    (last, answer), before = answers[0], deque(reversed(answers[1:]))
+    return last if _most_similar(answer, before) is not None else None
 
 
 def _answer_keys(ctx: DetectionContext, i: int) -> frozenset[str]:
@@ -1501,10 +1555,13 @@ SHORT_DOUBT_TOKENS = 3  # "usually?? …", "no?? …", "and the fries?? …": an
 def _double_punctuation_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
     """A doubled "??" or "!!" closing a sentence, in anger: "??" after a short echo the user goes on
     from ("usually?? this happened in july as well"), "!!" closing a complaining or shouting sentence ("I
-    TOLD the bank I was travelling!!"). A long question ending "??" asks; a satisfied "!!" rejoices."""
+    TOLD the bank I was travelling!!") or in a message that complains or corrects ("this is what I had in
+    the beginning!! it was my first message"). A long question ending "??" asks; a satisfied "!!"
+    rejoices."""
     if analysis.satisfied or ("??" not in text and "!!" not in text):
         return None
     tokens = analysis.scan.tokens
+    complaining = any(analysis.hits.get(signal) for signal in _COMPLAINTS)
     for start, end in _sentences(tokens):
         gap = tokens[end - 1].end
         after = text[gap : tokens[end].start if end < len(tokens) else len(text)]
@@ -1515,7 +1572,9 @@ def _double_punctuation_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
         if run == "??":
             angry = end - start <= SHORT_DOUBT_TOKENS and end < len(tokens)
         else:
-            angry = any(t.norm in BANG_ANGER_WORDS or _shouted_word(text, t) for t in tokens[start:end])
+            angry = complaining or any(
+                t.norm in BANG_ANGER_WORDS or _shouted_word(text, t) for t in tokens[start:end]
+            )
         if angry:
             return _Cue("excessive_punctuation", PUNCTUATION_CONFIDENCE, gap + at, gap + at + 2, {"run": run})
     return None

@@ -564,6 +564,66 @@ def test_insistence_remembers_the_task_across_calls_and_rebuilds_it() -> None:
     assert instance.metadata["similar_to"] == 2
 
 
+# Asked again after a repeated answer: the agent pasted (nearly) the same answer as before and the user
+# asks again about what they asked (a key word shared with an earlier sentence of theirs).
+_HOURS = "Our branches open 9am to 5pm on weekdays. You can find your nearest branch in the app."
+REASK_POSITIVES = [
+    opened(
+        (U, "can I open the branch safe deposit box on saturday?"),
+        (A, _HOURS),
+        (U, "and on saturday?"),
+        (A, _HOURS),
+        (U, "right but I need to know about saturday. is it open or not"),
+    ),
+    opened(
+        (U, "I want the loan term shorter, not lower payments"),
+        (A, "You can overpay up to 10% of your balance each year without a charge."),
+        (U, "ok and how do I ask for the shorter term?"),
+        (A, "You can overpay up to 10% of your balance each year without a charge."),
+        (U, "how do I get the term reduced then"),
+    ),
+]
+REASK_NEAR_MISSES = [
+    opened(  # a complaint about the repeat, no question
+        (U, "can I open the branch safe deposit box on saturday?"),
+        (A, _HOURS),
+        (U, "and on saturday?"),
+        (A, _HOURS),
+        (U, "you literally just pasted the same thing again. wow"),
+    ),
+    opened(  # escalates rather than restates
+        (U, "can I open the branch safe deposit box on saturday?"),
+        (A, _HOURS),
+        (U, "and on saturday?"),
+        (A, _HOURS),
+        (U, "is there a human I can talk to about the saturday thing?"),
+    ),
+    opened(  # the answer was not repeated: a follow-up
+        (U, "can I open the branch safe deposit box on saturday?"),
+        (A, "Branches open 9am to 1pm on Saturdays; safe deposit access needs an appointment."),
+        (U, "how do I book the saturday appointment?"),
+    ),
+    opened(  # a new request after the repeat, nothing the user asked before
+        (U, "can I open the branch safe deposit box on saturday?"),
+        (A, _HOURS),
+        (U, "and on saturday?"),
+        (A, _HOURS),
+        (U, "ok, how do I change my address in the app?"),
+    ),
+]
+
+
+@pytest.mark.parametrize("turns", REASK_POSITIVES)
+def test_reask_after_repeated_answer_positive(turns: list[Turn]) -> None:
+    assert_fires(tx.REPHRASE, turns)
+    assert only(tx.REPHRASE, turns)[0].metadata["pattern"] in {"asked_again", "restatement", "insistence"}
+
+
+@pytest.mark.parametrize("turns", REASK_NEAR_MISSES)
+def test_reask_after_repeated_answer_near_miss(turns: list[Turn]) -> None:
+    assert only(tx.REPHRASE, turns) == []
+
+
 @pytest.mark.parametrize("turns", RESTATEMENT_POSITIVES)
 def test_restatement_positive(turns: list[Turn]) -> None:
     assert_fires(tx.REPHRASE, turns)
@@ -914,6 +974,13 @@ NEGATIVE_STANCE_POSITIVES = [
     (opened((U, "WHY DOES THIS KEEP FAILING")), "all_caps"),
     (opened((U, "Where is my refund???")), "excessive_punctuation"),
     (opened((U, "You cancelled it?!?!")), "excessive_punctuation"),
+    (opened((U, "usually?? this happened in july as well")), "excessive_punctuation"),
+    (opened((U, "no?? it scans 90 days of raw events")), "excessive_punctuation"),
+    (opened((U, "my card got declined. I TOLD the bank I was travelling!!")), "excessive_punctuation"),
+    (opened((U, "why is it still charging me!!")), "excessive_punctuation"),
+    (opened((U, "which is down. brilliant.")), "phrase"),
+    (opened((U, "great, now it's broken")), "phrase"),
+    (opened((U, "perfect, another error")), "phrase"),
     (opened((U, "Still doesn't work.")), "phrase"),
     (opened((U, "What a waste of my time.")), "phrase"),
     (opened((U, "THIS IS NOT WHAT I ORDERED!!!")), "all_caps"),
@@ -972,6 +1039,12 @@ NEGATIVE_STANCE_NEAR_MISSES = [
     opened((U, "Book it for the third Tuesday this month.")),
     opened((U, "The hotel doesn't answer the phone, what now?")),
     opened((U, "Write a lame joke for my dad's card.")),
+    opened((U, "so that makes a new key on every retry of the request??")),  # a long question
+    opened((U, "which one is right??")),  # the whole message: a question
+    opened((U, "that did it!! builds and runs on the mac now")),  # rejoicing
+    opened((U, "it's for my son's 10th birthday!!")),
+    opened((U, "Perfect, the error is gone now.")),  # sincere praise beside a fixed fault
+    opened((U, "Great, thanks! The old laptop is broken anyway, recycle it.")),
 ]
 
 
