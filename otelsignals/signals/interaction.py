@@ -667,8 +667,20 @@ _TERM_QUESTION_HEADS = (
 )
 # "what does R01 mean?", "what does ACH stand for?": the same question, the term inside
 _MEANING_HEADS = (("what", "does"), ("what", "do"), ("whats",))
-_MEANING_TAILS = (("mean",), ("stand", "for"), ("mean", "here"), ("mean", "exactly"))
-_TERM_QUESTION_LONGEST = max(map(len, _TERM_QUESTION_HEADS)) + TERM_QUESTION_MAX_WORDS + 2
+_MEANING_TAILS = (
+    ("mean",),
+    ("stand", "for"),
+    ("mean", "here"),
+    ("mean", "exactly"),
+    ("mean", "exactly", "here"),
+    ("means", "exactly"),
+)
+# "what means 'service name'?" (non-native word order), "what's shared parental leave exactly?"
+_PLAIN_MEANING_HEADS = (("what", "means"), ("what", "mean"))
+_TERM_HEDGES = ("exactly", "here", "again")
+# a term quoted back from the agent's answer ("what does 're-applied to the term' mean")
+QUOTED_TERM_MAX_WORDS = 6
+_TERM_QUESTION_LONGEST = max(map(len, _TERM_QUESTION_HEADS)) + QUOTED_TERM_MAX_WORDS + 3
 
 
 def _term_question(ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis) -> SignalInstance | None:
@@ -678,25 +690,40 @@ def _term_question(ctx: DetectionContext, i: int, text: str, analysis: TextAnaly
     said)."""
     previous: frozenset[str] | None = None  # read lazily
     tokens = analysis.scan.tokens
-    for start, end in _sentences(tokens):
+    for start, sentence_end in _sentences(tokens):
         token = tokens[start]
-        if token.quoted or end - start > _TERM_QUESTION_LONGEST:
+        if token.quoted:
+            continue
+        # the first clause, when a question follows it ("what does X mean, will the 8k be moved?")
+        end = next(
+            (k for k in range(start + 1, sentence_end) if tokens[k].clause_start and not tokens[k].quoted),
+            sentence_end,
+        )
+        if end - start > _TERM_QUESTION_LONGEST:
             continue
         words = [t.norm for t in tokens[start:end]]
         head = next((h for h in _TERM_QUESTION_HEADS[::-1] if tuple(words[: len(h)]) == h), None)
+        head = next((h for h in _PLAIN_MEANING_HEADS if tuple(words[: len(h)]) == h), head)
         term = words[len(head) :] if head else []
         for meaning in _MEANING_HEADS:
             tail = next((t for t in _MEANING_TAILS if tuple(words[-len(t) :]) == t), None)
             if tail and tuple(words[: len(meaning)]) == meaning:
                 head, term = meaning, words[len(meaning) : -len(tail)]
                 break
+        while len(term) > 1 and term[-1] in _TERM_HEDGES:
+            term = term[:-1]
         if head == ("what",) and any(w in _ECHO_NOT_TERMS for w in term):
             continue
-        after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
-        if not (0 < len(term) <= TERM_QUESTION_MAX_WORDS and "?" in after):
+        closing = tokens[sentence_end].start if sentence_end < len(tokens) else len(text)
+        after = text[tokens[sentence_end - 1].end : closing]
+        first = start + (len(head) if head else 0)
+        quoted = bool(term) and all(t.quoted for t in tokens[first : first + len(term)])
+        limit = QUOTED_TERM_MAX_WORDS if quoted else TERM_QUESTION_MAX_WORDS
+        if not (0 < len(term) <= limit and "?" in after):
             continue
         previous = _previous_assistant_words(ctx, i) if previous is None else previous
-        if all(w in previous and w not in STOP_WORDS for w in term):
+        content = [w for w in term if w not in STOP_WORDS]
+        if content and all(w in previous for w in content) and (quoted or len(content) == len(term)):
             pattern = "echo_question" if head == ("what",) else "term_question"
             metadata = {"pattern": pattern, "term": " ".join(term)}
             span = snippet(text, token.start, tokens[end - 1].end)

@@ -670,6 +670,17 @@ def test_rephrase_compares_only_the_last_three_user_messages() -> None:
 CLARIFICATION_POSITIVES = [
     opened((A, "You need an escrow account."), (U, "What do you mean by 'escrow'?")),
     opened((A, "Use a webhook."), (U, "huh?")),
+    opened(
+        (A, "You can ask for the overpayment to be re-applied to the term within 30 days."),
+        (U, "what does 're-applied to the term' mean, will the 8k be moved?"),
+    ),
+    opened(
+        (A, "Use the service name as host instead."), (U, "what means 'service name'? where is this defined")
+    ),
+    opened(
+        (A, "Standard is $139/night and non-refundable."),
+        (U, "hmm. what does non-refundable mean exactly here, if I cancel do I lose all 4 nights?"),
+    ),
     opened((U, "I don't understand, which button?")),
     opened((U, "That makes no sense, the file exists.")),
     opened((U, "Can you clarify the second step?")),
@@ -693,6 +704,14 @@ CLARIFICATION_NEAR_MISSES = [
     opened((U, "I'm not confused anymore, thanks")),
     opened((U, "I had to wait so long at the desk.")),
     opened((U, "What are you saying in the cover letter?")),
+    # a quoted phrase the agent never used, and a long unquoted question, are new questions
+    opened(
+        (A, "Use the service name as host instead."), (U, "what does 'docker compose up' mean for my laptop?")
+    ),
+    opened(
+        (A, "Standard is $139/night and non-refundable."),
+        (U, "what does the standard night rate include here?"),
+    ),
 ]
 
 
