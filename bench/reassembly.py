@@ -10,9 +10,10 @@ reader, merge into the conversation).
 Prints per convention:
 - conversations/s for ``--turns``-turn conversations (all their traces, in order);
 - the cost of one more turn when the history is 5, 20 and 80 turns long, next to the same-run
-  baseline of merely parsing that turn's spans from protobuf (the floor: a span that resends the
-  history has to be read). What reassembly adds on top of the floor is what must not grow;
-- the same-run baseline of turn 80 with every span decoded whole (conventions/decoding.py off).
+  baseline of merely parsing that turn's spans from protobuf whole (what the receiver pays once for
+  any span it takes in; the assembly itself parses only what a span adds to its conversation);
+- the same-run baseline of turn 80 with every span parsed and decoded whole (conventions/decoding.py
+  off), which is what the cost of a turn would grow like without it.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ def main() -> None:
         for turn in (5, 20, 80):
             cost, floor = turn_cost(long, turn, args.repeat)
             cells.append(f"{cost * 1e6:>9.0f} ({floor * 1e6:>6.0f})")
-        # Same-run baseline: every span decoded whole (what reassembly cost before decoding.py).
+        # Same-run baseline: every span parsed and decoded whole (what reassembly cost before decoding.py).
         with full_decoding():
             cost, _ = turn_cost(long, 80, args.repeat)
         print(
@@ -168,12 +169,12 @@ def main() -> None:
 
 @contextmanager
 def full_decoding() -> Iterator[None]:
-    saved = decoding.MEMO_MIN_ATTRIBUTES, decoding.MEMO_MIN_EVENTS
-    decoding.MEMO_MIN_ATTRIBUTES = decoding.MEMO_MIN_EVENTS = 1 << 62
+    saved = decoding.MEMO_MIN_BYTES
+    decoding.MEMO_MIN_BYTES = 1 << 62
     try:
         yield
     finally:
-        decoding.MEMO_MIN_ATTRIBUTES, decoding.MEMO_MIN_EVENTS = saved
+        decoding.MEMO_MIN_BYTES = saved
 
 
 if __name__ == "__main__":

@@ -159,6 +159,7 @@ class ConversationState:
     provisional: list[Message] = field(default_factory=list)  # tool results no snapshot has placed yet
     unanswered: deque[ToolCall] = field(default_factory=lambda: deque(maxlen=64))  # calls awaiting results
     history_cache: HistoryCache = field(default_factory=HistoryCache)
+    last_inputs: _SnapshotInputs | None = None  # the latest merged history, split (see _split_inputs)
     has_content: bool = False
     has_system_prompt: bool = False
     last_spoken: int = -1  # index-position of the latest user message or assistant answer with text
@@ -322,7 +323,7 @@ def apply_trace(
     for view, reading in sorted(speaking, key=lambda pair: pair[0].span_id in enclosing):
         if view.span_id in enclosing and reading.input_messages:
             continue
-        inserted_front += _merge_snapshot(state, [*reading.input_messages, *reading.output_messages])
+        inserted_front += _merge_snapshot(state, reading.input_messages, reading.output_messages)
     start += inserted_front
     with_content = [(v, r) for v, r in model_calls if r.input_messages or r.output_messages]
 
@@ -366,12 +367,42 @@ def _ancestors(views: list[SpanView], parents: Mapping[bytes, bytes] | None) -> 
     return enclosing
 
 
-def _merge_snapshot(state: ConversationState, snapshot: list[Message]) -> int:
-    """Append the part of ``snapshot`` the conversation does not hold yet. Returns 1 when a system
-    prompt was put in front of messages already held (their indices moved by one), else 0."""
-    system_role = Role.SYSTEM
-    system = next((m for m in snapshot if m.role is system_role), None)
-    body = [m for m in snapshot if m.role is not system_role] if system is not None else snapshot
+@dataclass(slots=True)
+class _SnapshotInputs:
+    """A history as merged: its messages, its system prompt, and its body with the fingerprints."""
+
+    messages: list[Message]
+    system: Message | None
+    body: list[Message]
+    fingerprints: list[int]
+
+
+def _split_inputs(state: ConversationState, inputs: list[Message]) -> _SnapshotInputs:
+    """``inputs`` split into system prompt and body. A history that resends the previous one
+    (the same message objects, from the history cache, then more) is split for its new part only."""
+    last = state.last_inputs
+    held = len(last.messages) if last is not None else 0
+    if last is not None and held and len(inputs) >= held and inputs[:held] == last.messages:
+        new, system, body, fps = inputs[held:], last.system, list(last.body), list(last.fingerprints)
+    else:
+        new, system, body, fps = inputs, None, [], []
+    new_body = [m for m in new if m.role is not Role.SYSTEM]
+    if system is None and len(new_body) < len(new):
+        system = next(m for m in new if m.role is Role.SYSTEM)
+    body += new_body
+    fps += fingerprints(new_body)
+    state.last_inputs = _SnapshotInputs(list(inputs), system, body, fps)
+    return state.last_inputs
+
+
+def _merge_snapshot(state: ConversationState, inputs: list[Message], outputs: list[Message]) -> int:
+    """Append the part of a snapshot (a call's history and answer) the conversation does not hold
+    yet. Returns 1 when a system prompt was put in front of messages already held (their indices
+    moved by one), else 0."""
+    split = _split_inputs(state, inputs)
+    system = split.system or next((m for m in outputs if m.role is Role.SYSTEM), None)
+    answer = [m for m in outputs if m.role is not Role.SYSTEM]
+    body = split.body + answer
     inserted_front = 0
     if system is not None and not state.has_system_prompt:
         # One system prompt per conversation, kept first; later ones usually repeat it.
@@ -382,7 +413,7 @@ def _merge_snapshot(state: ConversationState, snapshot: list[Message]) -> int:
         else:
             state.append(system)
     if body:
-        for message in body[_first_new(state, fingerprints(body)) :]:
+        for message in body[_first_new(state, split.fingerprints + fingerprints(answer)) :]:
             state.place(message)
     return inserted_front
 

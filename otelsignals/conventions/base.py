@@ -20,6 +20,7 @@ from otelsignals.conventions.decoding import (
     EventView,
     SpanDecodeMemo,
     decode_span,
+    key_values,
 )
 from otelsignals.model import LlmCall, Message, ToolResult
 
@@ -265,16 +266,36 @@ class Reader(Protocol):
 
 
 # -- protobuf → plain values (see decoding.py) ---------------------------------------------------
-def span_view(
-    span: Span,
-    resource: Mapping[str, Any] | None = None,
-    scope_name: str = "",
-    data: bytes | None = None,
-    memo: SpanDecodeMemo | None = None,
+def span_view(span: Span, resource: Mapping[str, Any] | None = None, scope_name: str = "") -> SpanView:
+    """A parsed span as plain values."""
+    return _view(
+        span,
+        key_values(span.attributes),
+        [EventView(e.name, key_values(e.attributes)) for e in span.events],
+        None,
+        resource,
+        scope_name,
+    )
+
+
+def decoded_span_view(
+    data: bytes, memo: SpanDecodeMemo | None, resource: Mapping[str, Any] | None = None, scope_name: str = ""
 ) -> SpanView:
-    """The span as plain values. With its serialized ``data`` and the conversation's ``memo``, what
-    it shares with the conversation's previous spans is not decoded again (see decoding.py)."""
-    attributes, events, origin = decode_span(span, data, memo)
+    """The serialized span ``data`` as plain values. With the conversation's ``memo``, what it shares
+    with the conversation's previous spans is not parsed or decoded again (see decoding.py).
+    Raises ``DecodeError`` for bytes that are not a span."""
+    span, attributes, events, origin = decode_span(data, memo)
+    return _view(span, attributes, events, origin, resource, scope_name)
+
+
+def _view(
+    span: Span,
+    attributes: dict[str, Any],
+    events: list[EventView],
+    origin: AttributeOrigin | None,
+    resource: Mapping[str, Any] | None,
+    scope_name: str,
+) -> SpanView:
     return SpanView(
         trace_id=span.trace_id,
         span_id=span.span_id,

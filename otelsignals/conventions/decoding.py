@@ -31,7 +31,7 @@ from itertools import accumulate, islice
 from typing import Any
 
 import numpy as np
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 
@@ -66,12 +66,17 @@ def _pairs(items: Any) -> list[tuple[str, Any]]:
     return [(kv.key, kv.value.string_value or any_value(kv.value)) for kv in items]
 
 
-# Below these sizes a span is decoded in full: comparing and keeping it would cost more than it saves.
+# Below these sizes a span is decoded in full, and its runs are not kept: comparing and keeping
+# them would cost more than it saves.
+MEMO_MIN_BYTES = 4096
 MEMO_MIN_ATTRIBUTES = 64
 MEMO_MIN_EVENTS = 16
 # Long spans whose attributes are kept per conversation (an agent's calls of one turn extend each
 # other; a second branch keeps the previous turn's call while the latest one differs at its end).
 ATTRIBUTE_BRANCHES = 2
+# What a model call adds after its history (the answer, token usage…): a span sharing all of a kept
+# one's attributes but as many as this is taken to extend it, without comparing the other branch.
+ANSWER_ATTRIBUTES = 16
 
 # One-byte tags of the Span fields read here (field number << 3 | wire type 2, length-delimited).
 _ATTRIBUTES_FIELD, _EVENTS_FIELD = 9, 11
@@ -88,6 +93,7 @@ class DecodedAttributes:
     region: bytes
     ends: np.ndarray  # int64
     pairs: list[tuple[str, Any]]
+    values: dict[str, Any]  # dict(pairs): never changed (copied)
     groups: dict[str, IndexedFold] = field(default_factory=dict)
 
 
@@ -129,6 +135,8 @@ class SpanDecodeMemo:
             match = _match(data, start, branch)
             if match.shared > found.shared:
                 best, found = branch, match
+            if match.shared + ANSWER_ATTRIBUTES >= len(branch.ends):
+                break  # the span resends this one whole but for its answer: no other can do better
         return best, found
 
     def keep(self, decoded: DecodedAttributes, base: DecodedAttributes | None, shared: int) -> None:
@@ -141,67 +149,200 @@ class SpanDecodeMemo:
 
 
 def decode_span(
-    span: Span, data: bytes | None, memo: SpanDecodeMemo | None
-) -> tuple[dict[str, Any], list[EventView], AttributeOrigin | None]:
-    """(attributes, events, how the attributes were decoded) of ``span``, parsed from ``data``."""
-    attributes, origin, after = _attributes(span, data, memo)
-    return attributes, _events(span, data, memo, after), origin
+    data: bytes, memo: SpanDecodeMemo | None
+) -> tuple[Span, dict[str, Any], list[EventView], AttributeOrigin | None]:
+    """``data`` parsed: (the span, its attributes, its events, how its attributes were decoded).
+
+    With the conversation's ``memo``, the attributes and events the span shares with the
+    conversation's earlier spans are neither parsed nor decoded again: they are cut out of the
+    bytes parsed (so the returned ``Span`` holds only the others), and their values are the ones
+    decoded then. Raises ``DecodeError`` for bytes that are not a span.
+    """
+    span = None
+    if memo is not None and len(data) >= MEMO_MIN_BYTES:
+        if not memo.branches and memo.events is None:
+            # Nothing to share yet: worth laying out only if the span itself is worth keeping.
+            span = Span.FromString(data)
+            if len(span.attributes) < MEMO_MIN_ATTRIBUTES and len(span.events) < MEMO_MIN_EVENTS:
+                return _whole(span)
+        try:
+            layout = _layout(data, memo)
+        except IndexError:  # not what a conforming encoder writes: read it in full
+            layout = None
+        if layout is not None:
+            decoded = _decode_laid_out(data, layout, memo)
+            if decoded is not None:
+                return decoded
+    return _whole(span or Span.FromString(data))
 
 
-def _attributes(
-    span: Span, data: bytes | None, memo: SpanDecodeMemo | None
-) -> tuple[dict[str, Any], AttributeOrigin | None, int]:
-    """(attributes, origin, offset past the attribute run or 0 when unknown)."""
-    items = span.attributes
-    if data is None or memo is None or len(items) < MEMO_MIN_ATTRIBUTES:
-        return key_values(items), None, 0
-    try:
-        start = _field_start(data, _ATTRIBUTES_FIELD, 0)
-        if start is None:
-            return key_values(items), None, 0
-        base, match = memo.closest(data, start)
-        shared = match.shared
-        tail, stop = _run(data, start + (int(match.ends[-1]) if shared else 0), _ATTRIBUTE_TAG)
-    except IndexError:  # not what a conforming encoder writes: read it in full
-        return key_values(items), None, 0
-    if shared + len(tail) != len(items):  # the attributes are not one run
-        return key_values(items), None, 0
-    fresh = _pairs(items[shared:])
-    tail_ends = np.array(tail, dtype=np.int64) - start
-    if base is not None and shared:
-        pairs = base.pairs[:shared]
-        for position in match.replaced:
-            kv = items[position]
-            pairs[position] = (kv.key, kv.value.string_value or any_value(kv.value))
-        pairs += fresh
-        ends = np.concatenate((match.ends, tail_ends))
+def _whole(span: Span) -> tuple[Span, dict[str, Any], list[EventView], None]:
+    return span, key_values(span.attributes), _full_events(span.events), None
+
+
+@dataclass(slots=True)
+class _Layout:
+    """Where a span's attribute and event runs are, and what they share with the memo's."""
+
+    attributes_at: int
+    attributes_end: int
+    base: DecodedAttributes | None
+    match: _Match
+    attribute_tail: list[int]  # end offsets, in the run, of the attributes after the shared ones
+    events_at: int
+    events_end: int
+    kept_events: DecodedEvents | None
+    shared_events: int
+    event_tail: list[int]  # end offsets, in the run, of the events after the shared ones
+    stamps: list[int]  # offsets, in the run, of the timestamps of those events
+
+    @property
+    def shared_attribute_bytes(self) -> int:
+        return int(self.match.ends[-1]) if self.match.shared else 0
+
+    @property
+    def shared_event_bytes(self) -> int:
+        return (
+            int(self.kept_events.ends[self.shared_events - 1])
+            if self.kept_events and self.shared_events
+            else 0
+        )
+
+
+def _layout(data: bytes, memo: SpanDecodeMemo) -> _Layout | None:
+    """The span's layout, or None when it is not one run of attributes followed (after other
+    fields, if any) by one run of events, with neither coming again."""
+    attributes_at = _field_start(data, _ATTRIBUTES_FIELD, 0)
+    if attributes_at is None:
+        return None
+    base, match = memo.closest(data, attributes_at)
+    tail, attributes_end = _run(
+        data, attributes_at + (int(match.ends[-1]) if match.shared else 0), _ATTRIBUTE_TAG
+    )
+    events_at = _next_field(data, attributes_end, _EVENTS_FIELD)
+    if events_at is None:
+        return None
+    kept = memo.events
+    shared = _shared_events(data, events_at, kept) if kept is not None else 0
+    pos = events_at + (int(kept.ends[shared - 1]) if kept is not None and shared else 0)
+    event_tail, stamps = [], []
+    end = len(data)
+    while pos < end and data[pos] == _EVENT_TAG:
+        length, body = varint(data, pos + 1)
+        if data[body] == _EVENT_TIME_TAG:
+            stamps.append(body + 1 - events_at)
+        pos = body + length
+        event_tail.append(pos - events_at)
+    if pos > end or _next_field(data, pos, None) is None:
+        return None
+    return _Layout(
+        attributes_at,
+        attributes_end,
+        base,
+        match,
+        [e - attributes_at for e in tail],
+        events_at,
+        pos,
+        kept,
+        shared,
+        event_tail,
+        stamps,
+    )
+
+
+def _decode_laid_out(
+    data: bytes, layout: _Layout, memo: SpanDecodeMemo
+) -> tuple[Span, dict[str, Any], list[EventView], AttributeOrigin | None] | None:
+    at, events_at = layout.attributes_at, layout.events_at
+    # The span without what it shares: only what is new is parsed.
+    span = Span.FromString(
+        data[:at]
+        + data[at + layout.shared_attribute_bytes : events_at]
+        + data[events_at + layout.shared_event_bytes :]
+    )
+    if len(span.attributes) != len(layout.attribute_tail) or len(span.events) != len(layout.event_tail):
+        return None
+    values, origin = _attribute_values(data, layout, span, memo)
+    return span, values, _event_views(data, layout, span, memo), origin
+
+
+def _attribute_values(
+    data: bytes, layout: _Layout, span: Span, memo: SpanDecodeMemo
+) -> tuple[dict[str, Any], AttributeOrigin | None]:
+    base, match = layout.base, layout.match
+    fresh = _pairs(span.attributes)
+    tail_ends = np.array(layout.attribute_tail, dtype=np.int64)
+    if base is None or not match.shared:
+        values = dict(fresh)
+        if len(fresh) < MEMO_MIN_ATTRIBUTES:
+            return values, None
+        decoded = DecodedAttributes(
+            data[layout.attributes_at : layout.attributes_end], tail_ends, fresh, values
+        )
+        memo.keep(decoded, None, 0)
+        return dict(values), AttributeOrigin(decoded)
+    shared = match.shared
+    pairs = base.pairs[:shared]
+    for position in match.replaced:
+        pairs[position] = _pairs([_attribute_at(data, layout.attributes_at, match.ends, position)])[0]
+    values = _values(base, pairs, shared, match.replaced)
+    pairs += fresh
+    values.update(fresh)
+    decoded = DecodedAttributes(
+        data[layout.attributes_at : layout.attributes_end],
+        np.concatenate((match.ends, tail_ends)),
+        pairs,
+        values,
+    )
+    if len(pairs) >= MEMO_MIN_ATTRIBUTES:
+        memo.keep(decoded, base, shared)
+    return dict(values), AttributeOrigin(decoded, base, shared, match.replaced)
+
+
+def _values(
+    base: DecodedAttributes, pairs: list[tuple[str, Any]], shared: int, replaced: tuple[int, ...]
+) -> dict:
+    """dict(pairs) for the first ``shared`` pairs, which are ``base``'s but for ``replaced`` ones:
+    ``base``'s values copied, less its later keys, when that keeps the order a dict of them has."""
+    old = base.pairs
+    if len(base.values) == len(old) and all(pairs[p][0] == old[p][0] for p in replaced):
+        # Every key of base once, and the replaced ones in their places: what base has after
+        # ``shared`` is removed, and the replaced values set where they are.
+        values = base.values.copy()
+        for key, _ in old[shared:]:
+            del values[key]
+        for position in replaced:
+            values[pairs[position][0]] = pairs[position][1]
+        return values
+    return dict(pairs)
+
+
+def _attribute_at(data: bytes, start: int, ends: np.ndarray, position: int) -> KeyValue:
+    """The ``position``-th attribute of the run at ``start`` (``ends``: where each one ends)."""
+    field_at = start + (int(ends[position - 1]) if position else 0)
+    _, body = varint(data, field_at + 1)  # past the tag and the length
+    return KeyValue.FromString(data[body : start + int(ends[position])])
+
+
+def _event_views(data: bytes, layout: _Layout, span: Span, memo: SpanDecodeMemo) -> list[EventView]:
+    kept, shared = layout.kept_events, layout.shared_events
+    fresh = _full_events(span.events)
+    if kept is None or not shared:
+        views, ends, stamps = fresh, layout.event_tail, layout.stamps
     else:
-        base, pairs, ends = None, fresh, tail_ends
-    decoded = DecodedAttributes(data[start:stop], ends, pairs)
-    memo.keep(decoded, base, shared)
-    return dict(pairs), AttributeOrigin(decoded, base, shared, match.replaced), stop
-
-
-def _events(span: Span, data: bytes | None, memo: SpanDecodeMemo | None, after: int) -> list[EventView]:
-    events = span.events
-    if data is None or memo is None or len(events) < MEMO_MIN_EVENTS:
-        return _full_events(events)
-    if not after and len(span.attributes) >= MEMO_MIN_ATTRIBUTES:
-        return _full_events(events)  # finding the events would mean walking every attribute
-    try:
-        start = _field_start(data, _EVENTS_FIELD, after)
-        if start is None:
-            return _full_events(events)
-        kept = memo.events
-        shared = _shared_events(data, start, kept) if kept is not None else 0
-        decoded = _decode_events(data, start, events, kept, shared)
-    except IndexError:
-        return _full_events(events)
-    if decoded is None:
-        return _full_events(events)  # the events are not one run
-    if kept is None or shared < len(events) or len(kept.views) <= shared:
-        memo.events = decoded  # (a late span with a shorter history leaves the longer one kept)
-    return list(decoded.views)
+        offset = layout.shared_event_bytes
+        views = kept.views[:shared] + fresh
+        ends = [*kept.ends[:shared].tolist(), *layout.event_tail]
+        stamps = [*kept.stamps[kept.stamps < offset].tolist(), *layout.stamps]
+    if len(views) >= MEMO_MIN_EVENTS and (kept is None or shared < len(views) or len(kept.views) <= shared):
+        # (a late span with a shorter history leaves the longer one kept)
+        memo.events = DecodedEvents(
+            data[layout.events_at : layout.events_end],
+            np.array(ends, dtype=np.int64),
+            np.array(stamps, dtype=np.int64),
+            views,
+        )
+    return list(views)
 
 
 def _shared_events(data: bytes, start: int, kept: DecodedEvents) -> int:
@@ -216,37 +357,6 @@ def _shared_events(data: bytes, start: int, kept: DecodedEvents) -> int:
     first = int(differ.argmax())
     same = first if differ[first] else length
     return int(np.searchsorted(kept.ends, same, "right"))
-
-
-def _decode_events(
-    data: bytes, start: int, events: Any, kept: DecodedEvents | None, shared: int
-) -> DecodedEvents | None:
-    """The span's events: the first ``shared`` are ``kept``'s, the rest decoded; None when the
-    events are not one run of fields."""
-    if shared:
-        assert kept is not None
-        offset = int(kept.ends[shared - 1])
-        views = kept.views[:shared]
-        ends = kept.ends[:shared].tolist()
-        stamps = kept.stamps[kept.stamps < offset].tolist()
-    else:
-        offset, views, ends, stamps = 0, [], [], []
-    pos = start + offset
-    for index in range(shared, len(events)):
-        if pos >= len(data) or data[pos] != _EVENT_TAG:
-            return None
-        length, body = varint(data, pos + 1)
-        pos = body + length
-        if data[body] == _EVENT_TIME_TAG:
-            stamps.append(body + 1 - start)
-        ends.append(pos - start)
-        event = events[index]
-        views.append(EventView(event.name, key_values(event.attributes)))
-    if pos > len(data):
-        raise IndexError("truncated field")
-    return DecodedEvents(
-        data[start:pos], np.array(ends, dtype=np.int64), np.array(stamps, dtype=np.int64), views
-    )
 
 
 def _full_events(events: Any) -> list[EventView]:
@@ -272,19 +382,39 @@ def _field_start(data: bytes, number: int, pos: int) -> int | None:
         key, after = varint(data, pos)
         if key >> 3 == number:
             return pos
-        wire = key & 7
-        if wire == 0:
-            _, pos = varint(data, after)
-        elif wire == 1:
-            pos = after + 8
-        elif wire == 2:
-            length, after = varint(data, after)
-            pos = after + length
-        elif wire == 5:
-            pos = after + 4
-        else:
-            return None
+        pos = _skip(data, key & 7, after)
     return None
+
+
+def _next_field(data: bytes, pos: int, number: int | None) -> int | None:
+    """Offset of the first field ``number`` at or after ``pos`` (the end when there is none), or
+    None when an attribute or event field comes first (the runs come once each)."""
+    end = len(data)
+    while pos < end:
+        key, after = varint(data, pos)
+        field_number = key >> 3
+        if field_number == number:
+            return pos
+        if field_number in (_ATTRIBUTES_FIELD, _EVENTS_FIELD):
+            return None
+        pos = _skip(data, key & 7, after)
+    if pos > end:
+        raise IndexError("truncated field")
+    return end
+
+
+def _skip(data: bytes, wire: int, pos: int) -> int:
+    """Offset after a field value of wire type ``wire`` starting at ``pos``."""
+    if wire == 0:
+        return varint(data, pos)[1]
+    if wire == 1:
+        return pos + 8
+    if wire == 2:
+        length, pos = varint(data, pos)
+        return pos + length
+    if wire == 5:
+        return pos + 4
+    raise IndexError("unknown wire type")
 
 
 def _run(data: bytes, pos: int, tag: int) -> tuple[list[int], int]:

@@ -15,12 +15,11 @@ from collections.abc import Callable
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from otelsignals.analysis import Analysis, analyze_update
 from otelsignals.config import EvalsConfig, SessionsConfig, SignalsConfig
 from otelsignals.conventions import might_carry_genai, read_span
-from otelsignals.conventions.base import HistoryCache, SpanReading, SpanView, span_view
+from otelsignals.conventions.base import HistoryCache, SpanReading, SpanView, decoded_span_view
 from otelsignals.conventions.decoding import SpanDecodeMemo, key_values
 from otelsignals.conversation import (
     ConversationState,
@@ -199,13 +198,12 @@ class Analyzer:
         self.telemetry.conversations.set(len(self.sessions))
 
     def _view(self, record: SpanRecord, memo: SpanDecodeMemo | None = None) -> SpanView | None:
+        resource, scope_name = self._context(record.context)
         try:
-            span = Span.FromString(record.data)
+            view = decoded_span_view(record.data, memo, resource, scope_name)
         except DecodeError:  # cannot happen for spans the receiver parsed; kept for replayed data
             self.telemetry.unreadable_spans.labels("undecodable").inc()
             return None
-        resource, scope_name = self._context(record.context)
-        view = span_view(span, resource, scope_name, record.data, memo)
         # Content some instrumentations send as log records, joined back to its span.
         view.events.extend(self.log_events.take(view.trace_id, view.span_id))
         return view

@@ -15,7 +15,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from bench.reassembly import traces_of
 from otelsignals.config import SessionsConfig
 from otelsignals.conventions import decoding
-from otelsignals.conventions.base import span_view
+from otelsignals.conventions.base import decoded_span_view
 from otelsignals.conventions.decoding import SpanDecodeMemo, indexed_groups, key_values
 from otelsignals.conventions.openllmetry import COMPLETION_PREFIXES, PROMPT_PREFIXES, _indexed_entries
 from otelsignals.demo.traffic import CONVENTIONS
@@ -63,7 +63,7 @@ def decode_all(spans: list[Span], memo: SpanDecodeMemo | None):
     views = []
     for span in spans:
         data = span.SerializeToString()
-        views.append(span_view(Span.FromString(data), None, "", data, memo))
+        views.append(decoded_span_view(data, memo))
     return views
 
 
@@ -98,6 +98,13 @@ def test_a_resent_history_decodes_as_if_alone_and_reuses_what_it_shares(body):
     assert late.shared == len(late.decoded.pairs) - 7  # 2 prompts (4 attributes), the answer, usage
     assert late.decoded.pairs[5] is late.base.pairs[5]
     assert (late.replaced == (2,)) is body
+    # What the span shares is not even parsed: the parsed span holds only its new attributes.
+    last = spans[-1].SerializeToString()
+    memo_again = SpanDecodeMemo()
+    decode_all(spans[:-1], memo_again)
+    parsed, attributes, _, _ = decoding.decode_span(last, memo_again)
+    assert len(parsed.attributes) == 7 and len(attributes) == len(spans[-1].attributes)
+    assert parsed.name == "chat" and parsed.span_id == spans[-1].span_id
 
 
 @settings(max_examples=60, deadline=None)
@@ -148,7 +155,9 @@ def event_span(events: list[tuple[str, str]], n: int) -> Span:
 
 
 def test_resent_events_stamped_anew_are_shared_and_decode_as_if_alone():
-    events = [("gen_ai.user.message", f"question {i}") for i in range(decoding.MEMO_MIN_EVENTS + 4)]
+    events = [
+        ("gen_ai.user.message", f"question {i} " + "x" * 250) for i in range(decoding.MEMO_MIN_EVENTS + 4)
+    ]
     spans = [event_span(events[: len(events) - 3 + n], n) for n in range(4)]
     memo = SpanDecodeMemo()
     remembered = decode_all(spans, memo)
@@ -163,7 +172,7 @@ def test_resent_events_stamped_anew_are_shared_and_decode_as_if_alone():
 @given(st.data())
 def test_any_edit_of_resent_events_decodes_as_if_alone(data):
     rng = random.Random(data.draw(st.integers(0, 2**32)))
-    events = [("gen_ai.user.message", f"m{i}") for i in range(decoding.MEMO_MIN_EVENTS + 4)]
+    events = [("gen_ai.user.message", f"m{i} " + "x" * 250) for i in range(decoding.MEMO_MIN_EVENTS + 4)]
     spans = [event_span(events, 0)]
     for n in range(1, 6):
         for _ in range(data.draw(st.integers(0, 3))):
@@ -193,8 +202,8 @@ def test_a_span_whose_attributes_are_not_one_run_is_decoded_in_full():
     extra.attributes.append(attribute("late.key", "late"))
     data += extra.SerializeToString()
     memo = SpanDecodeMemo()
-    first = span_view(Span.FromString(data), None, "", data, memo)
-    again = span_view(Span.FromString(data), None, "", data, memo)
+    first = decoded_span_view(data, memo)
+    again = decoded_span_view(data, memo)
     assert first.attributes == again.attributes == key_values(Span.FromString(data).attributes)
     assert again.attributes["late.key"] == "late"
 
@@ -231,8 +240,7 @@ def test_the_analyzer_assembles_the_same_conversation_with_and_without_the_memo(
         return state
 
     remembered = assemble()
-    monkeypatch.setattr(decoding, "MEMO_MIN_ATTRIBUTES", 10**9)
-    monkeypatch.setattr(decoding, "MEMO_MIN_EVENTS", 10**9)
+    monkeypatch.setattr(decoding, "MEMO_MIN_BYTES", 10**9)
     alone = assemble()
     assert remembered is not None and alone is not None
     assert remembered.conversation.messages == alone.conversation.messages
