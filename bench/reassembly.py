@@ -150,7 +150,7 @@ def main() -> None:
         + "  ".join(f"{'turn ' + str(n):>22}" for n in (5, 20, 80))
         + f"{'turn 80, no memo':>20}"
     )
-    print(f"{'':<14}{'':>9}  " + "  ".join(f"{'µs (parse floor)':>22}" for _ in (5, 20, 80)) + f"{'µs':>20}")
+    print(f"{'':<14}{'':>9}  " + "  ".join(f"{'µs (whole parse)':>22}" for _ in (5, 20, 80)) + f"{'µs':>20}")
     for convention in CONVENTIONS:
         traces = traces_of(convention, args.turns)
         rate = 1 / statistics.median(assemble_all(traces) for _ in range(args.repeat))
