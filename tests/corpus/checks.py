@@ -1,9 +1,9 @@
 """Schema and label-placement checks shared by the corpus format tests.
 
 tests/test_corpus_format.py runs them over the main corpus (tests/corpus/) and
-tests/test_corpus_heldout_format.py over the blind held-out set (tests/corpus_heldout/). Each check raises
-``AssertionError`` naming the conversation and message at fault. The labelling rules they enforce are the
-comment block at the top of tests/corpus/support.yaml.
+tests/test_corpus_blind_format.py over the two blind sets (tests/corpus_heldout/, tests/corpus_blind/).
+Each check raises ``AssertionError`` naming the conversation and message at fault. The labelling rules
+they enforce are the comment block at the top of tests/corpus/support.yaml.
 """
 
 from __future__ import annotations
