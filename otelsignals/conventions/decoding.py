@@ -216,16 +216,17 @@ def _layout(data: bytes, memo: SpanDecodeMemo) -> _Layout | None:
     if attributes_at is None:
         return None
     base, match = memo.closest(data, attributes_at)
-    tail, attributes_end = _run(
-        data, attributes_at + (int(match.ends[-1]) if match.shared else 0), _ATTRIBUTE_TAG
-    )
-    events_at = _next_field(data, attributes_end, _EVENTS_FIELD)
+    layout = _Layout(attributes_at, 0, base, match, [], 0, 0, memo.events, 0, [], [])
+    tail, layout.attributes_end = _run(data, attributes_at + layout.shared_attribute_bytes, _ATTRIBUTE_TAG)
+    layout.attribute_tail = [e - attributes_at for e in tail]
+    events_at = _next_field(data, layout.attributes_end, _EVENTS_FIELD)
     if events_at is None:
         return None
-    kept = memo.events
-    shared = _shared_events(data, events_at, kept) if kept is not None else 0
-    pos = events_at + (int(kept.ends[shared - 1]) if kept is not None and shared else 0)
-    event_tail, stamps = [], []
+    layout.events_at = events_at
+    if layout.kept_events is not None:
+        layout.shared_events = _shared_events(data, events_at, layout.kept_events)
+    pos = events_at + layout.shared_event_bytes
+    event_tail, stamps = layout.event_tail, layout.stamps
     end = len(data)
     while pos < end and data[pos] == _EVENT_TAG:
         length, body = varint(data, pos + 1)
@@ -235,19 +236,8 @@ def _layout(data: bytes, memo: SpanDecodeMemo) -> _Layout | None:
         event_tail.append(pos - events_at)
     if pos > end or _next_field(data, pos, None) is None:
         return None
-    return _Layout(
-        attributes_at,
-        attributes_end,
-        base,
-        match,
-        [e - attributes_at for e in tail],
-        events_at,
-        pos,
-        kept,
-        shared,
-        event_tail,
-        stamps,
-    )
+    layout.events_end = pos
+    return layout
 
 
 def _decode_laid_out(
