@@ -1,5 +1,5 @@
-"""A span's protobuf as plain Python values, decoding only what is new since the conversation's
-previous spans.
+"""A span's protobuf as plain Python values, parsing and decoding only what is new since the
+conversation's previous spans.
 
 Stateless chat APIs resend the whole history on every call, and the indexed conventions write it
 as hundreds of attributes (OpenLLMetry's ``gen_ai.prompt.{i}.*``, OpenInference's
@@ -16,6 +16,9 @@ turns is most of a turn's cost and grows with the history. So, per conversation
   the leading events of a new span that are the same but for their timestamps (instrumentations
   stamp every resent event anew; one vectorised comparison with the timestamps masked) are the
   views made then. Only the rest is decoded.
+
+What a span shares is cut out of the bytes before they are parsed, so the protobuf parse too is of
+the new part only.
 
 The same bytes decode to the same values, so the result is what a full decode gives. When a span is
 not laid out the way conforming encoders write it (one run of attributes, then one run of events,
