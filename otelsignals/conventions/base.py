@@ -20,7 +20,7 @@ from otelsignals.conventions.decoding import (
     EventView,
     SpanDecodeMemo,
     decode_span,
-    key_values,
+    decode_whole,
 )
 from otelsignals.model import LlmCall, Message, ToolResult
 
@@ -268,14 +268,7 @@ class Reader(Protocol):
 # -- protobuf → plain values (see decoding.py) ---------------------------------------------------
 def span_view(span: Span, resource: Mapping[str, Any] | None = None, scope_name: str = "") -> SpanView:
     """A parsed span as plain values."""
-    return _view(
-        span,
-        key_values(span.attributes),
-        [EventView(e.name, key_values(e.attributes)) for e in span.events],
-        None,
-        resource,
-        scope_name,
-    )
+    return _view(*decode_whole(span), resource, scope_name)
 
 
 def decoded_span_view(
@@ -284,8 +277,7 @@ def decoded_span_view(
     """The serialized span ``data`` as plain values. With the conversation's ``memo``, what it shares
     with the conversation's previous spans is not parsed or decoded again (see decoding.py).
     Raises ``DecodeError`` for bytes that are not a span."""
-    span, attributes, events, origin = decode_span(data, memo)
-    return _view(span, attributes, events, origin, resource, scope_name)
+    return _view(*decode_span(data, memo), resource, scope_name)
 
 
 def _view(

@@ -167,7 +167,7 @@ def decode_span(
             # Nothing to share yet: worth laying out only if the span itself is worth keeping.
             span = Span.FromString(data)
             if len(span.attributes) < MEMO_MIN_ATTRIBUTES and len(span.events) < MEMO_MIN_EVENTS:
-                return _whole(span)
+                return decode_whole(span)
         try:
             layout = _layout(data, memo)
         except IndexError:  # not what a conforming encoder writes: read it in full
@@ -176,10 +176,11 @@ def decode_span(
             decoded = _decode_laid_out(data, layout, memo)
             if decoded is not None:
                 return decoded
-    return _whole(span or Span.FromString(data))
+    return decode_whole(span or Span.FromString(data))
 
 
-def _whole(span: Span) -> tuple[Span, dict[str, Any], list[EventView], None]:
+def decode_whole(span: Span) -> tuple[Span, dict[str, Any], list[EventView], None]:
+    """A parsed span decoded in full, without a memo (the same tuple as :func:`decode_span`)."""
     return span, key_values(span.attributes), _full_events(span.events), None
 
 
