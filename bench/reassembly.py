@@ -115,24 +115,39 @@ def assemble_all(traces: list[ReleasedTrace]) -> float:
     return time.perf_counter() - started
 
 
-def turn_cost(traces: list[ReleasedTrace], turn: int, repeat: int) -> tuple[float, float]:
+TURNS = (5, 20, 80)
+
+
+def one_turn(traces: list[ReleasedTrace], turn: int) -> tuple[float, float]:
     """(seconds to assemble turn ``turn`` after the ones before, seconds to parse its spans)."""
-    costs, floors = [], []
+    analyzer = Analyzer(Telemetry(), SessionsConfig())
+    for trace in traces[: turn - 1]:
+        analyzer.assemble(trace)
+    target = traces[turn - 1]
+    started = time.perf_counter()
+    analyzer.assemble(target)
+    cost = time.perf_counter() - started
+    started = time.perf_counter()
+    for record in target.spans:
+        Span.FromString(record.data)
+    return cost, time.perf_counter() - started
+
+
+def turn_costs(traces: list[ReleasedTrace], repeat: int) -> dict[str, float]:
+    """Best of ``repeat``, in seconds: one more turn at each of TURNS (``turn N``), parsing that
+    turn's spans (``parse N``), and the last turn with every span decoded whole (``whole``).
+
+    They are measured round-robin, so that a noisy stretch of a shared machine slows them all
+    alike; the minimum is the run least disturbed by other work."""
+    samples: dict[str, list[float]] = {}
     for _ in range(repeat):
-        analyzer = Analyzer(Telemetry(), SessionsConfig())
-        for trace in traces[: turn - 1]:
-            analyzer.assemble(trace)
-        target = traces[turn - 1]
-        started = time.perf_counter()
-        analyzer.assemble(target)
-        costs.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        for record in target.spans:
-            Span.FromString(record.data)
-        floors.append(time.perf_counter() - started)
-    # The minimum: on a shared machine, the run least disturbed by other work is the closest to
-    # what the turn itself costs.
-    return min(costs), min(floors)
+        for turn in TURNS:
+            cost, parse = one_turn(traces, turn)
+            samples.setdefault(f"turn {turn}", []).append(cost)
+            samples.setdefault(f"parse {turn}", []).append(parse)
+        with full_decoding():
+            samples.setdefault("whole", []).append(one_turn(traces, TURNS[-1])[0])
+    return {name: min(values) for name, values in samples.items()}
 
 
 def main() -> None:
@@ -147,23 +162,20 @@ def main() -> None:
     )
     print(
         f"{'convention':<14}{'conv/s':>9}  "
-        + "  ".join(f"{'turn ' + str(n):>22}" for n in (5, 20, 80))
-        + f"{'turn 80, no memo':>20}"
+        + "  ".join(f"{'turn ' + str(n):>22}" for n in TURNS)
+        + f"{'80 ÷ 5':>8}{'turn 80, no memo':>20}"
     )
-    print(f"{'':<14}{'':>9}  " + "  ".join(f"{'µs (whole parse)':>22}" for _ in (5, 20, 80)) + f"{'µs':>20}")
+    print(f"{'':<14}{'':>9}  " + "  ".join(f"{'µs (whole parse)':>22}" for _ in TURNS) + f"{'':>8}{'µs':>20}")
     for convention in CONVENTIONS:
         traces = traces_of(convention, args.turns)
         rate = 1 / statistics.median(assemble_all(traces) for _ in range(args.repeat))
-        long = traces_of(convention, 80)
-        cells = []
-        for turn in (5, 20, 80):
-            cost, floor = turn_cost(long, turn, args.repeat)
-            cells.append(f"{cost * 1e6:>9.0f} ({floor * 1e6:>6.0f})")
-        # Same-run baseline: every span parsed and decoded whole (what reassembly cost before decoding.py).
-        with full_decoding():
-            cost, _ = turn_cost(long, 80, args.repeat)
+        costs = turn_costs(traces_of(convention, TURNS[-1]), args.repeat)
+        cells = [f"{costs[f'turn {n}'] * 1e6:>9.0f} ({costs[f'parse {n}'] * 1e6:>6.0f})" for n in TURNS]
+        ratio = costs[f"turn {TURNS[-1]}"] / costs[f"turn {TURNS[0]}"]
         print(
-            f"{convention:<14}{rate:>9.1f}  " + "  ".join(f"{c:>22}" for c in cells) + f"{cost * 1e6:>20.0f}"
+            f"{convention:<14}{rate:>9.1f}  "
+            + "  ".join(f"{c:>22}" for c in cells)
+            + f"{ratio:>7.2f}×{costs['whole'] * 1e6:>20.0f}"
         )
 
 

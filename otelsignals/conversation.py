@@ -378,14 +378,19 @@ class _SnapshotInputs:
 
 
 def _split_inputs(state: ConversationState, inputs: list[Message]) -> _SnapshotInputs:
-    """``inputs`` split into system prompt and body. A history that resends the previous one
-    (the same message objects, from the history cache, then more) is split for its new part only."""
+    """``inputs`` split into system prompt and body. A history that resends the previous one (the
+    same message objects, from the history cache, then more; the leading system prompt may be read
+    anew from its own attribute) is split for its new part only."""
     last = state.last_inputs
-    held = len(last.messages) if last is not None else 0
-    if last is not None and held and len(inputs) >= held and inputs[:held] == last.messages:
-        new, system, body, fps = inputs[held:], last.system, list(last.body), list(last.fingerprints)
-    else:
-        new, system, body, fps = inputs, None, [], []
+    skip = _leading_system_prompts(inputs)
+    new, system, body, fps = inputs, None, [], []
+    if last is not None:
+        skip_last = _leading_system_prompts(last.messages)
+        held = len(last.messages) - skip_last
+        if held and len(inputs) - skip >= held and inputs[skip : skip + held] == last.messages[skip_last:]:
+            # The previous split is replaced by this one: its lists are extended rather than copied.
+            new, body, fps = inputs[skip + held :], last.body, last.fingerprints
+            system = inputs[0] if skip else last.system
     new_body = [m for m in new if m.role is not Role.SYSTEM]
     if system is None and len(new_body) < len(new):
         system = next(m for m in new if m.role is Role.SYSTEM)
@@ -393,6 +398,13 @@ def _split_inputs(state: ConversationState, inputs: list[Message]) -> _SnapshotI
     fps += fingerprints(new_body)
     state.last_inputs = _SnapshotInputs(list(inputs), system, body, fps)
     return state.last_inputs
+
+
+def _leading_system_prompts(messages: list[Message]) -> int:
+    count = 0
+    while count < len(messages) and messages[count].role is Role.SYSTEM:
+        count += 1
+    return count
 
 
 def _merge_snapshot(state: ConversationState, inputs: list[Message], outputs: list[Message]) -> int:

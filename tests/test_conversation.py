@@ -393,3 +393,27 @@ def test_condensed_history_without_earlier_tool_steps_adds_only_the_new_turn():
         ("tool", "not found"),
         ("assistant", "No B2."),
     ]
+
+
+def test_a_resent_history_with_its_system_prompt_read_anew_is_split_for_its_new_part_only():
+    """Readers build the system prompt anew from its own attribute on every call while the history
+    after it comes from the history cache (the same objects): the merge still extends the previous
+    split, and the conversation is the one fresh copies of every message give."""
+    history: list[Message] = []
+    cached, fresh = ConversationState.new("cached"), ConversationState.new("fresh")
+    splits = []
+    for turn in range(4):
+        history += [user(f"where is order {turn}?"), assistant(f"order {turn} ships today")]
+        system = Message(Role.SYSTEM, "You are the order assistant.")
+        apply_trace(cached, b"\x01" * 16, [chat(turn * 100, [system, *history[:-1]], [history[-1]])])
+        copies = [Message(m.role, m.content) for m in [system, *history]]
+        apply_trace(fresh, b"\x01" * 16, [chat(turn * 100, copies[:-1], copies[-1:])])
+        splits.append(cached.last_inputs)
+    assert texts(cached) == texts(fresh)
+    assert texts(cached)[0] == ("system", "You are the order assistant.")
+    assert len(cached.conversation.messages) == 1 + 8
+    # Each split extended the one before rather than rebuilding the body from the whole history.
+    assert all(later.body is splits[0].body for later in splits[1:])
+    # A history that does not resend the previous one is split whole.
+    apply_trace(cached, b"\x01" * 16, [chat(900, [user("a new topic")], [assistant("sure")])])
+    assert cached.last_inputs.body is not splits[0].body

@@ -209,6 +209,7 @@ class SpanView:
     kind: int = 0
     start_time_unix_nano: int = 0
     end_time_unix_nano: int = 0
+    # Read-only, like the events: a resent history's are shared with the conversation's decode memo.
     attributes: dict[str, Any] = field(default_factory=dict)
     events: list[EventView] = field(default_factory=list)
     status_code: int = STATUS_UNSET

@@ -30,7 +30,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import accumulate, islice
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -96,7 +96,7 @@ class DecodedAttributes:
     region: bytes
     ends: np.ndarray  # int64
     pairs: list[tuple[str, Any]]
-    values: dict[str, Any]  # dict(pairs): never changed (copied)
+    values: dict[str, Any]  # dict(pairs): also the span view's attributes, never changed
     groups: dict[str, IndexedFold] = field(default_factory=dict)
 
 
@@ -274,7 +274,7 @@ def _attribute_values(
             data[layout.attributes_at : layout.attributes_end], tail_ends, fresh, values
         )
         memo.keep(decoded, None, 0)
-        return dict(values), AttributeOrigin(decoded)
+        return values, AttributeOrigin(decoded)
     shared = match.shared
     pairs = base.pairs[:shared]
     for position in match.replaced:
@@ -290,7 +290,7 @@ def _attribute_values(
     )
     if len(pairs) >= MEMO_MIN_ATTRIBUTES:
         memo.keep(decoded, base, shared)
-    return dict(values), AttributeOrigin(decoded, base, shared, match.replaced)
+    return values, AttributeOrigin(decoded, base, shared, match.replaced)
 
 
 def _values(
@@ -321,22 +321,17 @@ def _attribute_at(data: bytes, start: int, ends: np.ndarray, position: int) -> K
 def _event_views(data: bytes, layout: _Layout, span: Span, memo: SpanDecodeMemo) -> list[EventView]:
     kept, shared = layout.kept_events, layout.shared_events
     fresh = _full_events(span.events)
-    if kept is None or not shared:
-        views, ends, stamps = fresh, layout.event_tail, layout.stamps
-    else:
-        offset = layout.shared_event_bytes
+    views = fresh
+    ends = np.array(layout.event_tail, dtype=np.int64)
+    stamps = np.array(layout.stamps, dtype=np.int64)
+    if kept is not None and shared:
         views = kept.views[:shared] + fresh
-        ends = [*kept.ends[:shared].tolist(), *layout.event_tail]
-        stamps = [*kept.stamps[kept.stamps < offset].tolist(), *layout.stamps]
+        ends = np.concatenate((kept.ends[:shared], ends))
+        stamps = np.concatenate((kept.stamps[kept.stamps < layout.shared_event_bytes], stamps))
     if len(views) >= MEMO_MIN_EVENTS and (kept is None or shared < len(views) or len(kept.views) <= shared):
         # (a late span with a shorter history leaves the longer one kept)
-        memo.events = DecodedEvents(
-            data[layout.events_at : layout.events_end],
-            np.array(ends, dtype=np.int64),
-            np.array(stamps, dtype=np.int64),
-            views,
-        )
-    return list(views)
+        memo.events = DecodedEvents(data[layout.events_at : layout.events_end], ends, stamps, views)
+    return views
 
 
 def _shared_events(data: bytes, start: int, kept: DecodedEvents) -> int:
@@ -350,7 +345,7 @@ def _shared_events(data: bytes, start: int, kept: DecodedEvents) -> int:
     differ[(stamps[:, None] + _STAMP_BYTES).ravel()] = False
     first = int(differ.argmax())
     same = first if differ[first] else length
-    return int(np.searchsorted(kept.ends, same, "right"))
+    return int(kept.ends.searchsorted(same, "right"))
 
 
 def _full_events(events: Any) -> list[EventView]:
@@ -461,7 +456,7 @@ def _match(data: bytes, start: int, base: DecodedAttributes) -> _Match:
     while True:
         old_at = int(old_ends[index - 1]) if index else 0
         common = _common_prefix(data, start + old_at + shift, region, old_at)
-        matched = int(np.searchsorted(old_ends, old_at + common, "right"))
+        matched = int(old_ends.searchsorted(old_at + common, "right"))
         if matched == index and changes and changes[-1][0] == index - 1:
             # What follows the changed attribute differs too: the runs part there, it is no change.
             index, shift = changes.pop()
@@ -488,14 +483,35 @@ def _match(data: bytes, start: int, base: DecodedAttributes) -> _Match:
 # -- indexed attributes, grouped incrementally ------------------------------------------------------
 @dataclass(slots=True, eq=False)
 class IndexedFold:
-    """Attributes grouped per slot (group, index), the slots in the order they first appear: each
-    slot's entry, the positions of its first and last attribute, and the running maximum of the
-    last positions (so the slots that used only the first N attributes are found by bisection)."""
+    """Attributes grouped per slot (group, index), the slots in the order they first appear: per
+    slot (position in that order) its entry, the positions of its first and last attribute, and the
+    running maximum of the last positions (so the slots that used only the first N attributes are
+    found by bisection); ``where`` finds a slot's position.
 
-    entries: dict[tuple[int, int], dict[str, Any]]
-    first: list[int]
-    last: dict[tuple[int, int], int]
-    running_last: list[int]
+    A span's fold is resumed from the previous span's by taking its lists over, cut to the slots
+    kept (``stolen`` then marks the previous fold as unusable), so that a turn costs what it adds,
+    not a copy of the history."""
+
+    slots: list[tuple[int, int]] = field(default_factory=list)
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    first: list[int] = field(default_factory=list)
+    last: list[int] = field(default_factory=list)
+    running_last: list[int] = field(default_factory=list)
+    where: dict[tuple[int, int], int] = field(default_factory=dict)
+    unordered_at: int | None = None  # the first position whose slot is not after the one before
+    stolen: bool = False
+
+    def cut(self, count: int) -> IndexedFold:
+        """This fold's first ``count`` slots, as a new fold owning the lists (this one is spent)."""
+        for position in range(count, len(self.slots)):
+            del self.where[self.slots[position]]
+        for items in (self.slots, self.entries, self.first, self.last, self.running_last):
+            del items[count:]
+        self.stolen = True
+        kept = IndexedFold(self.slots, self.entries, self.first, self.last, self.running_last, self.where)
+        if self.unordered_at is not None and self.unordered_at < count:
+            kept.unordered_at = self.unordered_at
+        return kept
 
 
 Locate = Callable[[str], "tuple[int, int] | None"]
@@ -522,17 +538,19 @@ def indexed_groups(
         fold = _fold(attributes.items(), 0, locate, fill)
     else:
         previous = origin.base.groups.get(name) if origin.base is not None else None
-        fold = _resume(previous, origin, locate, fill) if previous else None
+        fold = _resume(previous, origin, locate, fill) if previous and not previous.stolen else None
         if fold is None:
             fold = _fold(origin.decoded.pairs, 0, locate, fill)
         origin.decoded.groups[name] = fold
     assert fold is not None  # a fold from scratch always completes
-    ordered = sorted(fold.entries)
-    found = fold.entries.__getitem__
-    return [
-        list(map(found, ordered[bisect_left(ordered, (group,)) : bisect_left(ordered, (group + 1,))]))
-        for group in range(groups)
-    ]
+    slots, entries = fold.slots, fold.entries
+    if fold.unordered_at is None:  # the common case: indexes written in order, a slice per group
+        bounds = [bisect_left(slots, (group,)) for group in range(groups + 1)]
+        return [entries[bounds[group] : bounds[group + 1]] for group in range(groups)]
+    order = sorted(range(len(slots)), key=slots.__getitem__)
+    ordered = [slots[position] for position in order]
+    bounds = [bisect_left(ordered, (group,)) for group in range(groups + 1)]
+    return [[entries[order[at]] for at in range(bounds[group], bounds[group + 1])] for group in range(groups)]
 
 
 def _fold(
@@ -541,24 +559,27 @@ def _fold(
     """Group ``pairs`` (the first one being attribute ``position``) after the ``kept`` slots, which
     all end before it; None when one of the pairs belongs to a kept slot (kept entries are shared
     with an earlier span's fold: never changed)."""
-    fold = kept or IndexedFold({}, [], {}, [])
-    entries, first, last = fold.entries, fold.first, fold.last
-    kept_slots, start = len(entries), position
+    fold = kept or IndexedFold()
+    slots, entries, first, last, where = fold.slots, fold.entries, fold.first, fold.last, fold.where
+    kept_slots = len(slots)
     for key, value in pairs:
         slot = locate(key)
         if slot is not None:
-            entry = entries.get(slot)
-            if entry is None:
-                entry = entries[slot] = {}
+            at = where.get(slot)
+            if at is None:
+                at = where[slot] = len(slots)
+                if slots and fold.unordered_at is None and slot <= slots[-1]:
+                    fold.unordered_at = at
+                slots.append(slot)
+                entries.append({})
                 first.append(position)
-            elif last[slot] < start:
+                last.append(position)
+            elif at < kept_slots:
                 return None
-            last[slot] = position
-            fill(entry, key, value)
+            last[at] = position
+            fill(entries[at], key, value)
         position += 1
-    running = accumulate(
-        islice(last.values(), kept_slots, None), max, initial=fold.running_last[-1] if kept_slots else -1
-    )
+    running = accumulate(last[kept_slots:], max, initial=fold.running_last[-1] if kept_slots else -1)
     next(running)  # the initial value
     fold.running_last.extend(running)
     return fold
@@ -581,10 +602,4 @@ def _resume(previous: IndexedFold, origin: AttributeOrigin, locate: Locate, fill
         if fewer == count:
             break
         count = fewer
-    kept = IndexedFold(
-        dict(islice(previous.entries.items(), count)),
-        previous.first[:count],
-        dict(islice(previous.last.items(), count)),
-        previous.running_last[:count],
-    )
-    return _fold(pairs[restart:], restart, locate, fill, kept)
+    return _fold(pairs[restart:], restart, locate, fill, previous.cut(count))

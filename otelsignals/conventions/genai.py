@@ -24,6 +24,8 @@ and Pydantic AI readers, which reuse parts of these shapes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 from otelsignals.conventions.base import (
@@ -45,6 +47,8 @@ OUTPUT_MESSAGES = "gen_ai.output.messages"
 SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 CHOICE_EVENT = "gen_ai.choice"
+_is_choice = CHOICE_EVENT.__eq__
+_EVENT_NAME = attrgetter("name")
 DEPRECATED_MESSAGE_EVENTS: dict[str, Role] = {
     "gen_ai.system.message": Role.SYSTEM,
     "gen_ai.user.message": Role.USER,
@@ -420,23 +424,22 @@ def _messages_of_span_events(
     events: list[EventView], span_id: bytes, history: HistoryCache | None = None
 ) -> tuple[list[Message], list[Message], bool]:
     # The opt-in details event, when present, holds the whole call; else the deprecated events.
-    for event in reversed(events):
-        if event.name == DETAILS_EVENT:
-            return messages_of_attributes(event.attributes, span_id)
+    # A resent history has one event per message: they are sorted by name at C level (map, compress),
+    # so that a turn costs what its own events cost.
+    names = list(map(_EVENT_NAME, events))
+    if DETAILS_EVENT in names:
+        details = events[len(names) - 1 - names[::-1].index(DETAILS_EVENT)]
+        return messages_of_attributes(details.attributes, span_id)
+    sent = list(compress(events, map(DEPRECATED_MESSAGE_EVENTS.__contains__, names)))
+    choices = [(CHOICE_EVENT, event_body(e.attributes)) for e in compress(events, map(_is_choice, names))]
     if history is None:
-        pairs = [
-            (event.name, event_body(event.attributes))
-            for event in events
-            if event.name in DEPRECATED_MESSAGE_EVENTS or event.name == CHOICE_EVENT
-        ]
-        inputs, outputs = messages_of_events(pairs, span_id)
-        return inputs, outputs, bool(pairs)
+        pairs = [(event.name, event_body(event.attributes)) for event in sent]
+        inputs, outputs = messages_of_events(pairs + choices, span_id)
+        return inputs, outputs, bool(sent or choices)
     # One event per history message: the events already read in the previous call (equal views at
     # the same position; a resent history's are the same objects, see decoding.py) give back the
     # messages built then, so only the new turn's events are read. Choices are this call's answer:
     # always read (and never cached as inputs).
-    sent = [event for event in events if event.name in DEPRECATED_MESSAGE_EVENTS]
-    choices = [(event.name, event_body(event.attributes)) for event in events if event.name == CHOICE_EVENT]
     inputs = history.indexed(
         DEPRECATED_EVENTS_HISTORY,
         sent,

@@ -226,6 +226,28 @@ def test_indexed_groups_keeps_readers_apart_and_never_changes_a_kept_entry():
     earlier = indexed_groups("test", views[-2].attributes, None, 1, locate, fill)[0]
     assert earlier == before  # the kept entries were not changed by the later span
     assert after[: len(before)] == before and len(after) == len(before) + 2
+    # The later span's fold took the earlier one's lists over: grouping that span again (a reader
+    # asking twice) starts from scratch, and gives the same groups.
+    again = indexed_groups("test", views[-1].attributes, views[-1].attribute_origin, 1, locate, fill)[0]
+    assert again == after
+
+
+def test_indexed_groups_sorts_indexes_written_out_of_order():
+    history = [("user", f"m{i}") for i in range(LONG)]
+    spans = [chat_span(history[:n], "a", False, n) for n in (LONG - 3, LONG - 2, LONG)]
+    # The last span writes its two newest prompts before the older ones (legal, if unusual).
+    last = spans[-1]
+    items = list(last.attributes)
+    newest = [
+        kv for kv in items if kv.key.startswith((f"gen_ai.prompt.{LONG - 2}.", f"gen_ai.prompt.{LONG - 1}."))
+    ]
+    rest = [kv for kv in items if kv not in newest]
+    del last.attributes[:]
+    last.attributes.extend(rest[:2] + newest + rest[2:])
+    for with_memo, without in zip(decode_all(spans, SpanDecodeMemo()), decode_all(spans, None), strict=True):
+        assert entries(with_memo) == entries(without)
+    prompts = entries(decode_all(spans, None)[-1])[0]
+    assert [entry["content"] for entry in prompts] == [content for _, content in history]
 
 
 @pytest.mark.parametrize("convention", CONVENTIONS)
