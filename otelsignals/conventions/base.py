@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
+from itertools import islice
+from operator import attrgetter
 from typing import Any, Protocol
 
 import orjson
@@ -25,6 +27,7 @@ from otelsignals.conventions.decoding import (
 from otelsignals.model import LlmCall, Message, ToolResult
 
 STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
+_TOOL_RESULT = attrgetter("tool_result")
 
 
 class HistoryCache:
@@ -421,11 +424,9 @@ def text_value(value: Any) -> str | None:
 def link_tool_names(messages: list[Message], start: int = 0) -> None:
     """Name each tool result from ``start`` on after the call it answers, when the result itself did
     not say (OpenAI-style histories give a result only the call id)."""
-    unnamed = [
-        result
-        for message in messages[start:]
-        if (result := message.tool_result) is not None and result.name is None and result.call_id
-    ]
+    # Tool results are a few of a long history's messages: they are picked out at C level.
+    results = filter(None, map(_TOOL_RESULT, islice(messages, start, None)))
+    unnamed = [result for result in results if result.name is None and result.call_id]
     if not unnamed:
         return
     # A call comes shortly before its result: look back only as far as the calls still wanted.
