@@ -28,6 +28,7 @@ from otelsignals.model import LlmCall, Message, ToolResult
 
 STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
 _TOOL_RESULT = attrgetter("tool_result")
+EVENT_NAME = attrgetter("name")
 
 
 class HistoryCache:
@@ -353,15 +354,24 @@ def http_status_of(span: SpanView) -> int | None:
 
 def exception_of(span: SpanView) -> tuple[str | None, str | None]:
     """(exception.type, exception.message) of the span's last exception event, if any."""
-    for event in reversed(span.events):
-        if event.name == "exception":
-            exc_type = event.attributes.get("exception.type")
-            message = event.attributes.get("exception.message")
-            return (
-                exc_type if isinstance(exc_type, str) else None,
-                message if isinstance(message, str) else None,
-            )
-    return None, None
+    event = last_event(span.events, "exception")
+    if event is None:
+        return None, None
+    exc_type = event.attributes.get("exception.type")
+    message = event.attributes.get("exception.message")
+    return (
+        exc_type if isinstance(exc_type, str) else None,
+        message if isinstance(message, str) else None,
+    )
+
+
+def last_event(events: list[EventView], name: str) -> EventView | None:
+    """The last of ``events`` called ``name``. A span resending its history as events has one per
+    message: their names are compared at C level."""
+    names = list(map(EVENT_NAME, events))
+    if name not in names:
+        return None
+    return events[len(names) - 1 - names[::-1].index(name)]
 
 
 def failure_of(span: SpanView) -> tuple[bool, str | None, str | None, int | None]:

@@ -25,15 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from itertools import compress
-from operator import attrgetter
 from typing import Any
 
 from otelsignals.conventions.base import (
+    EVENT_NAME,
     EventView,
     HistoryCache,
     SpanReading,
     SpanView,
     as_text,
+    last_event,
     link_tool_names,
     llm_call_of,
     parse_json,
@@ -48,7 +49,6 @@ SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 CHOICE_EVENT = "gen_ai.choice"
 _is_choice = CHOICE_EVENT.__eq__
-_EVENT_NAME = attrgetter("name")
 DEPRECATED_MESSAGE_EVENTS: dict[str, Role] = {
     "gen_ai.system.message": Role.SYSTEM,
     "gen_ai.user.message": Role.USER,
@@ -426,10 +426,10 @@ def _messages_of_span_events(
     # The opt-in details event, when present, holds the whole call; else the deprecated events.
     # A resent history has one event per message: they are sorted by name at C level (map, compress),
     # so that a turn costs what its own events cost.
-    names = list(map(_EVENT_NAME, events))
-    if DETAILS_EVENT in names:
-        details = events[len(names) - 1 - names[::-1].index(DETAILS_EVENT)]
+    details = last_event(events, DETAILS_EVENT)
+    if details is not None:
         return messages_of_attributes(details.attributes, span_id)
+    names = list(map(EVENT_NAME, events))
     sent = list(compress(events, map(DEPRECATED_MESSAGE_EVENTS.__contains__, names)))
     choices = [(CHOICE_EVENT, event_body(e.attributes)) for e in compress(events, map(_is_choice, names))]
     if history is None:

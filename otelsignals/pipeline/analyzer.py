@@ -204,8 +204,11 @@ class Analyzer:
         except DecodeError:  # cannot happen for spans the receiver parsed; kept for replayed data
             self.telemetry.unreadable_spans.labels("undecodable").inc()
             return None
-        # Content some instrumentations send as log records, joined back to its span.
-        view.events.extend(self.log_events.take(view.trace_id, view.span_id))
+        # Content some instrumentations send as log records, joined back to its span (in a new list:
+        # the view's own events may be the conversation's decode memo's, which are never changed).
+        joined = self.log_events.take(view.trace_id, view.span_id)
+        if joined:
+            view.events = [*view.events, *joined]
         return view
 
     def _context(self, context: ScopeContext) -> tuple[dict, str]:

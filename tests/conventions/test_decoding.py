@@ -9,7 +9,9 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from bench.reassembly import traces_of
@@ -267,3 +269,27 @@ def test_the_analyzer_assembles_the_same_conversation_with_and_without_the_memo(
     assert remembered is not None and alone is not None
     assert remembered.conversation.messages == alone.conversation.messages
     assert len(remembered.conversation.messages) > 60
+
+
+def test_log_records_joined_to_a_span_leave_the_memo_s_resent_events_unchanged():
+    """Events a span shares with its conversation's decode memo are the memo's own list: content
+    sent as log records is joined to the span in a new list, never into the memo's."""
+    traces = traces_of("genai_events", 30)
+    analyzer = Analyzer(Telemetry(), SessionsConfig())
+    for trace in traces[:-1]:
+        analyzer.assemble(trace)
+    (state,) = list(analyzer.sessions)
+    kept = state.history_cache.decoding.events
+    assert kept is not None and len(kept.views) >= decoding.MEMO_MIN_EVENTS
+    views_before = list(kept.views)
+    last = max(traces[-1].spans, key=lambda record: len(record.data))
+    record = LogRecord(trace_id=last.trace_id, span_id=last.span_id, event_name="gen_ai.user.message")
+    record.body.string_value = "sent as a log record"
+    analyzer.log_events.add(
+        ExportLogsServiceRequest(resource_logs=[ResourceLogs(scope_logs=[ScopeLogs(log_records=[record])])])
+    )
+    analyzer.assemble(traces[-1])
+    assert kept.views == views_before
+    latest = state.history_cache.decoding.events
+    assert latest is not None
+    assert all(view.attributes.get("body") != "sent as a log record" for view in latest.views)
