@@ -426,10 +426,10 @@ def _messages_of_span_events(
     # The opt-in details event, when present, holds the whole call; else the deprecated events.
     # A resent history has one event per message: they are sorted by name at C level (map, compress),
     # so that a turn costs what its own events cost.
-    details = last_event(events, DETAILS_EVENT)
+    names = list(map(EVENT_NAME, events))
+    details = last_event(events, DETAILS_EVENT) if DETAILS_EVENT in names else None
     if details is not None:
         return messages_of_attributes(details.attributes, span_id)
-    names = list(map(EVENT_NAME, events))
     sent = list(compress(events, map(DEPRECATED_MESSAGE_EVENTS.__contains__, names)))
     choices = [(CHOICE_EVENT, event_body(e.attributes)) for e in compress(events, map(_is_choice, names))]
     if history is None:
