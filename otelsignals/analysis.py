@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otelsignals.conversation import ConversationState, TraceUpdate
-from otelsignals.model import SignalInstance
+from otelsignals.model import Role, SignalInstance
 from otelsignals.scoring import Score, score
 from otelsignals.signals.base import BASELINE_USER_TURNS, DetectionContext
+from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.detect import detect
+from otelsignals.triage import NO_PRIORITY, AgentBaselines, Priority, Shape, priority
 
 SNIPPET_LIMIT = 200
 
@@ -25,6 +27,7 @@ class Analysis:
     new_signals: list[SignalInstance] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # detector groups not run, e.g. no content
     latency_ms: float = 0.0  # from the turn's first model call starting to its last one ending
+    priority: Priority = NO_PRIORITY  # the triage priority of the conversation so far (triage.py)
 
     def to_json(self, snippets: bool = True) -> dict[str, Any]:
         """SPEC §0's line for ``otelsignals analyze --json``."""
@@ -39,6 +42,8 @@ class Analysis:
             "quality_score": s.quality_score,
             "efficiency_score": s.efficiency_score,
             "flagged": s.flagged,
+            "priority": self.priority.value,
+            "priority_reasons": self.priority.reasons,
             "signals": [
                 {
                     "type": signal.type,
@@ -53,9 +58,13 @@ class Analysis:
 
 
 def analyze_update(
-    state: ConversationState, update: TraceUpdate, baseline: int = BASELINE_USER_TURNS
+    state: ConversationState,
+    update: TraceUpdate,
+    baseline: int = BASELINE_USER_TURNS,
+    agent_baselines: AgentBaselines | None = None,
 ) -> Analysis:
-    """Detect on the messages ``update`` added to ``state`` and score the conversation so far."""
+    """Detect on the messages ``update`` added to ``state``, score the conversation so far and rank
+    it (``agent_baselines``: what is usual for its agent; None: the fixed scales)."""
     conversation = state.conversation
     context = DetectionContext(
         conversation,
@@ -63,6 +72,7 @@ def analyze_update(
         new_llm_calls=update.llm_calls,
         memory=state.detector_memory,
         baseline_user_turns=baseline,
+        prior_counts=state.leaf_counts,
     )
     found, skipped = detect(context)
     for signal in found:
@@ -70,16 +80,37 @@ def analyze_update(
             signal.snippet = signal.snippet[:SNIPPET_LIMIT]
         state.leaf_counts[signal.type] += 1
     state.recent_signals.extend(found)
+    state.tool_results_seen += sum(
+        1 for message in conversation.messages[update.first_new_message :] if message.role is Role.TOOL
+    )
+    conversation_score = score(conversation, state.leaf_counts, baseline)
     return Analysis(
         conversation_id=conversation.key,
         trace_id=update.trace_id,
         span_id=update.analysed_span_id,
         agent_id=conversation.agent_id,
-        score=score(conversation, state.leaf_counts, baseline),
+        score=conversation_score,
+        priority=rank(state, conversation_score, agent_baselines),
         new_signals=found,
         skipped=skipped,
         latency_ms=turn_latency_ms(update),
     )
+
+
+def rank(state: ConversationState, conversation_score: Score, baselines: AgentBaselines | None) -> Priority:
+    """The conversation's triage priority, against its agent's usual size; then it joins that usual."""
+    conversation = state.conversation
+    medians = baselines.medians(conversation.agent_id) if baselines is not None else None
+    shape = Shape(
+        user_turns=conversation_score.user_turns,
+        tool_calls=state.tool_results_seen,
+        median_user_turns=medians[0] if medians else None,
+        median_tool_calls=medians[1] if medians else None,
+    )
+    if baselines is not None:
+        baselines.record(conversation.agent_id, conversation.key, shape.user_turns, shape.tool_calls)
+    handoff = next((s.metadata for s in reversed(state.recent_signals) if s.type == tx.HANDOFF), None)
+    return priority(conversation_score, shape, handoff)
 
 
 def turn_latency_ms(update: TraceUpdate) -> float:

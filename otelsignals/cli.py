@@ -9,11 +9,15 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from otelsignals.config import Config, ConfigError, load_config, validate
 from otelsignals.telemetry import metric_total, setup_logging
+
+if TYPE_CHECKING:
+    from otelsignals.analysis import Analysis
 
 logger = logging.getLogger("otelsignals")
 
@@ -45,7 +49,20 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument(
         "--out", type=Path, metavar="ENRICHED.jsonl", help="write the enriched spans (OTLP JSON lines)"
     )
+    analyze.add_argument(
+        "--rank",
+        type=_positive,
+        metavar="N",
+        help="instead of one line per turn, print the N conversations most worth a look, with why",
+    )
     return parser
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
+    return number
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             return asyncio.run(_demo(config, args.repeat))
         if args.command == "analyze":
-            return _analyze(config, args.files, args.json, args.out)
+            return _analyze(config, args.files, args.json, args.out, args.rank)
     except KeyboardInterrupt:
         return EXIT_OK
     except OSError as exc:
@@ -123,12 +140,13 @@ async def _demo(config: Config, repeat: int) -> int:
     return EXIT_OK if forwarded == stats.spans and not dropped else EXIT_FAILURE
 
 
-def _analyze(config: Config, files: list[Path], as_json: bool, out: Path | None) -> int:
+def _analyze(config: Config, files: list[Path], as_json: bool, out: Path | None, rank: int | None) -> int:
     from otelsignals.offline import InputError, analyze_files, encode_trace
     from otelsignals.otlp.json_codec import encode_trace_request
 
     snippets = config.signals.snippets
     analysed = 0
+    latest: dict[str, Analysis] = {}  # conversation → its latest turn, for --rank
     output = out.open("wb") if out is not None else None
     try:
         for result in analyze_files(files, config):
@@ -137,6 +155,9 @@ def _analyze(config: Config, files: list[Path], as_json: bool, out: Path | None)
             if result.analysis is None:
                 continue
             analysed += 1
+            if rank is not None:
+                latest[result.analysis.conversation_id] = result.analysis
+                continue
             line = result.analysis.to_json(snippets)
             if as_json:
                 sys.stdout.write(orjson.dumps(line).decode() + "\n")
@@ -153,8 +174,36 @@ def _analyze(config: Config, files: list[Path], as_json: bool, out: Path | None)
     finally:
         if output is not None:
             output.close()
+    if rank is not None:
+        _print_ranking(sorted(latest.values(), key=lambda a: -a.priority.value)[:rank], as_json)
     logger.info("analysed %d conversation turns from %d files", analysed, len(files))
     return EXIT_OK
+
+
+def _print_ranking(ranked: list[Analysis], as_json: bool) -> None:
+    """The conversations most worth a look, highest triage priority first, each with its reasons."""
+    for place, analysis in enumerate(ranked, start=1):
+        score = analysis.score
+        if as_json:
+            line = {
+                "rank": place,
+                "conversation_id": analysis.conversation_id,
+                "agent_id": analysis.agent_id,
+                "priority": analysis.priority.value,
+                "reasons": analysis.priority.reasons,
+                "terms": analysis.priority.terms,
+                "quality": score.quality,
+                "quality_score": score.quality_score,
+                "turn_count": score.turn_count,
+                "trace_id": analysis.trace_id.hex(),
+            }
+            sys.stdout.write(orjson.dumps(line).decode() + "\n")
+            continue
+        why = "; ".join(analysis.priority.reasons) or "nothing stands out"
+        sys.stdout.write(
+            f"{place:3d}. {analysis.priority.value:5.1f}  {analysis.conversation_id}  "
+            f"({analysis.agent_id or '-'}, {score.quality}, {score.turn_count} turns)  {why}\n"
+        )
 
 
 if __name__ == "__main__":

@@ -211,6 +211,11 @@ class SamplerConfig:
     enabled: bool = False
     # Always kept, whatever the budgets (quality buckets).
     keep_qualities: tuple[str, ...] = ("severe", "poor")
+    # Keep turns whose conversation's triage priority (0–100) is at least this, within
+    # budget_per_minute (above 100: off).
+    keep_priority: float = 50.0
+    # Added to the keep probability of the random draw: priority_weight × priority ÷ 100.
+    priority_weight: float = 0.5
     # Keep flagged turns (🚩) ahead of the random draw, within budget_per_minute.
     keep_flagged: bool = True
     # Exemplars (not flagged; excellent, or satisfied and efficient) kept up to these rates.

@@ -167,6 +167,7 @@ class ConversationState:
     # Analysis kept between traces: detector memory, instance counts, and the latest instances.
     detector_memory: dict[str, Any] = field(default_factory=dict)
     leaf_counts: Counter[str] = field(default_factory=Counter)
+    tool_results_seen: int = 0  # tool executions analysed so far (kept when messages are trimmed)
     recent_signals: deque[SignalInstance] = field(default_factory=lambda: deque(maxlen=RECENT_SIGNALS))
     # Per analysed trace, for the session metrics and the session span (evals.TraceSignals; the
     # trace's analysed span; the assistant's latest answers for loop detection).

@@ -26,6 +26,7 @@ from otelsignals.signals.taxonomy import (
     ESCALATION,
     EXHAUSTION,
     FAILURE,
+    HANDOFF_CATEGORY,
     LOOPS,
     MISALIGNMENT,
     QUIT,
@@ -173,6 +174,7 @@ def _quality_score(
         or counts[FAILURE]
         or counts[LOOPS]
         or counts[EXHAUSTION]
+        or counts[HANDOFF_CATEGORY]  # handed to a person: not served frictionlessly by the agent
     )
     if satisfied and not negative:
         value += FRICTIONLESS_BONUS * eff + (TOOL_SUCCESS_BONUS if tools_succeeded else 0.0)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from otelsignals.analysis import analyze_update
 from otelsignals.conversation import ConversationState, TraceUpdate
-from otelsignals.signals.taxonomy import LEAF_TYPES
+from otelsignals.signals.taxonomy import LABELLED_LEAF_TYPES
 from tests.corpus import BLIND_DIR, HELDOUT_DIR, CorpusConversation, load_corpus
 
 
@@ -33,7 +33,7 @@ class LeafScore:
 
 @dataclass
 class Evaluation:
-    leaves: dict[str, LeafScore] = field(default_factory=lambda: {leaf: LeafScore() for leaf in LEAF_TYPES})
+    leaves: dict[str, LeafScore] = field(default_factory=lambda: {leaf: LeafScore() for leaf in LABELLED_LEAF_TYPES})
     misses: list[str] = field(default_factory=list)  # "conversation: type @ index (FP|FN)"
     qualities: dict[str, str] = field(default_factory=dict)  # conversation id -> final quality bucket
 
@@ -77,7 +77,11 @@ def detect_incrementally(entry: CorpusConversation) -> tuple[list[tuple[str, int
         state.conversation.llm_calls.extend(calls)
         update = TraceUpdate(entry.id, bytes([number % 256]) * 16, start, end - start, calls, None, True)
         analysis = analyze_update(state, update)
-        found += [(signal.type, signal.message_index) for signal in analysis.new_signals]
+        found += [
+            (signal.type, signal.message_index)
+            for signal in analysis.new_signals
+            if signal.type in LABELLED_LEAF_TYPES  # the corpora label SPEC §3's leaves only
+        ]
     assert analysis is not None
     return found, analysis.score.quality
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from otelsignals.model import Role
-from otelsignals.signals.taxonomy import LEAF_TYPES
+from otelsignals.signals.taxonomy import LABELLED_LEAF_TYPES
 from tests.corpus import BLIND_DIR, CORPUS_DIR, HELDOUT_DIR, CorpusConversation, load_corpus, load_raw
 from tests.corpus.checks import (
     check_conversation_schema,
@@ -153,7 +153,7 @@ def test_size_and_interaction_coverage(blind: BlindSet) -> None:
     corpus = conversations(blind)
     assert len(corpus) >= blind.min_conversations
     counts = Counter(leaf for conv in corpus for leaf, _ in conv.expected)
-    interaction = [leaf for leaf in LEAF_TYPES if leaf.startswith("interaction.")]
+    interaction = [leaf for leaf in LABELLED_LEAF_TYPES if leaf.startswith("interaction.")]
     short = {leaf: counts[leaf] for leaf in interaction if counts[leaf] < MIN_PER_INTERACTION_LEAF}
     assert not short, f"interaction leaves under {MIN_PER_INTERACTION_LEAF} instances: {short}"
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from otelsignals.model import Role
-from otelsignals.signals.taxonomy import LEAF_TYPES
+from otelsignals.signals.taxonomy import LABELLED_LEAF_TYPES
 from tests.corpus import CORPUS_DIR, CorpusConversation, load_corpus, load_raw
 from tests.corpus.checks import (
     DRAG_AT_USER_TURN,
@@ -113,7 +113,7 @@ def test_corpus_size_and_domains() -> None:
 
 def test_every_leaf_is_covered() -> None:
     counts = Counter(leaf for conv in CORPUS for leaf, _ in conv.expected)
-    short = {leaf: counts[leaf] for leaf in LEAF_TYPES if counts[leaf] < MIN_PER_LEAF}
+    short = {leaf: counts[leaf] for leaf in LABELLED_LEAF_TYPES if counts[leaf] < MIN_PER_LEAF}
     assert not short, f"leaves under {MIN_PER_LEAF} instances: {short}"
 
 

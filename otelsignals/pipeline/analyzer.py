@@ -36,6 +36,7 @@ from otelsignals.pipeline.assembler import ReleasedTrace
 from otelsignals.pipeline.log_events import LogEventBuffer
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.telemetry import Telemetry
+from otelsignals.triage import AgentBaselines
 
 logger = logging.getLogger("otelsignals.analyzer")
 
@@ -67,6 +68,8 @@ class Analyzer:
         self.config = sessions or SessionsConfig()
         self.signals = signals or SignalsConfig()
         self.sessions = SessionStore(self.config.ttl, self.config.max_sessions, self._on_evict)
+        # What is usual per agent (conversation length, tool calls), for the triage priority.
+        self.agent_baselines = AgentBaselines()
         self._contexts: dict[ScopeContext, tuple[dict, str]] = {}
         self.log_events = LogEventBuffer(on_forget=telemetry.log_events.labels("forgotten").inc)
         # Spans read without content, for log-record events that arrive after them: (trace id, span
@@ -90,7 +93,7 @@ class Analyzer:
             return None
         state = self.sessions.get(update.key)
         assert state is not None, "assemble() just touched it"
-        analysis = analyze_update(state, update, self.signals.baseline_user_turns)
+        analysis = analyze_update(state, update, self.signals.baseline_user_turns, self.agent_baselines)
         self._record_trace(state, update, analysis)
         telemetry = self.telemetry
         for signal in analysis.new_signals:
@@ -189,7 +192,9 @@ class Analyzer:
             reading.llm_call = None  # the model call was counted when the span was read
             state.seen_spans.discard(span_id)
             update = apply_trace(state, trace_id, [(view, reading)])
-            analyses.append(analyze_update(state, update, self.signals.baseline_user_turns))
+            analyses.append(
+                analyze_update(state, update, self.signals.baseline_user_turns, self.agent_baselines)
+            )
         return analyses
 
     def expire(self) -> None:

@@ -37,6 +37,7 @@ def span_attributes(
         "signals.quality_score": float(s.quality_score),
         "signals.turn_count": s.turn_count,
         "signals.efficiency_score": float(s.efficiency_score),
+        "signals.triage.priority": float(analysis.priority.value),
     }
     for category, count in s.counts.items():
         if count > 0:

@@ -10,6 +10,8 @@ reason                         keep   when
 ``severe`` / ``poor``          yes    the conversation's quality is in ``keep_qualities``;
                                       always, whatever the budgets
 ``session``                    yes    an earlier trace of the same session was kept
+``priority``                   yes    the conversation's triage priority (triage.py) is at least
+                                      ``keep_priority``; takes from ``budget_per_minute``
 ``flagged``                    yes    the turn is flagged (🚩: disengagement, stagnation > 2,
                                       execution failure or loop) and ``keep_flagged``; takes
                                       from ``budget_per_minute``
@@ -19,7 +21,9 @@ reason                         keep   when
                                       ``exemplars_per_agent_per_minute`` per agent (and the
                                       total budget); over budget it falls through to the draw
 ``weighted:<category>``        yes    draw < baseline_rate + Σ weights of the categories the
-                                      conversation has shown; ``<category>`` is the heaviest
+                                      conversation has shown + ``priority_weight`` × priority
+                                      ÷ 100; ``<category>`` is the heaviest (``priority`` when
+                                      only the priority term raised the probability)
 ``baseline``                   yes    draw < baseline_rate (the uninformative middle)
 ``not_conversation``           both   the trace carries no analysed conversation: kept unless
                                       ``non_conversation_traces`` is ``drop``
@@ -77,6 +81,7 @@ from otelsignals.signals.taxonomy import CATEGORIES, SATISFACTION
 # Keep reasons.
 SEVERE, POOR = "severe", "poor"  # and any other bucket named in keep_qualities
 SESSION = "session"
+PRIORITY = "priority"
 FLAGGED = "flagged"
 EXEMPLAR = "exemplar"
 WEIGHTED = "weighted:"  # + the category
@@ -118,6 +123,10 @@ def validate_sampler_config(config: SamplerConfig, prefix: str = "sampler") -> S
             raise ConfigError(f"{prefix}.category_weights.{category}", "expected a number") from None
         if not value >= 0.0:  # NaN too
             raise ConfigError(f"{prefix}.category_weights.{category}", "must not be negative")
+    if not 0.0 <= float(config.keep_priority):  # NaN too; above 100 turns the rule off
+        raise ConfigError(f"{prefix}.keep_priority", "must not be negative")
+    if not 0.0 <= float(config.priority_weight) <= 1.0:
+        raise ConfigError(f"{prefix}.priority_weight", "must be between 0 and 1")
     if config.non_conversation_traces not in ("keep", "drop"):
         raise ConfigError(f"{prefix}.non_conversation_traces", "must be keep or drop")
     for key in ("max_sessions", "max_agents"):
@@ -184,6 +193,8 @@ class TriageSampler:
             key=lambda item: -item[1],
         )
         self._baseline = float(config.baseline_rate)
+        self._keep_priority = float(config.keep_priority)
+        self._priority_weight = float(config.priority_weight)
         now = clock()
         self._budget = TokenBucket(config.budget_per_minute, now)
         self._exemplars = TokenBucket(config.exemplars_per_minute, now)
@@ -229,6 +240,9 @@ class TriageSampler:
         if state.kept:
             return SESSION
         now = self._clock()
+        priority = analysis.priority.value
+        if priority >= self._keep_priority:
+            return self._take(PRIORITY, now)
         if self.config.keep_flagged and score.flagged:
             return self._take(FLAGGED, now)
         exemplar = self._is_exemplar(analysis)
@@ -248,8 +262,9 @@ class TriageSampler:
             if weight > 0 and score.counts.get(category, 0) > 0:
                 probability += weight
                 heaviest = heaviest or category
-        if heaviest is not None and draw < probability:
-            return self._take(WEIGHTED + heaviest, now)
+        probability += self._priority_weight * priority / 100.0
+        if draw < probability and (heaviest is not None or priority > 0):
+            return self._take(WEIGHTED + heaviest if heaviest is not None else PRIORITY, now)
         return EXEMPLAR_BUDGET_EXHAUSTED if exemplar else SAMPLED_OUT
 
     def _take(self, reason: str, now: float) -> str:

@@ -8,7 +8,7 @@ answers) lives in ``memory``, a dict the caller keeps per conversation and per d
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,8 @@ class DetectionContext:
     new_llm_calls: list[LlmCall] = field(default_factory=list)  # model calls this trace made
     memory: dict[str, Any] = field(default_factory=dict)  # kept by the caller between calls
     baseline_user_turns: int = BASELINE_USER_TURNS
+    # Instances per leaf type found by earlier calls on this conversation (read only).
+    prior_counts: Mapping[str, int] = field(default_factory=dict)
     # Work shared by several detectors within one call (e.g. classifying failed tool results once
     # for the eleven failure and exhaustion leaves); not kept between calls.
     scratch: dict[Any, Any] = field(default_factory=dict)

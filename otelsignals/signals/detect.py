@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from otelsignals.model import SignalInstance
-from otelsignals.signals import environment, errors, execution, interaction
+from otelsignals.signals import environment, errors, execution, handoff, interaction
 from otelsignals.signals import taxonomy as t
 from otelsignals.signals.base import DetectionContext, Detector
 
@@ -35,6 +35,8 @@ DETECTORS: tuple[Registered, ...] = (
     Registered(t.SATISFACTION, interaction.detect_gratitude, needs_content=True),
     Registered(t.SATISFACTION, interaction.detect_confirmation, needs_content=True),
     Registered(t.SATISFACTION, interaction.detect_success, needs_content=True),
+    # A transfer tool call is structure; its announcement in text is read when content is there.
+    Registered(t.HANDOFF_CATEGORY, handoff.detect_handoff, needs_content=False),
     # Tool executions and model-call failures come from span status, error.type, HTTP codes and
     # exception events: structure, not content.
     *(Registered(t.FAILURE, d, needs_content=False) for d in execution.EXECUTION_DETECTORS[:5]),
@@ -47,6 +49,7 @@ def warm_up() -> None:
     """Load and compile the phrase libraries now, so the first analysed trace does not pay for it."""
     interaction.phrase_library()
     errors.library()
+    handoff.library()
 
 
 def detect(context: DetectionContext) -> tuple[list[SignalInstance], list[str]]:
@@ -60,5 +63,6 @@ def detect(context: DetectionContext) -> tuple[list[SignalInstance], list[str]]:
                 skipped.append(entry.group)
             continue
         found.extend(entry.detector(context))
+    found = handoff.settle(found, context.prior_counts)
     found.sort(key=lambda signal: (signal.message_index, signal.type))
     return found, skipped

@@ -11,6 +11,10 @@ TAXONOMY: dict[str, dict[str, tuple[str, ...]]] = {
         "stagnation": ("dragging", "repetition"),
         "disengagement": ("escalation", "quit", "negative_stance"),
         "satisfaction": ("gratitude", "confirmation", "success"),
+        # The agent handing the conversation to a person (a transfer tool call or its announcement).
+        # Not part of SPEC §3's twenty leaves: it is what the agent did, neither good nor bad by
+        # itself, so the §8 quality score ignores it and the triage priority weighs it (triage.py).
+        "handoff": ("transfer",),
     },
     "execution": {
         "failure": ("invalid_args", "bad_query", "tool_not_found", "auth_misuse", "state_error"),
@@ -38,6 +42,12 @@ LEAF_TYPES: tuple[str, ...] = tuple(
     for leaf in leaves
 )
 
+# The leaves the labelled corpora (tests/corpus*) annotate: SPEC §3's table. The hand-off is what
+# the agent did rather than a finding about the conversation; its own tests cover it.
+LABELLED_LEAF_TYPES: tuple[str, ...] = tuple(
+    leaf for leaf in LEAF_TYPES if not leaf.startswith("interaction.handoff.")
+)
+
 
 def category_of(signal_type: str) -> str:
     """``interaction.disengagement.escalation`` → ``interaction.disengagement``."""
@@ -56,6 +66,7 @@ NEGATIVE_STANCE = "interaction.disengagement.negative_stance"
 GRATITUDE = "interaction.satisfaction.gratitude"
 CONFIRMATION = "interaction.satisfaction.confirmation"
 SUCCESS = "interaction.satisfaction.success"
+HANDOFF = "interaction.handoff.transfer"
 INVALID_ARGS = "execution.failure.invalid_args"
 BAD_QUERY = "execution.failure.bad_query"
 TOOL_NOT_FOUND = "execution.failure.tool_not_found"
@@ -75,6 +86,7 @@ MISALIGNMENT = "interaction.misalignment"
 STAGNATION = "interaction.stagnation"
 DISENGAGEMENT = "interaction.disengagement"
 SATISFACTION = "interaction.satisfaction"
+HANDOFF_CATEGORY = "interaction.handoff"
 FAILURE = "execution.failure"
 LOOPS = "execution.loops"
 EXHAUSTION = "environment.exhaustion"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from otelsignals.model import LlmCall, Message, Role, ToolResult
-from otelsignals.signals.taxonomy import LEAF_TYPES, category_of
+from otelsignals.signals.taxonomy import LABELLED_LEAF_TYPES, category_of
 from tests.corpus import CorpusConversation
 
 CONV_KEYS = {"id", "domain", "informative", "notes", "messages", "llm_calls", "expected", "near_misses"}
@@ -24,7 +24,7 @@ LLM_CALL_KEYS = {"after_message", "failed", "status_code", "error_type", "error_
 
 USER_LEAVES = {
     leaf
-    for leaf in LEAF_TYPES
+    for leaf in LABELLED_LEAF_TYPES
     if leaf.startswith("interaction.")
     and leaf not in ("interaction.stagnation.dragging", "interaction.stagnation.repetition")
 }
@@ -136,7 +136,7 @@ def check_expected_labels(conv: CorpusConversation) -> None:
     users = user_positions(conv.messages)
     for leaf, idx in conv.expected:
         where = f"{conv.id}: {leaf} @ {idx}"
-        assert leaf in LEAF_TYPES, where
+        assert leaf in LABELLED_LEAF_TYPES, where
         assert 0 <= idx < n, where
         m = conv.messages[idx]
         if leaf in USER_LEAVES:
@@ -234,7 +234,7 @@ def check_loop_labels(conv: CorpusConversation) -> None:
 def check_near_misses(conv: CorpusConversation) -> None:
     expected = set(conv.expected)
     for nm in conv.near_misses:
-        assert nm.looks_like in LEAF_TYPES, conv.id
+        assert nm.looks_like in LABELLED_LEAF_TYPES, conv.id
         assert 0 <= nm.message_index < len(conv.messages), conv.id
         assert (nm.looks_like, nm.message_index) not in expected, f"{conv.id}: {nm} is also expected"
         assert nm.why.strip(), conv.id

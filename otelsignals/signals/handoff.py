@@ -1,0 +1,168 @@
+"""The agent handing the conversation to a person: ``interaction.handoff.transfer``.
+
+Evidence (``phrases/handoff.yaml``): a tool call whose name pairs a transfer verb with a person
+(``transfer_to_human_agents``), or an assistant message announcing the transfer ("You are being
+transferred to a human agent"); offers ("would you like me to transfer you?") and negations ("I
+can't transfer you") are not a transfer. One instance per user turn: the tool call and the
+announcement that follows it are one hand-off.
+
+Who asked, and after what, is settled in :func:`settle` once every detector has run on the trace:
+
+- ``asked_by: "user"`` when the trace's escalation signal (the user asking for a person) comes
+  before the hand-off, else ``"agent"``;
+- ``after``: the friction categories the conversation showed before the hand-off (misalignment,
+  disengagement, stagnation, execution failures and loops, exhaustion).
+
+A user's request for a person that the agent honours **with no friction before it** (the agent
+declined per policy, the user asked to be transferred) is the hand-off's request, not a
+disengagement: the escalation instance is dropped and the hand-off says ``asked_by: "user"``. After
+friction the escalation stays, as SPEC §3 reads it. The request and the hand-off must be analysed
+in the same trace (one user turn); a hand-off in a later trace leaves an earlier escalation as it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from otelsignals.model import Role, SignalInstance
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext
+from otelsignals.signals.matching import PhraseGroup, PhraseMatcher, snippet
+
+CONF_TOOL = 0.95
+CONF_ANNOUNCEMENT = 0.85
+# Categories that count as friction before a hand-off. Satisfaction is not friction, and the
+# escalation the hand-off answers is judged by this very rule.
+FRICTION_CATEGORIES = (
+    tx.MISALIGNMENT,
+    tx.DISENGAGEMENT,
+    tx.STAGNATION,
+    tx.FAILURE,
+    tx.LOOPS,
+    tx.EXHAUSTION,
+)
+_NAME_PARTS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")  # linear: tool names are short, bounded below
+_NAME_LIMIT = 128
+
+
+@dataclass(frozen=True)
+class HandoffLibrary:
+    verbs: frozenset[str]
+    people: frozenset[str]
+    announcements: PhraseMatcher
+    data: Mapping[str, Any]
+
+    def is_handoff_tool(self, name: str | None) -> bool:
+        if not isinstance(name, str) or not name:
+            return False
+        words = {part.lower() for part in _NAME_PARTS.findall(name[:_NAME_LIMIT])}
+        return bool(words & self.verbs) and bool(words & self.people)
+
+    def announcement(self, text: str) -> tuple[int, int] | None:
+        """(start, end) of the first announcement in ``text`` that is neither negated nor quoted."""
+        for match in self.announcements.find(text):
+            if not match.negated and not match.quoted:
+                return match.start, match.end
+        return None
+
+
+def parse_library(data: Mapping[str, Any]) -> HandoffLibrary:
+    tools, said = data["tool_names"], data["announcements"]
+    group = PhraseGroup(
+        name="announcement",
+        phrases=tuple(said["phrases"]),
+        exclude=tuple(said.get("exclude", ())),
+    )
+    return HandoffLibrary(
+        verbs=frozenset(str(word).lower() for word in tools["verbs"]),
+        people=frozenset(str(word).lower() for word in tools["people"]),
+        announcements=PhraseMatcher([group]),
+        data=data,
+    )
+
+
+@functools.cache
+def library() -> HandoffLibrary:
+    source = resources.files("otelsignals.signals").joinpath("phrases", "handoff.yaml")
+    return parse_library(yaml.safe_load(source.read_text(encoding="utf-8")))
+
+
+_DONE_KEY = "handoff:next"
+_TURN_KEY = "handoff:this_turn"  # a hand-off was found since the latest user message
+
+
+def detect_handoff(ctx: DetectionContext) -> list[SignalInstance]:
+    lib = library()
+    done = ctx.memory.get(_DONE_KEY)
+    start = ctx.new_from
+    if isinstance(done, int):
+        start = max(start, done - ctx.conversation.message_offset)
+    found: list[SignalInstance] = []
+    handed_off = bool(ctx.memory.get(_TURN_KEY))
+    for index in range(max(0, start), len(ctx.messages)):
+        message = ctx.messages[index]
+        if message.role is Role.USER:
+            handed_off = False
+            continue
+        if handed_off:
+            continue
+        instance = _handoff_in(lib, message, ctx.absolute_index(index))
+        if instance is not None:
+            found.append(instance)
+            handed_off = True
+    ctx.memory[_TURN_KEY] = handed_off
+    ctx.memory[_DONE_KEY] = ctx.absolute_index(len(ctx.messages))
+    return found
+
+
+def _handoff_in(lib: HandoffLibrary, message: Any, index: int) -> SignalInstance | None:
+    if message.role is Role.ASSISTANT:
+        for call in message.tool_calls:
+            if lib.is_handoff_tool(call.name):
+                return _instance(index, CONF_TOOL, call.name, {"via": "tool", "tool": call.name})
+        if message.content:
+            span = lib.announcement(message.content)
+            if span is not None:
+                text = snippet(message.content, *span)
+                return _instance(index, CONF_ANNOUNCEMENT, text, {"via": "message"})
+    elif message.role is Role.TOOL and message.tool_result is not None:
+        # The tool span alone (message content not captured): its name still says what it did.
+        name = message.tool_result.name
+        if lib.is_handoff_tool(name):
+            return _instance(index, CONF_TOOL, name, {"via": "tool", "tool": name})
+    return None
+
+
+def _instance(index: int, confidence: float, text: str | None, metadata: dict[str, Any]) -> SignalInstance:
+    return SignalInstance(tx.HANDOFF, index, confidence, text, {"asked_by": "agent", **metadata})
+
+
+def settle(found: list[SignalInstance], prior_counts: Mapping[str, int]) -> list[SignalInstance]:
+    """Fill in who asked for each hand-off and after what friction; drop an escalation that a
+    frictionless hand-off answered (module docstring). ``found`` is one trace's instances."""
+    handoffs = [signal for signal in found if signal.type == tx.HANDOFF]
+    if not handoffs:
+        return found
+    dropped: set[int] = set()
+    for handoff in handoffs:
+        before = [signal for signal in found if signal.message_index < handoff.message_index]
+        requests = [signal for signal in before if signal.type == tx.ESCALATION]
+        friction = {
+            tx.category_of(leaf) for leaf, count in prior_counts.items() if count > 0
+        } | {tx.category_of(signal.type) for signal in before if signal.type != tx.ESCALATION}
+        after = [category for category in FRICTION_CATEGORIES if category in friction]
+        handoff.metadata["after"] = after
+        if requests:
+            handoff.metadata["asked_by"] = "user"
+            # Where, not what: message text leaves only as a snippet, which can be switched off.
+            handoff.metadata["request_index"] = requests[-1].message_index
+            if not after:
+                dropped.update(id(signal) for signal in requests)
+    return [signal for signal in found if id(signal) not in dropped]
