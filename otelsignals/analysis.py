@@ -9,8 +9,8 @@ from typing import Any
 from otelsignals.conversation import ConversationState, TraceUpdate
 from otelsignals.model import Role, SignalInstance
 from otelsignals.scoring import Score, score
-from otelsignals.signals.base import BASELINE_USER_TURNS, DetectionContext
 from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import BASELINE_USER_TURNS, DetectionContext
 from otelsignals.signals.detect import detect
 from otelsignals.triage import NO_PRIORITY, AgentBaselines, Priority, Shape, priority
 

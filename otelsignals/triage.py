@@ -131,7 +131,9 @@ def priority(score: Score, shape: Shape, handoff_after: Mapping[str, object] | N
         "turn_volume": TURN_VOLUME_WEIGHT * turn_volume(shape),
     }
     satisfied = (
-        leaves.get(tx.SUCCESS, 0) + leaves.get(tx.CONFIRMATION, 0) + GRATITUDE_SHARE * leaves.get(tx.GRATITUDE, 0)
+        leaves.get(tx.SUCCESS, 0)
+        + leaves.get(tx.CONFIRMATION, 0)
+        + GRATITUDE_SHARE * leaves.get(tx.GRATITUDE, 0)
     )
     damping = 1.0 - SATISFACTION_DAMPING * min(1.0, satisfied / 2.0)
     soft = {name: p * damping for name, p in soft.items()}
@@ -149,7 +151,9 @@ def _reasons(
     out: list[tuple[float, str]] = []
 
     def leaf_list(category: str) -> str:
-        named = sorted((leaf.rsplit(".", 1)[1], n) for leaf, n in leaves.items() if tx.category_of(leaf) == category)
+        named = sorted(
+            (leaf.rsplit(".", 1)[1], n) for leaf, n in leaves.items() if tx.category_of(leaf) == category
+        )
         return ", ".join(f"{name}×{n}" if n > 1 else name for name, n in named)
 
     for name, p in terms.items():

@@ -97,6 +97,8 @@ def test_documented_example_span(sidecar_and_sink):
         assert attrs["signals.quality_score"] == 0.0
         assert attrs["signals.turn_count"] == 4
         assert attrs["signals.efficiency_score"] == 1.0
+        assert attrs["signals.triage.priority"] >= 50.0
+        assert attrs["signals.interaction.handoff.count"] == 1
         assert attrs["signals.interaction.disengagement.count"] == 2
         assert attrs["signals.interaction.disengagement.severity"] == 1
         assert attrs["signals.escalation.requested"] is True
@@ -114,6 +116,9 @@ def test_documented_example_span(sidecar_and_sink):
     assert 0 < escalation["signal.confidence"] <= 1
     assert isinstance(orjson.loads(escalation["signal.metadata"]), dict)
     assert "signal.interaction.disengagement.negative_stance" in events
+    handoff = orjson.loads(events["signal.interaction.handoff.transfer"]["signal.metadata"])
+    assert handoff == {"asked_by": "user", "via": "message", "after": ["interaction.disengagement"],
+                       "request_index": 2}
     assert not root.events, "events go on the model-call span only"
 
 
@@ -194,7 +199,42 @@ def test_analyze_cli_prints_the_spec_json_lines(tmp_path):
     assert all(
         set(signal) == {"type", "message_index", "confidence", "snippet"} for signal in line["signals"]
     )
-    assert b"signals.quality" in out.read_bytes()
+    assert b"signals.quality" in out.read_bytes() and b"signals.triage.priority" in out.read_bytes()
+    # Frustration, a demand for a person and a hand-off: near the top of the priority scale.
+    assert line["priority"] >= 50 and line["priority_reasons"]
+    assert "interaction.handoff.transfer" in types
+
+
+def test_analyze_rank_prints_the_conversations_most_worth_a_look(tmp_path):
+    calm = documented_example()
+    path = tmp_path / "example.binpb"
+    path.write_bytes(encode_spans(calm).SerializeToString())
+    result = subprocess.run(
+        [sys.executable, "-m", "otelsignals.cli", "analyze", str(path), "--rank", "3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = [orjson.loads(x) for x in result.stdout.splitlines()]
+    assert (line["rank"], line["conversation_id"]) == (1, "sess-doc-example")
+    assert line["priority"] >= 50
+    assert any("asked for a person" in reason for reason in line["reasons"])
+    assert any("handed the user to a person" in reason for reason in line["reasons"])
+    text = subprocess.run(
+        [sys.executable, "-m", "otelsignals.cli", "analyze", str(path), "--rank", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert text.stdout.startswith("  1. ") and "sess-doc-example" in text.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "otelsignals.cli", "analyze", str(path), "--rank", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "--rank" in bad.stderr
 
 
 def test_analyze_cli_reports_unreadable_input(tmp_path):

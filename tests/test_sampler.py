@@ -23,6 +23,7 @@ from otelsignals.pipeline.sampler import (
 from otelsignals.scoring import Score
 from otelsignals.signals.taxonomy import CATEGORIES
 from otelsignals.telemetry import metric_total
+from otelsignals.triage import Priority
 
 CONTEXT = ScopeContext(None, "", None, "")
 SCORES = {"excellent": 80.0, "good": 65.0, "neutral": 50.0, "poor": 30.0, "severe": 0.0}
@@ -44,6 +45,7 @@ def analysis(
     efficiency: float = 1.0,
     agent: str | None = "agent-a",
     span_id: bytes = b"\x02" * 8,
+    priority: float = 0.0,
 ) -> Analysis:
     all_counts = dict.fromkeys(CATEGORIES, 0) | (counts or {})
     score = Score(
@@ -60,7 +62,7 @@ def analysis(
         tools_used=False,
         tools_all_succeeded=True,
     )
-    return Analysis(conversation, b"\x01" * 16, span_id, agent, score)
+    return Analysis(conversation, b"\x01" * 16, span_id, agent, score, priority=Priority(priority, {}, []))
 
 
 def tid(n: int) -> bytes:
@@ -190,6 +192,24 @@ def test_category_weights_raise_the_keep_probability() -> None:
     both = analysis("y", counts={"environment.exhaustion": 1, "execution.failure": 2}, flagged=True)
     assert s.decide(tid(n), "y", both).reason in ("baseline", "weighted:execution.failure")
     assert s.decide(tid(n + 1), "y", both).keep
+
+
+def test_high_priority_is_kept_within_budget_ahead_of_the_draw() -> None:
+    s = sampler(baseline_rate=0.0, budget_per_minute=2, keep_flagged=False, priority_weight=0.0)
+    decisions = [s.decide(tid(i), f"p{i}", analysis(f"p{i}", priority=72.5)) for i in range(3)]
+    assert [(d.keep, d.reason) for d in decisions] == [(True, "priority")] * 2 + [(False, "budget_exhausted")]
+    below = s.decide(tid(9), "low", analysis("low", priority=49.9))
+    assert (below.keep, below.reason) == (False, "sampled_out")
+
+
+def test_priority_raises_the_keep_probability_of_the_draw() -> None:
+    n = 4000
+    s = sampler(baseline_rate=0.05, budget_per_minute=1e9, keep_priority=101, priority_weight=0.5)
+    decisions = [s.decide(tid(i), f"q{i}", analysis(f"q{i}", priority=40.0)) for i in range(n)]
+    kept = [d for d in decisions if d.keep]
+    expected = 0.05 + 0.5 * 0.40
+    assert abs(len(kept) / n - expected) < 4 * math.sqrt(expected * (1 - expected) / n)
+    assert {d.reason for d in kept} == {"baseline", "priority"}
 
 
 def test_replicas_agree() -> None:
@@ -358,6 +378,8 @@ def test_decisions_are_counted_by_reason_and_exported() -> None:
         ({"category_weights": {"execution.failure": -1}}, "sampler.category_weights.execution.failure"),
         ({"budget_per_minute": -1}, "sampler.budget_per_minute"),
         ({"max_sessions": 0}, "sampler.max_sessions"),
+        ({"keep_priority": -5}, "sampler.keep_priority"),
+        ({"priority_weight": 2.0}, "sampler.priority_weight"),
     ],
 )
 def test_bad_config_names_the_key(options: dict[str, object], key: str) -> None:

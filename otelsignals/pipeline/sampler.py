@@ -123,7 +123,7 @@ def validate_sampler_config(config: SamplerConfig, prefix: str = "sampler") -> S
             raise ConfigError(f"{prefix}.category_weights.{category}", "expected a number") from None
         if not value >= 0.0:  # NaN too
             raise ConfigError(f"{prefix}.category_weights.{category}", "must not be negative")
-    if not 0.0 <= float(config.keep_priority):  # NaN too; above 100 turns the rule off
+    if not float(config.keep_priority) >= 0.0:  # NaN too; above 100 turns the rule off
         raise ConfigError(f"{prefix}.keep_priority", "must not be negative")
     if not 0.0 <= float(config.priority_weight) <= 1.0:
         raise ConfigError(f"{prefix}.priority_weight", "must be between 0 and 1")

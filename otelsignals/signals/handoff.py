@@ -154,9 +154,9 @@ def settle(found: list[SignalInstance], prior_counts: Mapping[str, int]) -> list
     for handoff in handoffs:
         before = [signal for signal in found if signal.message_index < handoff.message_index]
         requests = [signal for signal in before if signal.type == tx.ESCALATION]
-        friction = {
-            tx.category_of(leaf) for leaf, count in prior_counts.items() if count > 0
-        } | {tx.category_of(signal.type) for signal in before if signal.type != tx.ESCALATION}
+        friction = {tx.category_of(leaf) for leaf, count in prior_counts.items() if count > 0} | {
+            tx.category_of(signal.type) for signal in before if signal.type != tx.ESCALATION
+        }
         after = [category for category in FRICTION_CATEGORIES if category in friction]
         handoff.metadata["after"] = after
         if requests:

@@ -1,0 +1,106 @@
+"""The agent handing over to a person (interaction.handoff.transfer), and how it settles escalations."""
+
+from __future__ import annotations
+
+import pytest
+
+from otelsignals.model import Conversation, Message, Role, SignalInstance, ToolCall, ToolResult
+from otelsignals.signals import handoff
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext
+from otelsignals.signals.detect import detect
+
+LIB = handoff.library()
+DATA = LIB.data
+
+
+@pytest.mark.parametrize("name", DATA["tool_names"]["positives"])
+def test_handoff_tool_names(name: str) -> None:
+    assert LIB.is_handoff_tool(name)
+
+
+@pytest.mark.parametrize("name", DATA["tool_names"]["near_misses"])
+def test_tool_names_that_are_not_a_handoff(name: str) -> None:
+    assert not LIB.is_handoff_tool(name)
+
+
+@pytest.mark.parametrize("text", DATA["announcements"]["positives"])
+def test_announcements(text: str) -> None:
+    assert LIB.announcement(text) is not None
+
+
+@pytest.mark.parametrize("text", DATA["announcements"]["near_misses"])
+def test_offers_negations_and_money_transfers_are_not_a_handoff(text: str) -> None:
+    assert LIB.announcement(text) is None
+
+
+def run(messages: list[Message], prior: dict[str, int] | None = None) -> list[SignalInstance]:
+    found, _ = detect(DetectionContext(Conversation("c", messages), new_from=0, prior_counts=prior or {}))
+    return found
+
+
+def transfer_call() -> list[Message]:
+    return [
+        Message(Role.ASSISTANT, None, [ToolCall("transfer_to_human_agents", {"summary": "refund"}, "t1")]),
+        Message(Role.TOOL, "Transfer successful", tool_result=ToolResult("t1", "transfer_to_human_agents")),
+        Message(Role.ASSISTANT, "YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON."),
+    ]
+
+
+def of(found: list[SignalInstance], leaf: str) -> list[SignalInstance]:
+    return [signal for signal in found if signal.type == leaf]
+
+
+def test_a_tool_call_and_its_announcement_are_one_handoff_by_the_agent() -> None:
+    found = run([Message(Role.USER, "My internet is down again."), *transfer_call()])
+    (signal,) = of(found, tx.HANDOFF)
+    assert signal.message_index == 1
+    assert signal.metadata == {
+        "asked_by": "agent",
+        "via": "tool",
+        "tool": "transfer_to_human_agents",
+        "after": [],
+    }
+
+
+def test_a_frictionless_request_the_agent_honours_is_the_handoffs_not_an_escalation() -> None:
+    found = run(
+        [
+            Message(Role.USER, "I'd like to change the name on my booking."),
+            Message(Role.ASSISTANT, "I'm sorry, name changes are not allowed under our policy."),
+            Message(Role.USER, "I understand. Could you transfer me to a human agent, please?"),
+            *transfer_call(),
+        ]
+    )
+    assert not of(found, tx.ESCALATION)
+    (signal,) = of(found, tx.HANDOFF)
+    assert signal.metadata["asked_by"] == "user" and signal.metadata["request_index"] == 2
+    assert signal.metadata["after"] == []
+
+
+def test_after_friction_the_users_demand_stays_an_escalation() -> None:
+    messages = [
+        Message(Role.USER, "My refund still hasn't arrived."),
+        Message(Role.ASSISTANT, "Refunds take 5-7 days."),
+        Message(Role.USER, "Get me a human agent now."),
+        *transfer_call(),
+    ]
+    found = run(messages, prior={tx.NEGATIVE_STANCE: 1})
+    assert of(found, tx.ESCALATION)
+    (signal,) = of(found, tx.HANDOFF)
+    assert signal.metadata["asked_by"] == "user"
+    assert signal.metadata["after"] == [tx.DISENGAGEMENT]
+
+
+def test_the_tool_span_alone_says_it_without_content() -> None:
+    result = ToolResult("t9", "escalate_to_human")
+    found = run([Message(Role.USER, None), Message(Role.TOOL, None, tool_result=result)])
+    assert [signal.metadata["via"] for signal in of(found, tx.HANDOFF)] == ["tool"]
+
+
+def test_one_handoff_per_user_turn_and_none_twice_for_the_same_messages() -> None:
+    messages = [Message(Role.USER, "help"), *transfer_call(), Message(Role.USER, "hello?"), *transfer_call()]
+    conversation = Conversation("c", messages)
+    context = DetectionContext(conversation, new_from=0)
+    assert [s.message_index for s in handoff.detect_handoff(context)] == [1, 5]
+    assert handoff.detect_handoff(DetectionContext(conversation, new_from=0, memory=context.memory)) == []

@@ -1,0 +1,129 @@
+"""The triage priority (otelsignals/triage.py): each term, the satisfaction rule, the agent baseline."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from otelsignals.model import Conversation, Message, Role
+from otelsignals.scoring import score
+from otelsignals.signals import taxonomy as tx
+from otelsignals.triage import (
+    COLD_TOOL_CALLS_FULL,
+    AgentBaselines,
+    Shape,
+    priority,
+    tool_volume,
+    turn_volume,
+)
+
+QUIET = Shape(user_turns=3, tool_calls=2, median_user_turns=4, median_tool_calls=3)
+
+
+def scored(**leaf_counts: int):
+    """A Score with the given leaf counts (leaf names without layer/category) on a 3-turn conversation."""
+    by_name = {leaf.rsplit(".", 1)[1]: leaf for leaf in tx.LEAF_TYPES}
+    conversation = Conversation("c", [Message(Role.USER, "hi"), Message(Role.ASSISTANT, "hello")] * 3)
+    return score(conversation, {by_name[name]: n for name, n in leaf_counts.items()})
+
+
+def test_a_quiet_conversation_has_no_priority() -> None:
+    result = priority(scored(), QUIET)
+    assert result.value == 0.0 and result.terms == {} and result.reasons == []
+
+
+@pytest.mark.parametrize(
+    ("leaves", "term"),
+    [
+        ({"state_error": 1}, "execution_failures"),
+        ({"oscillation": 1}, "execution_loops"),
+        ({"timeout": 1}, "environment_exhaustion"),
+        ({"escalation": 1}, "escalation_or_quit"),
+        ({"quit": 1}, "escalation_or_quit"),
+        ({"transfer": 1}, "handoff"),
+        ({"negative_stance": 1}, "negative_stance"),
+        ({"rephrase": 1}, "misalignment"),
+        ({"repetition": 1}, "repetition"),
+    ],
+)
+def test_each_kind_of_trouble_raises_the_priority_and_is_named(leaves: dict, term: str) -> None:
+    result = priority(scored(**leaves), QUIET)
+    assert result.value > 0 and set(result.terms) == {term}
+    assert result.reasons, "every term above the reporting floor is explained"
+
+
+def test_more_instances_rank_higher_but_saturate_below_100() -> None:
+    values = [priority(scored(state_error=n), QUIET).value for n in (1, 2, 4, 8)]
+    assert values == sorted(values) and len(set(values)) == 4
+    assert values[-1] < 100
+
+
+def test_hard_evidence_outranks_soft_evidence_of_the_same_count() -> None:
+    assert priority(scored(state_error=1), QUIET).value > priority(scored(rephrase=1), QUIET).value
+    assert priority(scored(escalation=1), QUIET).value > priority(scored(negative_stance=1), QUIET).value
+
+
+def test_satisfaction_never_cancels_a_failure() -> None:
+    failed = priority(scored(state_error=2, retry=1), QUIET).value
+    thanked = priority(scored(state_error=2, retry=1, gratitude=5, success=3, confirmation=2), QUIET).value
+    assert thanked == failed
+
+
+def test_satisfaction_damps_soft_evidence_at_most_by_a_third() -> None:
+    long_and_busy = Shape(user_turns=12, tool_calls=30, median_user_turns=4, median_tool_calls=3)
+    plain = priority(scored(rephrase=2), long_and_busy).value
+    satisfied = priority(scored(rephrase=2, success=2), long_and_busy).value
+    thanked = priority(scored(rephrase=2, gratitude=2), long_and_busy).value
+    assert satisfied < thanked < plain
+    assert satisfied >= 0.69 * plain  # damping 0.3 on the soft part only
+
+
+def test_tool_volume_is_measured_against_the_agents_own_median() -> None:
+    support = Shape(user_turns=4, tool_calls=12, median_user_turns=4, median_tool_calls=3)
+    coding = Shape(user_turns=4, tool_calls=12, median_user_turns=4, median_tool_calls=40)
+    assert tool_volume(coding) == 0.0
+    assert 0.0 < tool_volume(support) < 1.0
+    assert tool_volume(Shape(4, 18, 4, 3)) == pytest.approx(1.0)  # six times the median: full
+    assert priority(scored(), support).value > priority(scored(), coding).value == 0.0
+    assert any(
+        "12 tool calls (4.0× this agent's median of 3)" in r for r in priority(scored(), support).reasons
+    )
+
+
+def test_before_an_agent_has_a_baseline_fixed_scales_stand_in() -> None:
+    assert tool_volume(Shape(3, 0)) == 0.0
+    assert tool_volume(Shape(3, COLD_TOOL_CALLS_FULL)) == pytest.approx(1.0)
+    assert turn_volume(Shape(5, 0)) == 0.0 and turn_volume(Shape(15, 0)) == pytest.approx(1.0)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["state_error", "retry", "timeout", "escalation", "rephrase"]), st.integers(0, 6)
+    ),
+    st.sampled_from(["state_error", "retry", "timeout", "escalation", "rephrase", "transfer"]),
+    st.integers(0, 60),
+    st.integers(1, 30),
+)
+def test_more_trouble_never_lowers_the_priority(leaves: dict, extra: str, calls: int, turns: int) -> None:
+    shape = Shape(turns, calls, 5, 5)
+    before = priority(scored(**leaves), shape).value
+    after = priority(scored(**{**leaves, extra: leaves.get(extra, 0) + 1}), shape).value
+    assert 0.0 <= before <= after <= 100.0
+
+
+def test_agent_baselines_need_enough_conversations_and_stay_bounded() -> None:
+    baselines = AgentBaselines(window=20, min_conversations=5, max_agents=2, refresh=1)
+    for n in range(4):
+        baselines.record("support", f"c{n}", 4, n)
+    assert baselines.medians("support") is None
+    baselines.record("support", "c4", 6, 10)
+    assert baselines.medians("support") == (4.0, 2.0)
+    baselines.record("support", "c4", 8, 12)  # the same conversation grew: updated, not added
+    assert baselines.medians("support") == (4.0, 2.0)
+    for n in range(50):
+        baselines.record("support", f"d{n}", 3, 1)
+    assert baselines.medians("support") == (3.0, 1.0)  # only the 20 latest conversations count
+    baselines.record("coding", "x", 1, 1)
+    baselines.record("data", "y", 1, 1)
+    assert len(baselines) == 2 and baselines.medians("support") is None  # least recently seen forgotten
