@@ -1,0 +1,65 @@
+"""The triage priority on real agent conversations (bench/triage_real.py run as a test).
+
+The development set (../shared/data/agent-trajectories: 473 public tool-using agent conversations
+with their benchmark outcome) is converted to OTLP and analysed by the pipeline; the held-out half
+(split by task id, never used to design the priority) must rank failed conversations well ahead of
+random and of both trivial heuristics, and every failed tool result must carry a signal.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "triage_real.py"
+spec = importlib.util.spec_from_file_location("triage_real", BENCH)
+assert spec is not None and spec.loader is not None
+triage_real = importlib.util.module_from_spec(spec)
+sys.modules["triage_real"] = triage_real
+spec.loader.exec_module(triage_real)
+
+
+def test_auroc_and_lift_by_hand() -> None:
+    scores, labels = [4.0, 3.0, 2.0, 1.0], [True, False, True, False]
+    assert triage_real.auroc(scores, labels) == 0.75
+    assert triage_real.auroc([1.0, 1.0], [True, False]) == 0.5  # a tie counts half
+    assert triage_real.lift_at(scores, labels, 0.25) == 2.0  # top 1 of 4 is a failure; base rate 0.5
+    # Ties at the cut count by their expected share: one place, two tied conversations, one failed.
+    assert triage_real.lift_at([1.0, 1.0, 0.0, 0.0], [True, False, False, False], 0.25) == 2.0
+    assert triage_real.lift_at([1.0, 1.0, 0.0, 0.0], [True, False, True, False], 0.25) == 1.0
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory: pytest.TempPathFactory) -> list:
+    data = triage_real.DEFAULT_DATA
+    if not (data / "dev.jsonl").exists():
+        pytest.skip(f"the development set is not beside the checkout ({data})")
+    outcomes = triage_real.load_outcomes(data)
+    out = tmp_path_factory.mktemp("otlp")
+    triage_real.convert(data, out)
+    triage_real.analyse(out, outcomes)
+    return list(outcomes.values())
+
+
+def test_every_conversation_is_analysed(analysed: list) -> None:
+    assert len(analysed) == 473 and all(o.last is not None for o in analysed)
+
+
+def test_every_failed_tool_result_carries_a_failure_signal(analysed: list) -> None:
+    failed = [(o.id, index) for o in analysed for index in o.failed_results]
+    silent = [(o.id, index) for o in analysed for index in o.failed_results if index not in o.failure_signal_at]
+    assert len(failed) == 78 and not silent
+
+
+def test_the_held_out_half_ranks_failures_first(analysed: list) -> None:
+    held_out = [o for o in analysed if o.half == "B"]
+    labels = [o.failed for o in held_out]
+    ranked = {name: [key(o) for o in held_out] for name, key in triage_real.RANKINGS.items()}
+    priority = ranked["priority"]
+    assert triage_real.auroc(priority, labels) >= 0.70
+    assert triage_real.lift_at(priority, labels, 0.2) >= 1.5
+    for heuristic in ("tool calls", "user turns"):
+        assert triage_real.auroc(priority, labels) > triage_real.auroc(ranked[heuristic], labels), heuristic
