@@ -9,11 +9,12 @@ evidence terms, each the chance-like weight of one kind of trouble:
 
 Hard evidence (the agent or its tools demonstrably went wrong, or the user left), per instance n:
 
-    execution failures       1 − 0.75ⁿ   a failed tool call the agent caused or must handle
+    execution failures       1 − 0.85ⁿ   a failed tool call the agent caused or must handle (agents
+                                         often recover from one: weak alone, strong repeated)
     execution loops          1 − 0.70ⁿ   retry, drift, oscillation: the agent stuck repeating itself
     environment exhaustion   1 − 0.90ⁿ   the outside world failed (less the agent's doing)
     escalation + quit        1 − 0.60ⁿ   the user asked for a person or gave up
-    hand-off                 0.20        the agent passed the user to a person: it did not finish
+    hand-off                 0.30        the agent passed the user to a person: it did not finish
 
 Soft evidence (the conversation was hard going):
 
@@ -51,11 +52,11 @@ from otelsignals.scoring import Score
 from otelsignals.signals import taxonomy as tx
 
 # Per-instance weights of the evidence terms (module docstring).
-FAILURE_WEIGHT = 0.25
+FAILURE_WEIGHT = 0.15
 LOOP_WEIGHT = 0.30
 EXHAUSTION_WEIGHT = 0.10
 DISENGAGED_WEIGHT = 0.40  # escalation and quit
-HANDOFF_WEIGHT = 0.20
+HANDOFF_WEIGHT = 0.30
 NEGATIVE_STANCE_WEIGHT = 0.15
 MISALIGNMENT_WEIGHT = 0.12
 REPETITION_WEIGHT = 0.25
