@@ -9,10 +9,21 @@ Phrases come from ``phrases/interaction.yaml`` (data, with positive and near-mis
 group), matched by one :class:`~otelsignals.signals.matching.PhraseMatcher` built on first use. A hit
 counts when it is neither quoted nor (for groups that respect negation) negated.
 
-Misalignment, satisfaction and quit need an assistant turn before the message: there is nothing to
+Misalignment, satisfaction and quit read most phrases only after an assistant turn: there is nothing to
 correct, clarify or be satisfied with yet, "thanks in advance" is not satisfaction, and a first
-message "cancel my subscription" is the task, not the user leaving. Escalation and negative stance
-fire on any user message.
+message "cancel my subscription" is the task, not the user leaving. But the sidecar often sees a
+conversation only from the middle, so the phrase groups marked ``first_message`` (unambiguous
+statements: "I'm confused.", "forget it, I'll just go to the store", "that's exactly what I needed",
+"that fixed it") also fire on a user message with no assistant turn before it; context-dependent
+signals (a correction, a rephrase, a term question, gratitude) still need one. Escalation and
+negative stance fire on any user message.
+
+Context rules (cue lists in the YAML's ``cues`` section, matched by a second PhraseMatcher):
+negative stance is dropped when the message blames a third party or the world ("my flight got
+delayed again, so frustrating") and nothing in it points at the agent, the chat or the service
+("you keep…", "this chat"); a confirmation made of acknowledgements only ("got it", "I see",
+"understood", the ``acknowledgement`` groups) is dropped when the agent's last answer refused or gave
+bad news ("unfortunately…", "I can't…"): accepting bad news is not satisfaction.
 
 Confidence of a phrase hit (documented rule, :func:`phrase_confidence`): the group's base confidence
 from the YAML, minus 0.15 when a word matched through a typo, plus 0.05 when the phrase is the whole
@@ -166,6 +177,17 @@ class GroupSpec:
     # a trouble cue ("it crashed", "which is down", "by mistake"): it counts (as its signal) only beside
     # a bare praise word and no other satisfaction ("which is down. brilliant."), see _sarcastic
     with_praise: bool = False
+    # also fires on a user message with no assistant turn before it (the first message as the sidecar
+    # sees it); other groups of misalignment, satisfaction and quit need an assistant turn first
+    first_message: bool = False
+    # dropped when its clause closes with a single "?" ("really?" is surprise; "really??" and
+    # "really." are not)
+    unless_plain_question: bool = False
+    # a bare acknowledgement ("got it", "I see"): confirmation only when the agent's last answer did
+    # not refuse or give bad news (see detect_confirmation)
+    acknowledgement: bool = False
+    opening_positives: tuple[str, ...] = ()  # sent as the first message: must fire the group
+    opening_near_misses: tuple[str, ...] = ()  # sent as the first message: must fire nothing of it
 
 
 @dataclass(frozen=True)
@@ -175,9 +197,18 @@ class PhraseLibrary:
     # words a sarcastic confirmation is made of ("great", "super helpful", "oh wonderful"): a confirmation
     # hit all of whose words are praise words can be sarcasm (see _sarcastic)
     praise_words: frozenset[str] = frozenset()
+    # context cues (the YAML's ``cues``): third_party, agent (in user text), bad_news (in the agent's)
+    cues: PhraseMatcher | None = None
+    cue_examples: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
 
     def signal_of(self, group: str) -> str:
         return self.groups[group].signal
+
+    def cue_hits(self, text: str) -> frozenset[str]:
+        """Names of the cue lists with an unquoted, un-negated hit in ``text``."""
+        if self.cues is None:
+            return frozenset()
+        return frozenset(m.group for m in self.cues.find(text) if not (m.quoted or m.negated))
 
 
 def parse_library(data: dict[str, Any]) -> PhraseLibrary:
@@ -210,6 +241,11 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             bool(entry.get("statement_only", False)),
             bool(entry.get("unless_complaining", False)),
             bool(entry.get("with_praise", False)),
+            bool(entry.get("first_message", False)),
+            bool(entry.get("unless_plain_question", False)),
+            bool(entry.get("acknowledgement", False)),
+            tuple(entry.get("opening_positives", ())),
+            tuple(entry.get("opening_near_misses", ())),
         )
     matcher = PhraseMatcher(
         (spec.group for spec in specs.values()),
@@ -221,7 +257,36 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
     praise = frozenset(
         word for phrase in data.get("praise_words", ()) for word in phrase_tokens(str(phrase))[0]
     )
-    return PhraseLibrary(matcher, specs, praise)
+    cue_groups: list[PhraseGroup] = []
+    examples: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    for name, entry in (data.get("cues") or {}).items():
+        if name not in _CUE_NAMES:
+            raise ValueError(f"cue list {name!r}: unknown (expected one of {sorted(_CUE_NAMES)})")
+        cue_groups.append(
+            PhraseGroup(
+                name=name,
+                phrases=tuple(entry.get("phrases", ())),
+                negation=entry.get("negation", "respect") == "respect",
+                exclude=tuple(entry.get("exclude", ())),
+            )
+        )
+        examples[name] = (tuple(entry.get("positives", ())), tuple(entry.get("near_misses", ())))
+    cues = (
+        PhraseMatcher(
+            cue_groups,
+            negators=data.get("negators", DEFAULT_NEGATORS),
+            protected_words=data.get("protected_words", ()),
+        )
+        if cue_groups
+        else None
+    )
+    return PhraseLibrary(matcher, specs, praise, cues, examples)
+
+
+THIRD_PARTY = "third_party"  # someone or something else caused the trouble ("the courier", "got delayed")
+AGENT = "agent"  # the user points at the agent, the chat or the service ("you keep…", "this chat")
+BAD_NEWS = "bad_news"  # an agent answer that refuses or gives bad news ("unfortunately", "I can't")
+_CUE_NAMES = frozenset([THIRD_PARTY, AGENT, BAD_NEWS])
 
 
 @functools.cache
@@ -243,6 +308,13 @@ class TextAnalysis:
     @property
     def satisfied(self) -> bool:
         return any(self.hits.get(signal) for signal in _SATISFACTION)
+
+    @functools.cached_property
+    def aimed_elsewhere(self) -> bool:
+        """The message blames a third party or the world and points at neither the agent, the chat nor
+        the service: its frustration is not a stance toward the agent."""
+        cues = phrase_library().cue_hits(self.scan.text)
+        return THIRD_PARTY in cues and AGENT not in cues
 
 
 class _AnalysisCache:
@@ -296,7 +368,12 @@ def analyse_text(text: str) -> TextAnalysis:
     accepted = [
         m
         for m in scan.matches
-        if not (m.quoted or m.negated or (groups[m.group].statement_only and asked(text, m.start, m.end)))
+        if not (
+            m.quoted
+            or m.negated
+            or (groups[m.group].statement_only and asked(text, m.start, m.end))
+            or (groups[m.group].unless_plain_question and plainly_asked(text, m.start, m.end))
+        )
     ]
     trouble = [m for m in accepted if groups[m.group].with_praise]
     if trouble:
@@ -345,6 +422,20 @@ def asked(text: str, start: int, end: int) -> bool:
     for char in text[end : end + QUESTION_LOOKAHEAD]:
         if char in _CLAUSE_CLOSERS:
             return char == "?"
+    return False
+
+
+def plainly_asked(text: str, start: int, end: int) -> bool:
+    """The hit's clause closes with one "?" and no further "?" or "!" ("really?", not "really??" or
+    "really?!"). Looks at most QUESTION_LOOKAHEAD characters past the hit."""
+    limit = min(len(text), end + QUESTION_LOOKAHEAD)
+    for at in range(end, limit):
+        char = text[at]
+        if char in _CLAUSE_CLOSERS:
+            if char != "?":
+                return False
+            following = text[at + 1] if at + 1 < len(text) else ""
+            return following not in ("?", "!")
     return False
 
 
@@ -398,19 +489,24 @@ def _user_texts(ctx: DetectionContext) -> list[tuple[int, str, bool]]:
     return found
 
 
-def _best_match(signal: str, analysis: TextAnalysis) -> tuple[float, Match] | None:
-    """The highest-confidence accepted hit of ``signal`` (the earliest among equals)."""
+def _best_match(signal: str, analysis: TextAnalysis, *, opening: bool = False) -> tuple[float, Match] | None:
+    """The highest-confidence accepted hit of ``signal`` (the earliest among equals); with ``opening``,
+    of the ``first_message`` groups only (a message with no assistant turn before it)."""
     matches = analysis.hits.get(signal)
+    groups = phrase_library().groups
+    if matches and opening:
+        matches = [m for m in matches if groups[m.group].first_message]
     if not matches:
         return None
-    groups = phrase_library().groups
     tokens = len(analysis.scan.tokens)
     scored = [(phrase_confidence(groups[m.group].group.confidence, m, tokens), m) for m in matches]
     return max(scored, key=lambda item: (item[0], -item[1].start))
 
 
-def _phrase_instance(signal: str, index: int, text: str, analysis: TextAnalysis) -> SignalInstance | None:
-    best = _best_match(signal, analysis)
+def _phrase_instance(
+    signal: str, index: int, text: str, analysis: TextAnalysis, *, opening: bool = False
+) -> SignalInstance | None:
+    best = _best_match(signal, analysis, opening=opening)
     if best is None:
         return None
     confidence, match = best
@@ -424,11 +520,12 @@ def _phrase_instance(signal: str, index: int, text: str, analysis: TextAnalysis)
 
 
 def _detect_phrases(ctx: DetectionContext, signal: str, *, after_assistant: bool) -> list[SignalInstance]:
+    """Phrase hits of ``signal`` in the new user messages; with ``after_assistant``, a message with no
+    assistant turn before it counts only its ``first_message`` groups."""
     found: list[SignalInstance] = []
     for i, text, follows in _user_texts(ctx):
-        if after_assistant and not follows:
-            continue
-        instance = _phrase_instance(signal, ctx.absolute_index(i), text, analyse_text(text))
+        opening = after_assistant and not follows
+        instance = _phrase_instance(signal, ctx.absolute_index(i), text, analyse_text(text), opening=opening)
         if instance is not None:
             found.append(instance)
     return found
@@ -632,11 +729,11 @@ def detect_clarification(ctx: DetectionContext) -> list[SignalInstance]:
     term the assistant just used is ("what's TARGETARCH?", "what is intune?")."""
     found: list[SignalInstance] = []
     for i, text, follows in _user_texts(ctx):
-        if not follows:
-            continue
         analysis = analyse_text(text)
-        instance = _phrase_instance(tx.CLARIFICATION, ctx.absolute_index(i), text, analysis)
-        if instance is None:
+        instance = _phrase_instance(
+            tx.CLARIFICATION, ctx.absolute_index(i), text, analysis, opening=not follows
+        )
+        if instance is None and follows:  # a term question needs the agent's words to ask about
             instance = _term_question(ctx, i, text, analysis)
         if instance is not None:
             found.append(instance)
@@ -1409,7 +1506,7 @@ def detect_negative_stance(ctx: DetectionContext) -> list[SignalInstance]:
             _rhetorical_cue(text, analysis),
         ]
         cues = [cue for cue in cues if cue is not None]
-        if cues:
+        if cues and not analysis.aimed_elsewhere:
             found.append(_stance_instance(ctx.absolute_index(i), text, cues))
     return found
 
@@ -1648,8 +1745,32 @@ def detect_gratitude(ctx: DetectionContext) -> list[SignalInstance]:
 
 
 def detect_confirmation(ctx: DetectionContext) -> list[SignalInstance]:
-    """Explicit satisfaction or understanding: "perfect", "exactly what I needed", "got it"."""
-    return _detect_phrases(ctx, tx.CONFIRMATION, after_assistant=True)
+    """Explicit satisfaction or understanding: "perfect", "exactly what I needed", "got it". A message
+    whose only confirmation is an acknowledgement ("got it", "I see", "understood") does not count
+    when the agent's last answer refused or gave bad news: the user accepts it, nothing more."""
+    found: list[SignalInstance] = []
+    groups = phrase_library().groups
+    for i, text, follows in _user_texts(ctx):
+        analysis = analyse_text(text)
+        instance = _phrase_instance(
+            tx.CONFIRMATION, ctx.absolute_index(i), text, analysis, opening=not follows
+        )
+        if instance is None:
+            continue
+        acknowledged = all(groups[m.group].acknowledgement for m in analysis.hits[tx.CONFIRMATION])
+        if acknowledged and _after_bad_news(ctx, i):
+            continue
+        found.append(instance)
+    return found
+
+
+def _after_bad_news(ctx: DetectionContext, i: int) -> bool:
+    """The nearest assistant message with text before local index ``i`` refuses or gives bad news."""
+    for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
+        message = ctx.messages[j]
+        if message.role is Role.ASSISTANT and message.content:
+            return BAD_NEWS in phrase_library().cue_hits(message.content[:REPETITION_COMPARE_CHARS])
+    return False
 
 
 def detect_success(ctx: DetectionContext) -> list[SignalInstance]:

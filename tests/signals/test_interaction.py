@@ -1554,3 +1554,136 @@ def test_stemming_catches_inflected_restatements() -> None:
     assert (
         it.stem("bus") == "bus" and it.stem("class") == "clas"
     )  # short words untouched; crude but same both sides
+
+
+# --- context rules: acknowledgements after bad news, complaints about the world, first messages ------
+
+REFUSAL = "Unfortunately that fare is non-refundable, so I can't cancel it for a refund."
+HELPFUL = "The defaults are in the DEFAULTS dict at the top of config.py."
+
+ACKNOWLEDGEMENT_AFTER_BAD_NEWS = ["I see.", "Understood.", "Got it.", "ok, noted", "fair enough", "ah I see"]
+
+
+@pytest.mark.parametrize("text", ACKNOWLEDGEMENT_AFTER_BAD_NEWS)
+def test_acknowledgement_after_bad_news_is_no_confirmation(text: str) -> None:
+    assert only(tx.CONFIRMATION, opened((U, "Cancel my flight please"), (A, REFUSAL), (U, text))) == []
+
+
+@pytest.mark.parametrize("text", ACKNOWLEDGEMENT_AFTER_BAD_NEWS)
+def test_acknowledgement_after_a_helpful_answer_is_confirmation(text: str) -> None:
+    assert_fires(tx.CONFIRMATION, opened((U, "Where are the defaults?"), (A, HELPFUL), (U, text)))
+
+
+@pytest.mark.parametrize(
+    "text", ["yes, that's correct", "perfect, that works", "that's exactly what I needed", "got it, perfect"]
+)
+def test_explicit_confirmation_after_bad_news_still_counts(text: str) -> None:
+    assert_fires(tx.CONFIRMATION, opened((U, "Cancel my flight please"), (A, REFUSAL), (U, text)))
+
+
+ELSEWHERE_NEAR_MISSES = [
+    "my flight got delayed again, so frustrating",
+    "the courier lost my parcel, this is ridiculous",
+    "my neighbours are drilling again, ugh",
+    "the weather ruined our picnic, so annoying",
+    "another company charged me twice, unbelievable",
+    "my flight got delayed again, so frustrating. can you rebook me?",
+    "Really?",
+    "Really? That's great",
+    "really? is it that cheap",
+]
+AT_THE_AGENT = [
+    "you keep asking the same thing",
+    "this is useless",
+    "I'm getting frustrated with this chat",
+    "the courier lost my parcel and you keep asking the same thing",
+    "my flight got delayed and your app shows nothing, so frustrating",
+    "really??",
+    "wow. really.",
+    "this is overwhelming",
+    "I'm getting discouraged",
+    "I feel like I'm going in circles",
+]
+
+
+@pytest.mark.parametrize("text", ELSEWHERE_NEAR_MISSES)
+def test_frustration_at_the_world_or_surprise_is_no_negative_stance(text: str) -> None:
+    assert only(tx.NEGATIVE_STANCE, opened((U, text))) == []
+
+
+@pytest.mark.parametrize("text", AT_THE_AGENT)
+def test_frustration_at_the_agent_is_negative_stance(text: str) -> None:
+    assert_fires(tx.NEGATIVE_STANCE, opened((U, text)))
+
+
+MISSED_REQUEST = [
+    "not really what I was asking",
+    "that's not quite what I meant",
+    "that doesn't answer my question",
+    "hmm, not exactly what I wanted",
+]
+
+
+@pytest.mark.parametrize("text", MISSED_REQUEST)
+def test_an_answer_that_missed_the_request_is_a_correction(text: str) -> None:
+    assert_fires(tx.CORRECTION, opened((U, "Does it ship to Canada?"), (A, "We ship worldwide."), (U, text)))
+
+
+FIRST_MESSAGE_POSITIVES = [
+    (tx.CLARIFICATION, "I'm confused, I don't understand these charges"),
+    (tx.CLARIFICATION, "I'm lost."),
+    (tx.QUIT, "forget it, I'll just go to the store"),
+    (tx.QUIT, "Forget it. I'll take my business elsewhere."),
+    (tx.CONFIRMATION, "perfect, that's exactly what I needed"),
+    (tx.SUCCESS, "thanks, that worked"),
+    (tx.ESCALATION, "I want to talk to a human"),
+]
+FIRST_MESSAGE_NEAR_MISSES = [
+    (tx.QUIT, "how do I quit vim?"),
+    (tx.CLARIFICATION, "I'm confused about which plan is cheaper, can you compare them?"),
+    (tx.CLARIFICATION, "I don't understand why my tests fail on CI"),
+    (tx.CORRECTION, "no, I meant the other one"),  # nothing to correct yet
+    (tx.CORRECTION, "that's not quite what I meant"),
+    (tx.REPHRASE, "let me rephrase: I want flights under $300"),
+    (tx.GRATITUDE, "thanks!"),  # gratitude is unchanged: it needs an answer to thank for
+    (tx.CONFIRMATION, "Perfect, now book it for Friday"),
+    (tx.CONFIRMATION, "Got it."),  # an acknowledgement needs something to acknowledge
+    (tx.SUCCESS, "It works on Linux, how about Windows?"),
+]
+
+
+@pytest.mark.parametrize(("signal", "text"), FIRST_MESSAGE_POSITIVES)
+def test_unambiguous_signals_fire_on_the_first_message(signal: str, text: str) -> None:
+    assert_fires(signal, [(U, text)])
+
+
+@pytest.mark.parametrize(("signal", "text"), FIRST_MESSAGE_NEAR_MISSES)
+def test_context_dependent_signals_need_an_assistant_turn(signal: str, text: str) -> None:
+    assert only(signal, [(U, text)]) == []
+
+
+def test_first_message_seen_after_a_system_prompt_still_counts_as_first() -> None:
+    assert_fires(
+        tx.QUIT, [("system", "You are a shop assistant."), (U, "forget it, I'll just go to the store")]
+    )
+
+
+CLOSINGS = [
+    "thanks, bye",
+    "Thanks, bye!",
+    "ok thanks bye",
+    "thank you, goodbye",
+    "cheers, bye",
+    "thanks, I'm done",
+    "thanks, that's all",
+    "no, that's all, thanks",
+    "thanks, have a nice day",
+    "ok bye then, thank you!",
+]
+
+
+@pytest.mark.parametrize("text", CLOSINGS)
+def test_a_polite_closing_is_gratitude_only(text: str) -> None:
+    turns = opened((U, "Book it"), (A, "Booked, ref AB12."), (U, text))
+    found = [i for i in run_incrementally(INTERACTION_DETECTORS, turns) if i.message_index == len(turns) - 1]
+    assert [i.type for i in found] == [tx.GRATITUDE]

@@ -113,3 +113,65 @@ def test_real_words_are_never_typo_corrected() -> None:
     }
     corrected = sorted(w for w in words - TYPO_TARGETS if speller.eligible(w) and speller.correct(w))
     assert corrected == []
+
+
+OPENING_POSITIVES = [(name, text) for name, spec in LIBRARY.groups.items() for text in spec.opening_positives]
+OPENING_NEAR_MISSES = [
+    (name, text) for name, spec in LIBRARY.groups.items() for text in spec.opening_near_misses
+]
+
+
+def fire_first(signal: str, text: str) -> list:
+    """The instances of ``signal`` for ``text`` sent as the conversation's first message."""
+    return of_type(run_incrementally([DETECTOR[signal]], [("user", text)]), signal)
+
+
+@pytest.mark.parametrize(
+    ("group", "text"), OPENING_POSITIVES, ids=[f"{g}:{t[:40]}" for g, t in OPENING_POSITIVES]
+)
+def test_opening_positive_fires_on_a_first_message(group: str, text: str) -> None:
+    spec = LIBRARY.groups[group]
+    assert spec.first_message, f"{group}: opening_positives need first_message: true"
+    assert group in {m.group for m in analyse_text(text).hits.get(spec.signal, [])}
+    (instance,) = fire_first(spec.signal, text)
+    assert instance.message_index == 0
+
+
+@pytest.mark.parametrize(
+    ("group", "text"), OPENING_NEAR_MISSES, ids=[f"{g}:{t[:40]}" for g, t in OPENING_NEAR_MISSES]
+)
+def test_opening_near_miss_fires_nothing_on_a_first_message(group: str, text: str) -> None:
+    assert fire_first(LIBRARY.signal_of(group), text) == []
+
+
+@pytest.mark.parametrize("name", [n for n, spec in LIBRARY.groups.items() if spec.first_message])
+def test_first_message_groups_are_documented_as_first_messages(name: str) -> None:
+    spec = LIBRARY.groups[name]
+    assert len(spec.opening_positives) >= 3 and len(spec.opening_near_misses) >= 4
+
+
+CUE_POSITIVES = [(name, text) for name, (pos, _) in LIBRARY.cue_examples.items() for text in pos]
+CUE_NEAR_MISSES = [(name, text) for name, (_, near) in LIBRARY.cue_examples.items() for text in near]
+
+
+def test_every_cue_list_is_there_and_documented() -> None:
+    assert set(LIBRARY.cue_examples) == {"third_party", "agent", "bad_news"}
+    for positives, near_misses in LIBRARY.cue_examples.values():
+        assert len(positives) >= 8 and len(near_misses) >= 8
+
+
+@pytest.mark.parametrize(("cue", "text"), CUE_POSITIVES, ids=[f"{c}:{t[:40]}" for c, t in CUE_POSITIVES])
+def test_cue_positive_hits_its_list(cue: str, text: str) -> None:
+    assert cue in LIBRARY.cue_hits(text)
+
+
+@pytest.mark.parametrize(("cue", "text"), CUE_NEAR_MISSES, ids=[f"{c}:{t[:40]}" for c, t in CUE_NEAR_MISSES])
+def test_cue_near_miss_misses_its_list(cue: str, text: str) -> None:
+    assert cue not in LIBRARY.cue_hits(text)
+
+
+def test_unknown_cue_list_is_rejected() -> None:
+    data = yaml.safe_load(YAML_PATH.read_text(encoding="utf-8"))
+    data["cues"]["weather"] = {"phrases": ["rain"]}
+    with pytest.raises(ValueError, match="cue list 'weather'"):
+        parse_library(data)
