@@ -47,6 +47,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from otelsignals.scoring import Score
 from otelsignals.signals import taxonomy as tx
@@ -113,7 +114,7 @@ def turn_volume(shape: Shape) -> float:
     return _log_ratio(shape.user_turns, shape.median_user_turns, TURN_VOLUME_FULL_RATIO)
 
 
-def priority(score: Score, shape: Shape, handoff_after: Mapping[str, object] | None = None) -> Priority:
+def priority(score: Score, shape: Shape, handoff: Mapping[str, Any] | None = None) -> Priority:
     """The priority of a conversation as it stands (``score``: its signals so far)."""
     leaves, counts = score.leaf_counts, score.counts
     disengaged = leaves.get(tx.ESCALATION, 0) + leaves.get(tx.QUIT, 0)
@@ -142,11 +143,11 @@ def priority(score: Score, shape: Shape, handoff_after: Mapping[str, object] | N
     for p in (*hard.values(), *soft.values()):
         untouched *= 1.0 - p
     terms = {name: round(p, 4) for name, p in (*hard.items(), *soft.items()) if p > 0}
-    return Priority(round(100.0 * (1.0 - untouched), 1), terms, _reasons(terms, score, shape, handoff_after))
+    return Priority(round(100.0 * (1.0 - untouched), 1), terms, _reasons(terms, score, shape, handoff))
 
 
 def _reasons(
-    terms: dict[str, float], score: Score, shape: Shape, handoff_after: Mapping[str, object] | None
+    terms: dict[str, float], score: Score, shape: Shape, handoff: Mapping[str, Any] | None
 ) -> list[str]:
     leaves = score.leaf_counts
     out: list[tuple[float, str]] = []
@@ -170,10 +171,9 @@ def _reasons(
             text = f"user asked for a person or gave up: {leaf_list(tx.DISENGAGEMENT)}"
         elif name == "handoff":
             text = "agent handed the user to a person"
-            if handoff_after:
-                asked = handoff_after.get("asked_by")
-                after = handoff_after.get("after")
-                text += f" (asked by {asked}" + (f", after {', '.join(map(str, after))})" if after else ")")
+            if handoff:
+                after = ", ".join(str(category) for category in handoff.get("after") or ())
+                text += f" (asked by {handoff.get('asked_by')}" + (f", after {after})" if after else ")")
         elif name == "negative_stance":
             text = f"user frustrated ({leaves.get(tx.NEGATIVE_STANCE, 0)}×)"
         elif name == "misalignment":
