@@ -161,6 +161,8 @@ def session_json(state: ConversationState, show_content: bool) -> dict[str, Any]
         "efficiency_score": current.efficiency_score,
         "turn_count": current.turn_count,
         "flagged": current.flagged,
+        "priority": state.priority.value,  # as of the latest analysed trace
+        "priority_reasons": state.priority.reasons,
         "trace_signals": [dataclasses.asdict(signals) for signals in traces],
         "session_metrics": [
             metric.as_dict() for metric in (agent_reliability(traces), agent_consistency(traces))

@@ -110,7 +110,8 @@ def rank(state: ConversationState, conversation_score: Score, baselines: AgentBa
     if baselines is not None:
         baselines.record(conversation.agent_id, conversation.key, shape.user_turns, shape.tool_calls)
     handoff = next((s.metadata for s in reversed(state.recent_signals) if s.type == tx.HANDOFF), None)
-    return priority(conversation_score, shape, handoff)
+    state.priority = priority(conversation_score, shape, handoff)
+    return state.priority
 
 
 def turn_latency_ms(update: TraceUpdate) -> float:

@@ -25,6 +25,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from otelsignals.conventions.base import HistoryCache, SpanReading, SpanView, ToolExecution
 from otelsignals.conventions.decoding import any_value, varint
 from otelsignals.model import Conversation, LlmCall, Message, Role, SignalInstance, ToolCall, ToolResult
+from otelsignals.triage import NO_PRIORITY, Priority
 
 # SPEC §2: the first of these set on any span of a trace names the conversation; else the trace id.
 CONVERSATION_KEY_ATTRIBUTES = (
@@ -168,6 +169,7 @@ class ConversationState:
     detector_memory: dict[str, Any] = field(default_factory=dict)
     leaf_counts: Counter[str] = field(default_factory=Counter)
     tool_results_seen: int = 0  # tool executions analysed so far (kept when messages are trimmed)
+    priority: Priority = NO_PRIORITY  # the triage priority after the latest analysed trace
     recent_signals: deque[SignalInstance] = field(default_factory=lambda: deque(maxlen=RECENT_SIGNALS))
     # Per analysed trace, for the session metrics and the session span (evals.TraceSignals; the
     # trace's analysed span; the assistant's latest answers for loop detection).

@@ -42,6 +42,10 @@ def test_demo_sends_the_bundled_traffic_through_the_sidecar_and_summarises(tmp_p
         for ss in rs.scope_spans
     )
     assert written == sent
+    # The conversations most worth a look come last, ranked, each with why.
+    ranking = result.stdout.split("most worth a look (triage priority)\n", 1)[1].splitlines()[:5]
+    priorities = [float(line.split()[1]) for line in ranking]
+    assert len(ranking) == 5 and priorities == sorted(priorities, reverse=True) and priorities[0] > 0
 
 
 def test_bad_config_stops_start_up_with_one_line_naming_the_key(tmp_path):

@@ -44,6 +44,9 @@ def test_demo_sessions_are_reassembled_live(tmp_path, snippets):
             assert [
                 m["tool_result"]["name"] for m in session["messages"] if "tool_result" in m
             ] == scripted_tools
+            assert 0.0 <= session["priority"] <= 100.0 and isinstance(session["priority_reasons"], list)
+            if session["flagged"]:
+                assert session["priority"] > 0 and session["priority_reasons"]
         with pytest.raises(urllib.error.HTTPError) as missing:
             get_session(sidecar, "no-such-session")
         assert missing.value.code == 404

@@ -33,4 +33,9 @@ def quality_report(states: Iterable[ConversationState], baseline: int) -> list[s
             f"  {state.conversation.key:<28} {state.conversation.agent_id or '-':<18} "
             f"{result.quality:<8} {result.quality_score:>5.1f}  {leaves}"
         )
+    ranked = sorted(states, key=lambda state: -state.priority.value)[:5]
+    lines.append("most worth a look (triage priority)")
+    for state in ranked:
+        why = "; ".join(state.priority.reasons[:2]) or "nothing stands out"
+        lines.append(f"  {state.conversation.key:<28} {state.priority.value:>5.1f}  {why}")
     return lines
