@@ -168,7 +168,14 @@ def _reasons(
         elif name == "environment_exhaustion":
             text = f"outside failures: {leaf_list(tx.EXHAUSTION)}"
         elif name == "escalation_or_quit":
-            text = f"user asked for a person or gave up: {leaf_list(tx.DISENGAGEMENT)}"
+            asked = ", ".join(
+                f"{leaf.rsplit('.', 1)[1]}×{leaves[leaf]}"
+                if leaves.get(leaf, 0) > 1
+                else leaf.rsplit(".", 1)[1]
+                for leaf in (tx.ESCALATION, tx.QUIT)
+                if leaves.get(leaf, 0)
+            )
+            text = f"user asked for a person or gave up: {asked}"
         elif name == "handoff":
             text = "agent handed the user to a person"
             if handoff:
