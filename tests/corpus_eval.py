@@ -33,7 +33,9 @@ class LeafScore:
 
 @dataclass
 class Evaluation:
-    leaves: dict[str, LeafScore] = field(default_factory=lambda: {leaf: LeafScore() for leaf in LABELLED_LEAF_TYPES})
+    leaves: dict[str, LeafScore] = field(
+        default_factory=lambda: {leaf: LeafScore() for leaf in LABELLED_LEAF_TYPES}
+    )
     misses: list[str] = field(default_factory=list)  # "conversation: type @ index (FP|FN)"
     qualities: dict[str, str] = field(default_factory=dict)  # conversation id -> final quality bucket
 

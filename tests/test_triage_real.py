@@ -50,7 +50,9 @@ def test_every_conversation_is_analysed(analysed: list) -> None:
 
 def test_every_failed_tool_result_carries_a_failure_signal(analysed: list) -> None:
     failed = [(o.id, index) for o in analysed for index in o.failed_results]
-    silent = [(o.id, index) for o in analysed for index in o.failed_results if index not in o.failure_signal_at]
+    silent = [
+        (o.id, index) for o in analysed for index in o.failed_results if index not in o.failure_signal_at
+    ]
     assert len(failed) == 78 and not silent
 
 

@@ -32,33 +32,57 @@ once. :func:`classify_failure` decides from the evidence a span gives, in this o
    normalised text (lower case, every run of non-word characters one space, so matches fall on word
    boundaries; linear time, no regex backtracking). A few phrases count only right after a subject
    ("Tool get_wether not found", "Route POST:/v1/x not found", "Timeout 30000ms exceeded": at most
-   one whitespace-separated word between) or right after the called tool's own name. Phrases marked
-   *strong* (they name the arguments or the response) beat ordinary ones, ordinary ones beat a
-   builtin exception name seen in the text; among equals the group earliest in ``PRIORITY`` wins
-   (most specific first: context_overflow, rate_limit, timeout, network, tool_not_found,
-   auth_misuse, state_error, malformed_response, invalid_args, bad_query, api_error).
+   one whitespace-separated word between; "call get_order_details first": at most three) or right
+   after the called tool's own name; a subject word ending a business noun of the YAML's
+   ``compounds`` is none ("Payment method 'pm_1' not found" is a missing record: bad_query). Two
+   shapes are read without phrases: a field name after "require(s)" / "missing" / "provide"
+   ("Delivery orders require delivery_info") and a bare Python KeyError ("Error: 'method_type'"),
+   both ``invalid_args`` for a missing field. Phrases marked *strong* (they name the arguments or
+   the response) beat ordinary ones, ordinary ones beat a builtin exception name seen in the text;
+   among equals the group earliest in ``PRIORITY`` wins (most specific first: context_overflow,
+   rate_limit, timeout, network, tool_not_found, auth_misuse, state_error, malformed_response,
+   invalid_args, bad_query, api_error), then the longest phrase.
+4. **Default.** A failed tool call none of the above explains is ``invalid_args`` at confidence
+   0.5, pattern and reason ``unclassified``: a tool that ran and answered with an error refused the
+   call as it was made; with no evidence about the outside world (no status, no exception, no known
+   wording) the call's inputs are the first suspect, and the failure stays in the agent-caused
+   layer rather than blaming the environment. So every failed tool result yields a signal. The one
+   exception: a cancelled or interrupted call (``CancelledError``, ``KeyboardInterrupt``…, the
+   YAML's ``ignored_exception_types``) is nobody's failure and classifies to nothing at all.
+
+**Reasons.** Every classification carries ``reason``, why the call was refused. Business-rule
+rejections and the other common refusals are named in the YAML's ``reasons`` (state_error:
+``insufficient_funds``, ``capacity``, ``wrong_state``, ``not_eligible``, ``precondition``;
+invalid_args: ``missing_field``, ``unexpected_field``, ``wrong_type``, ``invalid_value``,
+``amount_mismatch``; bad_query: ``not_found``, ``query_syntax``, ``no_results``). The reason is
+that of the deciding phrase, else of the best other reason phrase of the same group in the text (a
+409 saying "insufficient funds" is state_error for ``insufficient_funds``), else what decided:
+the group's own name (an ordinary phrase), ``http_status``, ``exception``, ``error_code``, or
+``unclassified`` (the default above, and an unexplained failed model call).
 
 A model call (``source="llm_call"``) has no execution layer: a leaf of the execution layer becomes
 ``api_error``, 413 is ``context_overflow``, and a failed call with no usable evidence is
-``api_error`` at low confidence. A tool failure with no usable evidence classifies to nothing, and a
-cancelled or interrupted call (``CancelledError``, ``KeyboardInterrupt``…) to nothing at all.
+``api_error`` at low confidence (its existing default; the tool default above does not apply).
 
 Confidence: HTTP status or exception type / error code → 0.95 (a generic 4xx refined by text →
 0.9; 400/405/413/414/415/422 → invalid_args by default → 0.9; 404 → bad_query by default → 0.75;
 any other 4xx by default → 0.6; a status read from the error text → 0.9); a message-text match →
-0.8; a weak builtin exception alone → 0.75; an unexplained failed model call → 0.5.
+0.8; a weak builtin exception alone (or a bare KeyError) → 0.75; an unexplained failed tool or
+model call → 0.5.
 
 A successful tool result is never classified: :func:`tool_failure` only looks at results whose span
 failed (``ToolResult.is_error``, or the HTTP status ≥ 400 / error type it derives from) or whose
 content is unmistakably an error payload (:func:`content_is_error`: a JSON object with a truthy
 top-level ``"error"``/``"errors"`` or ``"status": "error"``, or text starting with ``Error:``,
-``Exception:`` or ``Traceback``), so a log search that returns lines saying "timeout" fires nothing.
+``Exception:`` or ``Traceback``, but not a report's "error: 0" / "Error: none"), so a log search that
+returns lines saying "timeout" fires nothing.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
@@ -128,6 +152,20 @@ CONF_OTHER_4XX_DEFAULT = 0.6
 CONF_TEXT = 0.8
 CONF_WEAK_EXCEPTION = 0.75
 CONF_UNEXPLAINED_LLM = 0.5
+CONF_UNCLASSIFIED_TOOL = 0.5
+
+# The reason of a classification no named reason phrase decided: what decided it instead.
+REASON_HTTP_STATUS = "http_status"
+REASON_EXCEPTION = "exception"
+REASON_ERROR_CODE = "error_code"
+REASON_UNCLASSIFIED = "unclassified"  # a failure no evidence explains (the default leaf)
+# The default leaf of a failed tool call nothing explains (module docstring: why invalid_args).
+DEFAULT_TOOL_GROUP = "invalid_args"
+# A Python KeyError printed bare ("Error: 'method_type'"): the tool looked up a key the call lacked.
+KEY_ERROR_GROUP = "invalid_args"
+KEY_ERROR_PATTERN = "KeyError"
+KEY_ERROR_REASON = "missing_field"
+_KEY_ERROR_MAX_CHARS = 80
 
 SNIPPET_CHARS = 200
 _HEAD_CHARS = 6000  # error text examined: the head (the message) and the tail (a traceback's last line)
@@ -172,6 +210,10 @@ class Classification:
     snippet: str | None = None  # the error text that decided (≤ 200 characters)
     status_code: int | None = None  # the HTTP status used, when any
     error_type: str | None = None
+    # Why the call was refused: a named reason of errors.yaml ("insufficient_funds", "not_found"…),
+    # else the group's name (an ordinary phrase), "http_status", "exception", "error_code", or
+    # "unclassified" (no evidence at all).
+    reason: str | None = None
 
     @property
     def layer(self) -> str:
@@ -193,6 +235,17 @@ class _Entry:
     kind: str  # "phrase", "exception", "code", "near" (proximity phrase)
     strong: bool = False
     weak: bool = False
+    reason: str | None = None  # the named reason of errors.yaml this phrase stands for
+
+
+@dataclass(frozen=True, slots=True)
+class _Proximity:
+    """Subject words a proximity phrase must follow, and the business nouns that hide a subject."""
+
+    subjects: frozenset[str]
+    gap: int  # whitespace-separated words allowed between subject and phrase
+    compounds: tuple[tuple[str, ...], ...] = ()  # "payment method": no subject
+    reason: str | None = None
 
 
 @dataclass
@@ -202,7 +255,8 @@ class ErrorLibrary:
     exception_statuses: dict[str, int]
     ambiguous: dict[str, tuple[str, ...]]  # exception key → groups, default first
     ignored: frozenset[str]  # exception keys that are no failure (cancellation)
-    proximity: dict[str, tuple[frozenset[str], int]]  # group → (subject words, words allowed between)
+    proximity: dict[str, _Proximity]
+    field_name_after: dict[str, tuple[frozenset[str], str | None]] = field(default_factory=dict)
     empty_starts: tuple[str, ...] = ()
     empty_contains: tuple[str, ...] = ()
     empty_examples: dict[str, Any] = field(default_factory=dict)
@@ -245,7 +299,8 @@ def load_library(path: Path | str = PHRASES_FILE) -> ErrorLibrary:
 
     exact: dict[str, _Entry] = {}
     text: dict[str, list[_Entry]] = {}
-    proximity: dict[str, tuple[frozenset[str], int]] = {}
+    proximity: dict[str, _Proximity] = {}
+    field_name_after: dict[str, tuple[frozenset[str], str | None]] = {}
 
     def add_exact(key_source: str, entry: _Entry) -> None:
         key = _key(key_source)
@@ -270,10 +325,19 @@ def load_library(path: Path | str = PHRASES_FILE) -> ErrorLibrary:
     for group, spec in groups.items():
         if not isinstance(spec, Mapping):
             raise ValueError(f"errors.yaml: group {group} must be a mapping")
+        reason_of = _reason_phrases(group, spec)
+        listed: set[str] = set()
         for phrase in _strings(spec.get("phrases"), f"{group}.phrases"):
-            add_text(phrase, _Entry(group, phrase, "phrase"))
+            reason = reason_of.get(normalise(phrase), (phrase, None))[1]
+            add_text(phrase, _Entry(group, phrase, "phrase", reason=reason))
+            listed.add(normalise(phrase))
         for phrase in _strings(spec.get("strong_phrases"), f"{group}.strong_phrases"):
-            add_text(phrase, _Entry(group, phrase, "phrase", strong=True))
+            reason = reason_of.get(normalise(phrase), (phrase, None))[1]
+            add_text(phrase, _Entry(group, phrase, "phrase", strong=True, reason=reason))
+            listed.add(normalise(phrase))
+        for key, (phrase, reason) in reason_of.items():  # a reason's phrases are ordinary phrases
+            if key not in listed:
+                add_text(phrase, _Entry(group, phrase, "phrase", reason=reason))
         for weak, list_name in ((False, "exception_types"), (True, "weak_exception_types")):
             for name in _strings(spec.get(list_name), f"{group}.{list_name}"):
                 entry = _Entry(group, name, "exception", weak=weak)
@@ -285,9 +349,22 @@ def load_library(path: Path | str = PHRASES_FILE) -> ErrorLibrary:
         near = spec.get("proximity")
         if near is not None:
             subjects = frozenset(normalise(s).strip() for s in _strings(near.get("subjects"), group))
-            proximity[group] = (subjects, int(near.get("gap", 1)))
+            compounds = tuple(
+                tuple(normalise(c).split()) for c in _strings(near.get("compounds"), f"{group}.compounds")
+            )
+            reason = near.get("reason")
+            proximity[group] = _Proximity(
+                subjects, int(near.get("gap", 1)), compounds, str(reason) if reason else None
+            )
             for phrase in _strings(near.get("phrases"), f"{group}.proximity.phrases"):
-                add_text(phrase, _Entry(group, phrase, "near"))
+                add_text(phrase, _Entry(group, phrase, "near", reason=proximity[group].reason))
+        before_field = spec.get("field_name_after")
+        if before_field is not None:
+            words = frozenset(
+                w.lower() for w in _strings(before_field.get("words"), f"{group}.field_name_after")
+            )
+            reason = before_field.get("reason")
+            field_name_after[group] = (words, str(reason) if reason else None)
 
     exception_statuses = {
         _key(name): int(status) for name, status in (data.get("exception_statuses") or {}).items()
@@ -317,11 +394,31 @@ def load_library(path: Path | str = PHRASES_FILE) -> ErrorLibrary:
         ambiguous,
         ignored,
         proximity,
+        field_name_after,
         empty_starts,
         empty_contains,
         dict(empty),
         automaton,
     )
+
+
+def _reason_phrases(group: str, spec: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """Normalised phrase → (phrase as written, reason name), from a group's ``reasons`` mapping."""
+    reasons = spec.get("reasons") or {}
+    if not isinstance(reasons, Mapping):
+        raise ValueError(f"errors.yaml: {group}.reasons must be a mapping")
+    reason_of: dict[str, tuple[str, str]] = {}
+    for reason, reason_spec in reasons.items():
+        if not isinstance(reason_spec, Mapping):
+            raise ValueError(f"errors.yaml: {group}.reasons.{reason} must be a mapping")
+        for phrase in _strings(reason_spec.get("phrases"), f"{group}.reasons.{reason}.phrases"):
+            key = normalise(phrase)
+            if not key.strip():
+                raise ValueError(f"errors.yaml: empty phrase in {group}.reasons.{reason}")
+            other = reason_of.setdefault(key, (phrase, str(reason)))[1]
+            if other != reason:
+                raise ValueError(f"errors.yaml: phrase {phrase!r} is in reasons {other} and {reason}")
+    return reason_of
 
 
 @functools.cache
@@ -497,12 +594,24 @@ def content_is_error(content: str | None) -> bool:
     return bool(known)
 
 
+# "error: 0, warnings: 2", "Error: none": a count or a "no error" field of a report, not an error.
+_NO_ERROR_VALUES = frozenset({"0", "none", "null", "false", "no", "nil", "n/a", "-"})
+
+
 def looks_like_error_text(content: str | None) -> bool:
-    """Text that starts with ``Error:``, ``Exception:`` or ``Traceback`` (case-insensitive)."""
+    """Text that starts with ``Error:``, ``Exception:`` or ``Traceback`` (case-insensitive), unless
+    the value after ``Error:`` says there is none (``error: 0, warnings: 2``, ``Error: none``)."""
     if not content:
         return False
     head = content[:64].lstrip().lower()
-    return head.startswith(_TEXT_ERROR_PREFIXES)
+    if not head.startswith(_TEXT_ERROR_PREFIXES):
+        return False
+    if head.startswith("error:"):
+        words = head[len("error:") :].split()
+        first = words[0].rstrip(".,;|)") if words else ""
+        if first in _NO_ERROR_VALUES:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -572,6 +681,7 @@ class _TextHit:
     strong: bool
     source: str  # the original text it was found in
     weak: bool = False  # a builtin exception name seen in the text: any other phrase beats it
+    reason: str | None = None
 
 
 def _status_in_text(tokens: list[str]) -> int | None:
@@ -601,15 +711,24 @@ def _chunk_tokens(source: str) -> list[tuple[str, int]]:
     return tokens
 
 
+def _in_compound(words: list[str], j: int, compounds: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether ``words[j]`` ends one of the business nouns ``compounds`` ("payment method")."""
+    for compound in compounds:
+        size = len(compound)
+        if j + 1 >= size and tuple(words[j + 1 - size : j + 1]) == compound:
+            return True
+    return False
+
+
 def _near_ok(
     tokens: list[tuple[str, int]],
     phrase: tuple[str, ...],
-    subjects: frozenset[str],
-    gap: int,
+    near: _Proximity,
     tool_name: str | None,
 ) -> bool:
     """A proximity phrase right after a subject word, with at most ``gap`` whitespace-separated words
-    (a name, a path) between, or right after the called tool's own name."""
+    (a name, a path) between, or right after the called tool's own name. A subject word that ends a
+    business noun of ``compounds`` ("Payment method 'pm_1' not found") is no subject."""
     tool = normalise(tool_name).strip() if tool_name else ""
     words = [word for word, _ in tokens]
     size = len(phrase)
@@ -618,8 +737,8 @@ def _near_ok(
             continue
         first_chunk = tokens[i][1]
         j = i - 1
-        while j >= 0 and first_chunk - tokens[j][1] <= gap + 1:
-            if tokens[j][0] in subjects:
+        while j >= 0 and first_chunk - tokens[j][1] <= near.gap + 1:
+            if tokens[j][0] in near.subjects and not _in_compound(words, j, near.compounds):
                 return True
             j -= 1
         if tool:
@@ -652,12 +771,19 @@ def _text_hits(
                     continue  # one verdict (and one hit) per proximity phrase and source
                 if chunk_tokens is None:
                     chunk_tokens = _chunk_tokens(source)
-                subjects, gap = lib.proximity.get(entry.group, (frozenset(), 0))
+                near = lib.proximity.get(entry.group, _Proximity(frozenset(), 0))
                 phrase = tuple(normalise(entry.pattern).split())
-                near_checked[key] = _near_ok(chunk_tokens, phrase, subjects, gap, tool_name)
+                near_checked[key] = _near_ok(chunk_tokens, phrase, near, tool_name)
                 if not near_checked[key]:
                     continue
-            hits.append(_TextHit(entry.group, entry.pattern, entry.strong, source, entry.weak))
+            hits.append(_TextHit(entry.group, entry.pattern, entry.strong, source, entry.weak, entry.reason))
+        hits.extend(_field_name_hits(lib, source))
+        if _bare_key_error(source):
+            hits.append(
+                _TextHit(
+                    KEY_ERROR_GROUP, KEY_ERROR_PATTERN, False, source, weak=True, reason=KEY_ERROR_REASON
+                )
+            )
         # pydantic: "1 validation error for WeatherResponse" is about the response, not the arguments.
         for marker in (" validation error for ", " validation errors for "):
             found = text.find(marker)
@@ -672,10 +798,69 @@ def _text_hits(
 
 
 def _best(hits: Iterable[_TextHit], allowed: frozenset[str] | None = None) -> _TextHit | None:
+    """Strong before ordinary before weak, then the most specific group, then the longest phrase
+    ("nonetype object has no attribute" over "object has no attribute")."""
     candidates = [hit for hit in hits if allowed is None or hit.group in allowed]
     if not candidates:
         return None
-    return min(candidates, key=lambda hit: (not hit.strong, hit.weak, _RANK[hit.group]))
+    return min(candidates, key=lambda hit: (not hit.strong, hit.weak, _RANK[hit.group], -len(hit.pattern)))
+
+
+def _reason(hits: list[_TextHit], group: str, deciding: _TextHit | None, fallback: str) -> str:
+    """The named reason of the deciding phrase; else of the best other phrase of ``group`` that has
+    one (a 409 saying "insufficient funds" is state_error for insufficient_funds); else ``fallback``."""
+    if deciding is not None and deciding.group == group and deciding.reason:
+        return deciding.reason
+    named = [hit for hit in hits if hit.group == group and hit.reason]
+    best = _best(named)
+    return best.reason if best is not None and best.reason else fallback
+
+
+def _field_name(word: str) -> bool:
+    """``delivery_info``, ``customerId``: an identifier a program would use for a field."""
+    if not 3 <= len(word) <= 64 or not word.isascii() or not word[0].isalpha():
+        return False
+    if not all(ch.isalnum() or ch == "_" for ch in word):
+        return False
+    camel = any(a.islower() and b.isupper() for a, b in itertools.pairwise(word))
+    return "_" in word.strip("_") or camel
+
+
+_CHUNK_PUNCTUATION = ".,;:!?()[]{}'\"`"
+
+
+def _field_name_hits(lib: ErrorLibrary, source: str) -> list[_TextHit]:
+    """One hit per group whose ``field_name_after`` words stand right before a field name."""
+    if not lib.field_name_after:
+        return []
+    chunks = [chunk.strip(_CHUNK_PUNCTUATION) for chunk in _bounded(source).split()]
+    hits: list[_TextHit] = []
+    for group, (words, reason) in lib.field_name_after.items():
+        for word, following in itertools.pairwise(chunks):
+            if word.lower() in words and _field_name(following):
+                hits.append(_TextHit(group, f"{word.lower()} <field>", False, source, reason=reason))
+                break
+    return hits
+
+
+_ERROR_PREFIXES = ("error:", "keyerror:", "exception:")
+
+
+def _bare_key_error(source: str) -> bool:
+    """A message that is only a quoted key (``'method_type'``, ``Error: 'city'``): how Python prints
+    a KeyError, i.e. the tool looked up a field the call did not pass."""
+    text = source.strip()
+    if len(text) > _KEY_ERROR_MAX_CHARS:
+        return False
+    lowered = text.lower()
+    for prefix in _ERROR_PREFIXES:
+        if lowered.startswith(prefix):
+            text = text[len(prefix) :].strip()
+            break
+    if len(text) < 3 or text[0] not in "'\"" or text[-1] != text[0]:
+        return False
+    inner = text[1:-1]
+    return inner[:1].isalpha() and all(ch.isalnum() or ch in "_.-" for ch in inner)
 
 
 def _traceback_exception(content: str) -> tuple[str | None, str] | None:
@@ -713,10 +898,11 @@ def classify_failure(
     source: str = "tool",
     tool_name: str | None = None,
 ) -> Classification | None:
-    """The leaf type of a failure (see the module docstring for the precedence), or None.
+    """The leaf type of a failure (see the module docstring for the precedence and the default).
 
-    Call it only for something that failed; for a tool result use :func:`tool_failure`, which
-    checks that first. Never raises on odd input.
+    None only for a cancelled or interrupted call (or if classifying itself failed). Call it only
+    for something that failed; for a tool result use :func:`tool_failure`, which checks that first.
+    Never raises on odd input.
     """
     status_code = status_code if isinstance(status_code, int) and not isinstance(status_code, bool) else None
     error_type = error_type if isinstance(error_type, str) else None
@@ -794,33 +980,36 @@ def _classify(
         group: str,
         confidence: float,
         pattern: str,
-        snippet_source: str | None = None,
-        needle: str | None = None,
+        hit: _TextHit | None = None,
         status: int | None = None,
+        *,
+        fallback_reason: str,
     ) -> Classification:
         leaf = LEAF_OF_GROUP[group]
         if llm and leaf.startswith("execution."):
             leaf = API_ERROR
-        text = snippet_source if snippet_source is not None else evidence
+        text = hit.source if hit is not None else evidence
         return Classification(
             leaf,
             round(confidence, 3),
             pattern,
-            _snippet(text, needle) if text else None,
+            _snippet(text, hit.pattern if hit is not None else None) if text else None,
             status,
             error_type,
+            _reason(hits, group, hit, fallback_reason),
         )
 
-    def refine(allowed: frozenset[str]) -> tuple[str, float, str, _TextHit | None] | None:
-        """The agent-side leaf a generic 4xx's codes or text name."""
+    def refine(allowed: frozenset[str]) -> tuple[str, float, str, _TextHit | None, str] | None:
+        """The agent-side leaf a generic 4xx's codes or text name (and the reason if none is named)."""
         strong_exact = [(e, n) for e, n in exact_hits + code_hits if not e.weak and e.group in allowed]
         if strong_exact:
             entry, name = min(strong_exact, key=lambda pair: _RANK[pair[0].group])
-            kind = "exception" if (entry, name) in exact_hits else "code"
-            return entry.group, CONF_EXACT, f"{kind}:{name}", None
+            if (entry, name) in exact_hits:
+                return entry.group, CONF_EXACT, f"exception:{name}", None, REASON_EXCEPTION
+            return entry.group, CONF_EXACT, f"code:{name}", None, REASON_ERROR_CODE
         hit = _best(hits, allowed)
         if hit is not None:
-            return hit.group, CONF_STATUS_REFINED_BY_TEXT, f"phrase:{hit.pattern}", hit
+            return hit.group, CONF_STATUS_REFINED_BY_TEXT, f"phrase:{hit.pattern}", hit, hit.group
         return None
 
     # 1. HTTP status.
@@ -843,14 +1032,9 @@ def _classify(
         elif status in (401, 403):
             rate = refine(frozenset({"rate_limit"}))
             if rate is not None:
-                group, _conf, pattern, hit = rate
+                group, _conf, pattern, hit, _ = rate
                 return result(
-                    group,
-                    base,
-                    f"{tag}+{pattern}",
-                    hit.source if hit else None,
-                    hit.pattern if hit else None,
-                    status,
+                    group, base, f"{tag}+{pattern}", hit, status, fallback_reason=REASON_HTTP_STATUS
                 )
             definitive = "auth_misuse"
         elif status in (408, 504):
@@ -862,51 +1046,55 @@ def _classify(
         elif status == 413 and llm:
             definitive = "context_overflow"
         if definitive is not None:
-            return result(definitive, base, tag, status=status)
+            return result(definitive, base, tag, status=status, fallback_reason=REASON_HTTP_STATUS)
         # A generic 4xx: the codes or text may say more.
         allowed = _REFINABLE_404 if status in (404, 410) else _REFINABLE_4XX
         refined = refine(allowed)
         if refined is not None:
-            group, conf, pattern, hit = refined
-            return result(
-                group,
-                min(conf, base),
-                f"{tag}+{pattern}",
-                hit.source if hit else None,
-                hit.pattern if hit else None,
-                status,
-            )
+            group, conf, pattern, hit, fallback = refined
+            return result(group, min(conf, base), f"{tag}+{pattern}", hit, status, fallback_reason=fallback)
         if status in (404, 410):
-            return result("bad_query", CONF_STATUS_404_DEFAULT, tag, status=status)
-        if status in (400, 405, 413, 414, 415, 422):
-            return result("invalid_args", min(0.9, base), tag, status=status)
-        return result("invalid_args", CONF_OTHER_4XX_DEFAULT, tag, status=status)
+            default_group, default_conf = "bad_query", CONF_STATUS_404_DEFAULT
+        elif status in (400, 405, 413, 414, 415, 422):
+            default_group, default_conf = "invalid_args", min(0.9, base)
+        else:
+            default_group, default_conf = "invalid_args", CONF_OTHER_4XX_DEFAULT
+        return result(default_group, default_conf, tag, status=status, fallback_reason=REASON_HTTP_STATUS)
 
     # 2. Exception names and error codes.
     if ambiguous is not None:
         hit = _best(hits, frozenset(ambiguous))
         group = hit.group if hit is not None else ambiguous[0]
         pattern = f"exception:{ambiguous_name}" + (f"+phrase:{hit.pattern}" if hit else "")
-        return result(group, CONF_EXACT, pattern, hit.source if hit else None, hit.pattern if hit else None)
+        return result(group, CONF_EXACT, pattern, hit, fallback_reason=REASON_EXCEPTION)
     strong_exact = [(e, n) for e, n in exact_hits if not e.weak]
     if strong_exact:  # error.type itself
         entry, name = strong_exact[0]
-        return result(entry.group, CONF_EXACT, f"exception:{name}")
+        return result(entry.group, CONF_EXACT, f"exception:{name}", fallback_reason=REASON_EXCEPTION)
     strong_codes = [(e, n) for e, n in code_hits if not e.weak]
     if strong_codes:  # the error body's codes, the most specific first
         entry, name = min(strong_codes, key=lambda pair: _RANK[pair[0].group])
-        return result(entry.group, CONF_EXACT, f"code:{name}")
+        return result(entry.group, CONF_EXACT, f"code:{name}", fallback_reason=REASON_ERROR_CODE)
     best = _best(hits)
     if best is not None and not best.weak:
-        return result(best.group, CONF_TEXT, f"phrase:{best.pattern}", best.source, best.pattern)
+        return result(best.group, CONF_TEXT, f"phrase:{best.pattern}", best, fallback_reason=best.group)
     if exact_hits:  # weak builtins only
         entry, name = exact_hits[0]
-        return result(entry.group, CONF_WEAK_EXCEPTION, f"exception:{name}")
-    if best is not None:  # a weak builtin named in the text only: "Error: KeyError('city')"
-        return result(best.group, CONF_WEAK_EXCEPTION, f"exception:{best.pattern}", best.source, best.pattern)
+        return result(entry.group, CONF_WEAK_EXCEPTION, f"exception:{name}", fallback_reason=REASON_EXCEPTION)
+    if best is not None:  # a weak builtin named in the text only: "Error: KeyError('city')", "Error: 'city'"
+        return result(
+            best.group,
+            CONF_WEAK_EXCEPTION,
+            f"exception:{best.pattern}",
+            best,
+            fallback_reason=REASON_EXCEPTION,
+        )
+    # 4. Nothing explains the failure.
     if llm:
-        return result("api_error", CONF_UNEXPLAINED_LLM, "failed_call")
-    return None
+        return result("api_error", CONF_UNEXPLAINED_LLM, "failed_call", fallback_reason=REASON_UNCLASSIFIED)
+    return result(
+        DEFAULT_TOOL_GROUP, CONF_UNCLASSIFIED_TOOL, REASON_UNCLASSIFIED, fallback_reason=REASON_UNCLASSIFIED
+    )
 
 
 def result_failed(result: ToolResult | None) -> bool:
@@ -926,8 +1114,9 @@ def tool_failure(
     It failed when its span said so (``is_error``, or the HTTP status ≥ 400 or error type it is
     derived from) or its content is unmistakably an error payload: a JSON object with a truthy
     top-level ``"error"``/``"errors"`` or ``"status": "error"``, or text starting with ``Error:``,
-    ``Exception:`` or ``Traceback``. Anything else — a successful result that merely mentions
-    errors — classifies to nothing.
+    ``Exception:`` or ``Traceback``. A failed result always classifies (to the default leaf when
+    nothing explains it), except a cancelled or interrupted call. Anything else — a successful
+    result that merely mentions errors — classifies to nothing.
     """
     try:
         if result is not None and isinstance(result.content, str) and result.content:
@@ -1097,6 +1286,7 @@ def self_test(lib: ErrorLibrary | None = None) -> list[str]:
                 problems.append(f"{group}: near-miss {example!r} fired {found.leaf_type}")
             elif found is not None and found.leaf_type == leaf:
                 problems.append(f"{group}: near-miss {example!r} classified as {group}")
+        problems.extend(_reason_problems(group, spec))
     empty = lib.empty_examples
     for example in empty.get("positives") or []:
         if empty_result_of(example) is None:
@@ -1104,4 +1294,28 @@ def self_test(lib: ErrorLibrary | None = None) -> list[str]:
     for example in empty.get("near_misses") or []:
         if empty_result_of(example) is not None:
             problems.append(f"empty_results: near-miss {example!r} taken for an empty result")
+    return problems
+
+
+def _reason_problems(group: str, spec: Mapping[str, Any]) -> list[str]:
+    """A reason's positives must classify to ``group`` with that reason; its string near-misses
+    (successful results) must fire nothing, its mapping near-misses (failed calls) not get it."""
+    problems: list[str] = []
+    leaf = LEAF_OF_GROUP[group]
+    for reason, reason_spec in (spec.get("reasons") or {}).items():
+        positives = reason_spec.get("positives") or []
+        near_misses = reason_spec.get("near_misses") or []
+        if len(positives) < 3 or len(near_misses) < 3:
+            problems.append(f"{group}.{reason}: needs ≥ 3 positives and ≥ 3 near-misses")
+        for example in positives:
+            found = classify_example(example, failed_by_default=True)
+            if found is None or found.leaf_type != leaf or found.reason != reason:
+                got = (found.leaf_type, found.reason) if found else None
+                problems.append(f"{group}.{reason}: positive {example!r} → {got}")
+        for example in near_misses:
+            found = classify_example(example, failed_by_default=False)
+            if isinstance(example, str) and found is not None:
+                problems.append(f"{group}.{reason}: near-miss {example!r} fired {found.leaf_type}")
+            elif found is not None and found.reason == reason:
+                problems.append(f"{group}.{reason}: near-miss {example!r} got reason {reason}")
     return problems

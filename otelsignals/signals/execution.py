@@ -4,7 +4,12 @@
 (``ToolResult.is_error``) or the content is unmistakably an error payload (see
 :func:`otelsignals.signals.errors.tool_failure`); :func:`~otelsignals.signals.errors.classify_failure`
 decides the leaf, and a leaf of the environment layer (429, 5xx, timeouts…) is left to
-:mod:`otelsignals.signals.environment`. A successful result is never read for error words.
+:mod:`otelsignals.signals.environment`. No failed result goes silent: one nothing explains gets the
+documented default, ``invalid_args`` at 0.5 with ``reason: "unclassified"``; only a cancelled or
+interrupted call fires nothing. Every execution failure's metadata has ``reason`` (why the call was
+refused: ``insufficient_funds``, ``wrong_state``, ``not_found``, ``missing_field``…, else
+``http_status`` / ``exception`` / ``error_code`` / the group's name; see
+:mod:`otelsignals.signals.errors`). A successful result is never read for error words.
 ``bad_query`` also fires, at confidence 0.6, on a *successful* result that found nothing
 (:func:`~otelsignals.signals.errors.empty_result_of`: ``[]``, ``{}``, ``""``, ``null``,
 ``{"results": []}``, "No results found", "0 results"…) when the call was a query: its arguments
@@ -31,7 +36,11 @@ empty ("yes, try again please" continues the loop). The recent calls and the ope
   inside a drift already running. An identical repeat neither extends nor breaks the run. An
   enumeration ("Paris", "Tokyo", "Lima"; order 1001, 1002; page 1, 2, 3), even after a failure, is
   not a drift.
-- ``oscillation``: two tools alternating, A→B→A→B→A→B (3 cycles, 6 calls).
+- ``oscillation``: two tools alternating, A→B→A→B→A→B (3 cycles, 6 calls), or one tool
+  alternating between two call signatures (tool name + canonical arguments): ``get_details_by_id``
+  P1001, P1002, P1001, P1002, P1001, P1002 (metadata ``pattern: "alternating_arguments"`` and the
+  two ``signatures``). Enumerating ids (P1, P2, P3…) never fires: a third argument set starts a new
+  pair.
 
 A loop fires when its run first reaches the threshold and again each time it grows by another
 threshold's worth (3, 6, 9 calls; 6, 12, 18 for oscillation), so a long loop counts more; at most
@@ -40,8 +49,9 @@ one instance per (leaf, message).
 Confidence: failures as the classifier says (HTTP status / exception type 0.95, message text 0.8…);
 empty result of a query 0.6; retry 0.9; parameter drift 0.7 (0.6 when a step was an adjustment
 rather than a near-duplicate); oscillation 0.85 when each tool is
-repeated with the same arguments as its previous call (flip-flopping), else 0.6 (alternating over
-different inputs, e.g. search → open → search → open, is sometimes just diligence).
+repeated with the same arguments as its previous call (flip-flopping; always so for one tool's two
+signatures), else 0.6 (alternating over different inputs, e.g. search → open → search → open, is
+sometimes just diligence).
 """
 
 from __future__ import annotations
@@ -216,18 +226,25 @@ def _classify_tool_failures(
 def failure_instance(
     ctx: DetectionContext, index: int, tool: str | None, classification: Classification
 ) -> SignalInstance:
+    """The instance of a failed tool result. An execution failure also says why the call was refused
+    (``reason``: a named reason of errors.yaml such as ``insufficient_funds`` or ``not_found``, else
+    what decided, see :class:`~otelsignals.signals.errors.Classification`; ``unclassified`` for the
+    default leaf)."""
+    metadata: dict[str, Any] = {
+        "pattern": classification.pattern,
+        "tool": tool,
+        "status_code": classification.status_code,
+        "error_type": classification.error_type,
+        "source": "tool",
+    }
+    if classification.layer == "execution":
+        metadata["reason"] = classification.reason
     return SignalInstance(
         type=classification.leaf_type,
         message_index=ctx.absolute_index(index),
         confidence=classification.confidence,
         snippet=classification.snippet,
-        metadata={
-            "pattern": classification.pattern,
-            "tool": tool,
-            "status_code": classification.status_code,
-            "error_type": classification.error_type,
-            "source": "tool",
-        },
+        metadata=metadata,
     )
 
 
@@ -816,6 +833,68 @@ def _drift_step(
 def _oscillation_step(
     ctx: DetectionContext, state: dict[str, Any], index: int, call: Any, after_unsatisfying: bool
 ) -> SignalInstance | None:
+    """Two tools alternating (:func:`_tool_oscillation_step`), or one tool alternating between two
+    argument sets (:func:`_signature_oscillation_step`); the two never fire on the same calls (one
+    needs the tool to change at every call, the other to stay)."""
+    signatures: dict[str, Any] = state.setdefault("signatures", {})
+    by_signature = _signature_oscillation_step(ctx, signatures, index, call)
+    by_tool = _tool_oscillation_step(ctx, state, index, call)
+    return by_tool or by_signature
+
+
+def _signature_oscillation_step(
+    ctx: DetectionContext, state: dict[str, Any], index: int, call: Any
+) -> SignalInstance | None:
+    """The same tool called with two argument sets in turn, A→B→A→B→A→B (``get_details_by_id`` P1001,
+    P1002, P1001, P1002…): neither a retry (the arguments change every call) nor a drift or an
+    enumeration (they come back). A third argument set starts a new pair with the previous call, so
+    enumerating ids (P1, P2, P3…) never fires. Unknown arguments end the run."""
+    if call is None or call[0] is None or call[1] is None:
+        state.update(tool=None, last=None, other=None, run=0, shown={})
+        return None
+    name, canonical = call
+    digest = _digest(canonical)
+    shown: dict[str | None, Any] = state.get("shown") or {}  # digest → arguments as shown
+    run = int(state.get("run") or 0)
+    last, other = state.get("last"), state.get("other")
+    if run == 0 or name != state.get("tool") or digest == last:
+        # Another tool, or the same call again (a retry's business): a run may start here.
+        state.update(tool=name, last=digest, other=None, run=1, shown={digest: _shown(canonical)})
+        return None
+    if run == 1 or digest != other:
+        state.update(last=digest, other=last, run=2, shown={last: shown.get(last), digest: _shown(canonical)})
+        return None
+    state.update(last=digest, other=last, run=run + 1)
+    run += 1
+    if run % (2 * OSCILLATION_CYCLES):
+        return None
+    first, second = shown.get(last), shown.get(digest)  # the previous call's, then this one's
+    return SignalInstance(
+        type=OSCILLATION,
+        message_index=ctx.absolute_index(index),
+        confidence=CONF_OSCILLATION_SAME_ARGS,
+        snippet=_snippet_pair(name, first, second),
+        metadata={
+            "pattern": "alternating_arguments",
+            "tools": [name],
+            "run_length": run,
+            "cycles": run // 2,
+            "threshold_cycles": OSCILLATION_CYCLES,
+            "same_arguments": True,
+            "signatures": [{"tool": name, "arguments": first}, {"tool": name, "arguments": second}],
+        },
+    )
+
+
+def _snippet_pair(name: str, first: str | None, second: str | None) -> str:
+    text = f"{name}({first or '…'}) ⇄ {name}({second or '…'})"
+    return text if len(text) <= ARGS_CHARS else text[: ARGS_CHARS - 1] + "…"
+
+
+def _tool_oscillation_step(
+    ctx: DetectionContext, state: dict[str, Any], index: int, call: Any
+) -> SignalInstance | None:
+    """Two tools alternating, A→B→A→B→A→B, whatever their arguments."""
     if call is None or call[0] is None:
         state.update(last=None, other=None, run=0, args={}, same=True)
         return None

@@ -74,6 +74,51 @@ def test_near_miss_does_not_classify_to_its_group(group: str, example: Any) -> N
         assert found is None or found.leaf_type != LEAF_OF_GROUP[group]
 
 
+def _reason_examples(kind: str) -> list[Any]:
+    return [
+        pytest.param(group, reason, example, id=f"{group}.{reason}-{number}")
+        for group, spec in GROUPS.items()
+        for reason, reason_spec in (spec.get("reasons") or {}).items()
+        for number, example in enumerate(reason_spec[kind])
+    ]
+
+
+def test_every_reason_has_enough_examples() -> None:
+    reasons = {(g, r) for g, spec in GROUPS.items() for r in (spec.get("reasons") or {})}
+    assert {("state_error", r) for r in REASONS_OF_BUSINESS_RULES} <= reasons
+    for group, spec in GROUPS.items():
+        for reason, reason_spec in (spec.get("reasons") or {}).items():
+            assert len(reason_spec["positives"]) >= 3, (group, reason)
+            assert sum(isinstance(e, str) for e in reason_spec["near_misses"]) >= 2, (group, reason)
+
+
+REASONS_OF_BUSINESS_RULES = ("insufficient_funds", "capacity", "wrong_state", "not_eligible", "precondition")
+
+
+@pytest.mark.parametrize(("group", "reason", "example"), _reason_examples("positives"))
+def test_reason_positive_classifies_with_its_reason(group: str, reason: str, example: Any) -> None:
+    found = classify_example(example, failed_by_default=True)
+    assert found is not None and (found.leaf_type, found.reason) == (LEAF_OF_GROUP[group], reason), found
+
+
+@pytest.mark.parametrize(("group", "reason", "example"), _reason_examples("near_misses"))
+def test_reason_near_miss_does_not_get_it(group: str, reason: str, example: Any) -> None:
+    found = classify_example(example, failed_by_default=False)
+    if isinstance(example, str):
+        assert found is None  # a successful result that uses the words: nothing at all
+    else:
+        assert found is None or found.reason != reason, found
+
+
+def test_loader_refuses_a_phrase_in_two_reasons(tmp_path: Path) -> None:
+    data = yaml.safe_load(errors.PHRASES_FILE.read_text(encoding="utf-8"))
+    data["groups"]["state_error"]["reasons"]["capacity"]["phrases"].append("Insufficient  funds")
+    path = tmp_path / "errors.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    with pytest.raises(ValueError, match="reasons"):
+        load_library(path)
+
+
 @pytest.mark.parametrize("example", DATA["empty_results"]["positives"])
 def test_empty_result_positives(example: str) -> None:
     assert empty_result_of(example) is not None
@@ -253,8 +298,13 @@ def test_a_traceback_is_read_from_its_last_line() -> None:
 
 
 def test_unclassifiable_and_ignored_failures() -> None:
-    assert classify_failure(None, "RuntimeError", "something odd happened", None) is None
-    assert classify_failure(None, None, None, None) is None
+    # A failed tool call nothing explains gets the default leaf (the call as made was refused).
+    for fields in ((None, "RuntimeError", "something odd happened", None), (None, None, None, None)):
+        default = classify_failure(*fields)
+        assert default is not None
+        assert (default.leaf_type, default.confidence) == (tx.INVALID_ARGS, 0.5)
+        assert (default.pattern, default.reason) == ("unclassified", "unclassified")
+    # Cancelled or interrupted calls are nobody's failure: nothing at all.
     assert classify_failure(None, "asyncio.CancelledError", None, None, source="llm_call") is None
     assert classify_failure(None, "KeyboardInterrupt", None, None) is None
 
@@ -291,9 +341,101 @@ def test_tool_not_found_needs_the_tool_named_as_missing() -> None:
     assert classify_failure(None, None, "Route GET:/v9/x not found", None).leaf_type == tx.TOOL_NOT_FOUND
     named = classify_failure(None, None, "get_wether is not available", None, tool_name="get_wether")
     assert named.leaf_type == tx.TOOL_NOT_FOUND
-    assert classify_failure(None, None, "get_wether is not available", None) is None
+    unnamed = classify_failure(None, None, "get_wether is not available", None)
+    assert unnamed is not None and (unnamed.leaf_type, unnamed.reason) == (tx.INVALID_ARGS, "unclassified")
     record = classify_failure(None, None, "Error calling tool search: order 123 not found", None)
     assert record.leaf_type == tx.BAD_QUERY
+
+
+# --- reasons and the default leaf -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "leaf", "reason"),
+    [
+        # decided by the status, named by the text
+        ((409, None, "Insufficient funds on the account", None), tx.STATE_ERROR, "insufficient_funds"),
+        ((409, None, "Conflict", None), tx.STATE_ERROR, "http_status"),
+        ((404, None, None, None), tx.BAD_QUERY, "http_status"),
+        ((404, None, "Order 12 not found", None), tx.BAD_QUERY, "not_found"),
+        ((None, "httpx.ReadTimeout", None, None), tx.TIMEOUT, "exception"),
+        ((None, None, None, '{"error": {"code": "rate_limit_exceeded"}}'), tx.RATE_LIMIT, "error_code"),
+        ((None, None, "Connection refused", None), tx.NETWORK, "network"),  # an ordinary phrase: the group
+        ((None, "KeyError", "'city'", None), tx.INVALID_ARGS, "missing_field"),
+        ((None, None, "Error: 'method_type'", None), tx.INVALID_ARGS, "missing_field"),  # a bare KeyError
+        ((None, None, "Error: something odd happened", None), tx.INVALID_ARGS, "unclassified"),
+    ],
+)
+def test_every_classification_has_a_reason(fields: tuple[Any, ...], leaf: str, reason: str) -> None:
+    found = classify_failure(*fields)
+    assert found is not None and (found.leaf_type, found.reason) == (leaf, reason), found
+
+
+def test_the_default_leaf_of_an_unexplained_tool_failure() -> None:
+    found = tool_failure(ToolResult(is_error=True, error_type="ToolError", content="Error: computer says no"))
+    assert found is not None
+    assert (found.leaf_type, found.confidence, found.pattern, found.reason) == (
+        tx.INVALID_ARGS,
+        0.5,
+        "unclassified",
+        "unclassified",
+    )
+    assert found.snippet == "Error: computer says no"
+    # a model call keeps its own default
+    llm = classify_failure(None, None, None, None, source="llm_call")
+    assert llm is not None and (llm.leaf_type, llm.reason) == (tx.API_ERROR, "unclassified")
+    # a cancelled call is the one failure that classifies to nothing
+    for name in ("asyncio.CancelledError", "KeyboardInterrupt", "AbortError"):
+        assert tool_failure(ToolResult(is_error=True, error_type=name, content="Error: stopped")) is None
+
+
+@pytest.mark.parametrize(
+    ("message", "leaf", "reason"),
+    [
+        # a business compound is no tool subject: the record is missing, the tool exists
+        ("Error: Payment method 'pm_123' not found", tx.BAD_QUERY, "not_found"),
+        ("Error: Shipping method 'EXPRESS-9' does not exist", tx.BAD_QUERY, "not_found"),
+        ("Error: Image URL 'x.png' not found", tx.BAD_QUERY, "not_found"),
+        ("Error: Method 'tools/cal' not found", tx.TOOL_NOT_FOUND, "tool_not_found"),
+        ("Error: Tool 'transfer_to_agent' not found.", tx.TOOL_NOT_FOUND, "tool_not_found"),
+        # pydantic's extra_forbidden is an argument too many, not a permission problem
+        (
+            "Error: 1 validation error for Address\nregion\n  Extra inputs are not permitted "
+            "[type=extra_forbidden, input_value='Callao', input_type=str]",
+            tx.INVALID_ARGS,
+            "unexpected_field",
+        ),
+        ("Error: Forbidden", tx.AUTH_MISUSE, "auth_misuse"),
+        # Python's own error text leaking from a tool
+        ("Error: 'NoneType' object has no attribute 'strip'", tx.INVALID_ARGS, "missing_field"),
+        ("Error: 'str' object has no attribute 'strip'", tx.INVALID_ARGS, "wrong_type"),
+        (
+            "Error: '<' not supported between instances of 'str' and 'datetime.datetime'",
+            tx.INVALID_ARGS,
+            "wrong_type",
+        ),
+        # a call to make first is a skipped step; credentials named as the problem stay auth_misuse
+        ("Error: call get_order_details first", tx.STATE_ERROR, "precondition"),
+        ("Error: you must call authenticate before get_account", tx.STATE_ERROR, "precondition"),
+        ("Error: authentication required", tx.AUTH_MISUSE, "auth_misuse"),
+        ("Error: You are not allowed to access this repository", tx.AUTH_MISUSE, "auth_misuse"),
+        ("Error: Customer 'CUST-5' is not allowed to place orders", tx.STATE_ERROR, "not_eligible"),
+        # a parser naming an unexpected token read a body that was not JSON
+        (
+            "SyntaxError: Unexpected token < in JSON at position 0",
+            tx.MALFORMED_RESPONSE,
+            "malformed_response",
+        ),
+        ("Error: SyntaxError: Unexpected token", tx.MALFORMED_RESPONSE, "malformed_response"),
+        ('ERROR:  syntax error at or near "FORM"', tx.BAD_QUERY, "query_syntax"),
+        # the longest phrase decides among one group's phrases
+        ("Error: payment exceeds the available balance", tx.STATE_ERROR, "insufficient_funds"),
+        ("Your credit balance is too low to access the API", tx.RATE_LIMIT, "rate_limit"),  # API billing
+    ],
+)
+def test_failed_tool_messages(message: str, leaf: str, reason: str) -> None:
+    found = tool_failure(ToolResult(is_error=True, error_type="ToolError", content=message))
+    assert found is not None and (found.leaf_type, found.reason) == (leaf, reason), found
 
 
 # --- the gate: only failed results are classified ----------------------------------------------------------
@@ -329,6 +471,10 @@ def test_unmistakable_error_payloads(content: str) -> None:
         "Errors: 0",
         "Error rate is 0.1% (timeout budget fine)",
         "The error: none",
+        "error: 0, warnings: 2 (build succeeded)",  # a count of errors
+        "Error: none",
+        "ERROR: 0",
+        "error: n/a",
         '[{"error": "x"}]',
         "HTTP 429 Too Many Requests",
         None,

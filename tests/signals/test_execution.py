@@ -224,8 +224,8 @@ INVALID_ARGS_NEAR_MISSES = [
     ),
     failed("crm", {"id": 1}, status_code=401, error_message="Invalid authentication credentials"),
     failed("crm", {"id": 1}, status_code=500, error_message="Invalid argument passed to backend"),
-    # A failure with no evidence at all is not guessed at.
-    failed("crm", {"id": 1}),
+    # A cancelled call is nobody's failure (the one failed result that fires nothing).
+    failed("crm", {"id": 1}, error_type="asyncio.CancelledError"),
 ]
 
 
@@ -1161,6 +1161,99 @@ def test_a_long_oscillation_counts_more() -> None:
     assert [i.metadata["run_length"] for i in found] == [6, 12, 18]
 
 
+# One tool, two call signatures in turn: neither a retry (the arguments change every call), nor a
+# drift (ids are items, not reformulations), nor two tools alternating.
+
+
+def lookups(ids: str, *, tool_name: str = "get_details_by_id", result: str = '{"ok": true}') -> list[Message]:
+    """user, then one call of ``tool_name`` per character of ``ids`` ("1212" → P1, P2, P1, P2)."""
+    messages = [user()]
+    for item in ids:
+        messages += exchange(tool_name, {"id": f"P100{item}"}, result)
+    return messages
+
+
+SIGNATURE_OSCILLATION_POSITIVES: list[tuple[list[Message], int]] = [
+    (lookups("121212"), 11),
+    (lookups("212121"), 11),
+    (lookups("121212", result="Error: Plan with ID P1001 not found"), 11),  # failing each time
+    ([user(), *exchange("get_customer", {"id": "C1"}, "ok"), *lookups("121212")[1:]], 13),
+    (lookups("1121212"), 13),  # a retry first, then the flip-flop
+    (lookups("3121212"), 13),  # a third id first
+    ([user(), assistant(*(call("get_details_by_id", {"id": f"P100{i}"}) for i in "121212"))], 1),  # parallel
+]
+
+SIGNATURE_OSCILLATION_NEAR_MISSES: list[list[Message]] = [
+    lookups("12345678"),  # enumerating ids
+    lookups("1212"),  # two cycles
+    lookups("12121"),
+    lookups("123123"),  # three signatures in turn
+    lookups("112233"),
+    lookups("111111"),  # identical: a retry
+    [*lookups("121"), *lookups("212")],  # a user message between
+    # known only from tool spans without arguments: unknown arguments are never alike
+    [user(), *(tool("ok", name="get_details_by_id", call_id=f"t{i}") for i in range(6))],
+]
+
+
+@pytest.mark.parametrize(("messages", "index"), SIGNATURE_OSCILLATION_POSITIVES)
+def test_one_tool_alternating_between_two_signatures_oscillates(messages: list[Message], index: int) -> None:
+    instance = assert_one(messages, tx.OSCILLATION, index, detectors=EXECUTION_DETECTORS)
+    assert instance.metadata["pattern"] == "alternating_arguments"
+    assert instance.metadata["tools"] == ["get_details_by_id"]
+    assert (instance.metadata["run_length"], instance.metadata["cycles"]) == (6, 3)
+    assert instance.confidence == 0.85
+    signatures = instance.metadata["signatures"]
+    assert [s["tool"] for s in signatures] == ["get_details_by_id"] * 2
+    assert sorted(s["arguments"] for s in signatures) == ['{"id":"P1001"}', '{"id":"P1002"}']
+    assert instance.snippet is not None and "⇄" in instance.snippet
+
+
+@pytest.mark.parametrize("messages", SIGNATURE_OSCILLATION_NEAR_MISSES)
+def test_signature_oscillation_near_misses(messages: list[Message]) -> None:
+    assert not of(run(messages, EXECUTION_DETECTORS), tx.OSCILLATION)
+
+
+def test_ninety_alternating_lookups_fire_and_count_more() -> None:
+    """The real case: P1001, P1002, … ninety times; one instance per three more cycles."""
+    found = run(lookups("12" * 45), EXECUTION_DETECTORS)
+    oscillations = of(found, tx.OSCILLATION)
+    assert [i.metadata["run_length"] for i in oscillations] == list(range(6, 91, 6))
+    assert not of(found, tx.RETRY) and not of(found, tx.PARAMETER_DRIFT)
+
+
+def test_two_tools_with_new_arguments_each_time_stay_a_tool_oscillation() -> None:
+    (instance,) = of(run(alternating("ABABAB", same_args=False)), tx.OSCILLATION)
+    assert (instance.metadata["pattern"], instance.confidence) == ("alternating_tools", 0.6)
+
+
+# Parameter drift over very short argument values (a reference suite's case): typos, plurals and
+# reordered words of a two-word query drift; different short ids or month names do not.
+
+SHORT_DRIFT_POSITIVES = [
+    repeated("search", [{"q": "nyc hotel"}, {"q": "nyc hotels"}, {"q": "hotel nyc"}]),
+    repeated("search", [{"q": "hotel"}, {"q": "hotels"}, {"q": "Hotel"}]),
+    repeated("search", ["cafe paris", "cafes paris", "paris cafe"]),
+]
+SHORT_DRIFT_NEAR_MISSES = [
+    repeated("get", [{"id": "ab"}, {"id": "ac"}, {"id": "ad"}]),
+    repeated("get", [{"sku": "X1"}, {"sku": "X2"}, {"sku": "X3"}]),
+    repeated("report", [{"q": "jan"}, {"q": "jun"}, {"q": "jul"}]),
+    repeated("search", [{"q": "red"}, {"q": "bed"}, {"q": "bad"}]),
+]
+
+
+@pytest.mark.parametrize("messages", SHORT_DRIFT_POSITIVES)
+def test_drift_over_very_short_arguments(messages: list[Message]) -> None:
+    instance = assert_one(messages, tx.PARAMETER_DRIFT, len(messages) - 2, detectors=EXECUTION_DETECTORS)
+    assert instance.metadata["pattern"] == "near_duplicate_arguments"
+
+
+@pytest.mark.parametrize("messages", SHORT_DRIFT_NEAR_MISSES)
+def test_short_different_values_do_not_drift(messages: list[Message]) -> None:
+    assert not of(run(messages, EXECUTION_DETECTORS), tx.PARAMETER_DRIFT)
+
+
 # --- incremental -----------------------------------------------------------------------------------------
 
 
@@ -1226,3 +1319,31 @@ def test_trimmed_conversation_keeps_absolute_indices() -> None:
     ctx = DetectionContext(conversation, start, [], ctx.memory)
     found = [i for d in EXECUTION_DETECTORS for i in d(ctx)]
     assert [(i.type, i.message_index) for i in found] == [(tx.RETRY, 7)]
+
+
+# --- failure metadata: why the call was refused ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "leaf", "reason"),
+    [
+        ("Error: Line must be suspended to resume", tx.STATE_ERROR, "wrong_state"),
+        (
+            "Error: Payment exceeds outstanding amount. Outstanding: 1507.5",
+            tx.INVALID_ARGS,
+            "amount_mismatch",
+        ),
+        ("Error: Not enough seats left on this flight", tx.STATE_ERROR, "capacity"),
+        ("Error: Cliente con DNI '99999999' no registrado en ENOSA", tx.BAD_QUERY, "not_found"),
+        ("Error: the request was declined", tx.INVALID_ARGS, "unclassified"),  # the documented default
+    ],
+)
+def test_a_failed_result_always_fires_with_a_reason(content: str, leaf: str, reason: str) -> None:
+    messages = failed("tool_x", {"id": "A-1"}, content, error_type="ToolError")
+    instance = assert_one(messages, leaf, 2)
+    assert instance.metadata["reason"] == reason
+    assert instance.confidence == (0.5 if reason == "unclassified" else 0.8)
+
+
+def test_a_cancelled_call_is_the_one_silent_failure() -> None:
+    assert run(failed("tool_x", {"id": 1}, "Error: stopped", error_type="asyncio.CancelledError")) == []
