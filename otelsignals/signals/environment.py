@@ -92,6 +92,7 @@ def llm_call_signals(ctx: DetectionContext, leaf: str) -> list[SignalInstance]:
             snippet=classification.snippet,
             metadata={
                 "pattern": classification.pattern,
+                "reason": classification.reason,
                 "source": "llm_call",
                 "status_code": classification.status_code
                 if classification.status_code is not None

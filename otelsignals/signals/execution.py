@@ -226,19 +226,17 @@ def _classify_tool_failures(
 def failure_instance(
     ctx: DetectionContext, index: int, tool: str | None, classification: Classification
 ) -> SignalInstance:
-    """The instance of a failed tool result. An execution failure also says why the call was refused
-    (``reason``: a named reason of errors.yaml such as ``insufficient_funds`` or ``not_found``, else
-    what decided, see :class:`~otelsignals.signals.errors.Classification`; ``unclassified`` for the
-    default leaf)."""
+    """The instance of a failed tool result, with why it failed (``reason``: a named reason of
+    errors.yaml such as ``insufficient_funds`` or ``not_found``, else what decided, see
+    :class:`~otelsignals.signals.errors.Classification`; ``unclassified`` for the default leaf)."""
     metadata: dict[str, Any] = {
         "pattern": classification.pattern,
+        "reason": classification.reason,
         "tool": tool,
         "status_code": classification.status_code,
         "error_type": classification.error_type,
         "source": "tool",
     }
-    if classification.layer == "execution":
-        metadata["reason"] = classification.reason
     return SignalInstance(
         type=classification.leaf_type,
         message_index=ctx.absolute_index(index),

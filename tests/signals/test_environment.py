@@ -156,6 +156,7 @@ def test_a_429_from_a_tool_is_rate_limit_and_no_execution_failure() -> None:
     assert [(i.type, i.message_index) for i in found] == [(tx.RATE_LIMIT, 2)]
     assert found[0].metadata == {
         "pattern": "http:429",
+        "reason": "http_status",
         "tool": "search_flights",
         "status_code": 429,
         "error_type": None,
@@ -500,6 +501,7 @@ def test_model_call_signal_metadata() -> None:
     assert instance.snippet == "Rate limit reached"
     assert instance.metadata == {
         "pattern": "http:429",
+        "reason": "http_status",
         "source": "llm_call",
         "status_code": 429,
         "error_type": "openai.RateLimitError",
