@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,11 +152,12 @@ def _reasons(
     leaves = score.leaf_counts
     out: list[tuple[float, str]] = []
 
+    def named(selected: Iterable[str]) -> str:
+        counted = sorted((leaf.rsplit(".", 1)[1], leaves.get(leaf, 0)) for leaf in selected)
+        return ", ".join(f"{name}×{n}" if n > 1 else name for name, n in counted if n > 0)
+
     def leaf_list(category: str) -> str:
-        named = sorted(
-            (leaf.rsplit(".", 1)[1], n) for leaf, n in leaves.items() if tx.category_of(leaf) == category
-        )
-        return ", ".join(f"{name}×{n}" if n > 1 else name for name, n in named)
+        return named(leaf for leaf in leaves if tx.category_of(leaf) == category)
 
     for name, p in terms.items():
         if p < REASON_MIN_CONTRIBUTION:
@@ -168,14 +169,7 @@ def _reasons(
         elif name == "environment_exhaustion":
             text = f"outside failures: {leaf_list(tx.EXHAUSTION)}"
         elif name == "escalation_or_quit":
-            asked = ", ".join(
-                f"{leaf.rsplit('.', 1)[1]}×{leaves[leaf]}"
-                if leaves.get(leaf, 0) > 1
-                else leaf.rsplit(".", 1)[1]
-                for leaf in (tx.ESCALATION, tx.QUIT)
-                if leaves.get(leaf, 0)
-            )
-            text = f"user asked for a person or gave up: {asked}"
+            text = f"user asked for a person or gave up: {named((tx.ESCALATION, tx.QUIT))}"
         elif name == "handoff":
             text = "agent handed the user to a person"
             if handoff:
