@@ -8,6 +8,7 @@ two in step). Environment variables ``OTELSIGNALS_<SECTION>__<KEY>=value`` overr
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 import re
@@ -250,6 +251,9 @@ class AdminConfig:
     endpoint: str = "127.0.0.1:8888"
     # When set, /v1/* requires "Authorization: Bearer <token>" (health and metrics stay open).
     auth_token: str = ""
+    # /v1/* serves conversations (message text when signals.snippets is on) and agent data: on an
+    # address other than loopback it needs auth_token, unless this says otherwise on purpose.
+    allow_unauthenticated: bool = False
 
 
 @dataclass
@@ -434,6 +438,16 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
     raise ConfigError(key, f"unsupported type {hint}")
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is only reachable from this machine (a name other than localhost is not)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def validate(config: Config) -> Config:
     """Cross-field checks that a single value cannot express."""
     for key, endpoint in (
@@ -442,6 +456,15 @@ def validate(config: Config) -> Config:
         ("admin.endpoint", config.admin.endpoint),
     ):
         split_host_port(endpoint, key)
+    admin = config.admin
+    if admin.enabled and not admin.auth_token and not admin.allow_unauthenticated:
+        host, _ = split_host_port(admin.endpoint, "admin.endpoint")
+        if not is_loopback(host):
+            raise ConfigError(
+                "admin.auth_token",
+                f"the admin API would serve conversations on {admin.endpoint} (not loopback) to anyone: "
+                "set admin.auth_token (e.g. from a Secret), or admin.allow_unauthenticated: true on purpose",
+            )
     exporter = config.exporter
     if (
         exporter.endpoint

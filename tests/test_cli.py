@@ -65,6 +65,13 @@ def test_environment_overrides_are_validated_too(tmp_path):
     assert "assembler.decision_wait" in result.stderr
 
 
+def test_an_exposed_admin_api_without_a_token_refuses_to_start(tmp_path):
+    result = run_cli("run", cwd=tmp_path, env_extra={"OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:0"}, timeout=30)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "admin.auth_token" in lines[0] and "0.0.0.0:0" in lines[0]
+
+
 def test_unknown_command_is_a_usage_error(tmp_path):
     assert run_cli("frobnicate", cwd=tmp_path, timeout=30).returncode == 2
 

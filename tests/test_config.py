@@ -439,3 +439,36 @@ def test_grpc_exporter_endpoint_needs_a_port(endpoint):
 @pytest.mark.parametrize("endpoint", ["collector:4317", "https://collector.example:443", "127.0.0.1:4317"])
 def test_grpc_exporter_endpoint_forms(endpoint):
     validate(load_config(None, environ={"OTELSIGNALS_EXPORTER__ENDPOINT": endpoint}))
+
+
+@pytest.mark.parametrize(
+    ("environ", "refused"),
+    [
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:8888"}, True),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "10.0.0.5:8888"}, True),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "[::]:8888"}, True),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "admin.internal:8888"}, True),  # a name is not proof of loopback
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "127.0.0.1:8888"}, False),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "127.0.0.2:8888"}, False),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "localhost:8888"}, False),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "[::1]:8888"}, False),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:8888", "OTELSIGNALS_ADMIN__AUTH_TOKEN": "s3cret"}, False),
+        (
+            {
+                "OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:8888",
+                "OTELSIGNALS_ADMIN__ALLOW_UNAUTHENTICATED": "true",
+            },
+            False,
+        ),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:8888", "OTELSIGNALS_ADMIN__ENABLED": "false"}, False),
+    ],
+)
+def test_admin_api_off_loopback_needs_a_token(environ: dict[str, str], refused: bool) -> None:
+    config = load_config(None, environ=environ)
+    if not refused:
+        validate(config)
+        return
+    with pytest.raises(ConfigError) as raised:
+        validate(config)
+    assert raised.value.key == "admin.auth_token"
+    assert "allow_unauthenticated" in str(raised.value)

@@ -103,14 +103,21 @@ def _default_text(parts: list[str]) -> str:
 
 
 def _container_environ(container: dict[str, Any]) -> dict[str, str]:
-    """The container's OTELSIGNALS_* variables; valueFrom ones (secrets) get the key's default."""
+    """The container's OTELSIGNALS_* variables; a required Secret reference gets a stand-in value (the
+    pod does not start without the Secret), an optional one the key's default."""
     environ = {}
     for entry in container.get("env", []):
         name = entry["name"]
         if not name.startswith(cfg.ENV_PREFIX):
             continue
         parts = _config_key_path(name)
-        environ[name] = str(entry["value"]) if "value" in entry else _default_text(parts)
+        secret = entry.get("valueFrom", {}).get("secretKeyRef")
+        if "value" in entry:
+            environ[name] = str(entry["value"])
+        elif secret is not None and not secret.get("optional", False):
+            environ[name] = f"secret:{secret['name']}/{secret['key']}"
+        else:
+            environ[name] = _default_text(parts)
     return environ
 
 
@@ -221,8 +228,10 @@ def test_configmap_otelsignals_yaml_loads_and_validates(tmp_path: Path) -> None:
     for configmap in configmaps:
         path = tmp_path / f"{configmap['metadata']['name']}.yaml"
         path.write_text(configmap["data"]["otelsignals.yaml"], encoding="utf-8")
+        # The admin token comes from a Secret through the environment (checked per container below).
+        secret = {"OTELSIGNALS_ADMIN__AUTH_TOKEN": "secret:otelsignals-admin/token"}
         try:
-            config = cfg.validate(cfg.load_config(path, environ={}))
+            config = cfg.validate(cfg.load_config(path, environ=secret))
         except cfg.ConfigError as exc:
             pytest.fail(f"ConfigMap {configmap['metadata']['name']}: {exc}")
         assert config.exporter.endpoint, "the sidecar example forwards to a collector"
@@ -372,7 +381,16 @@ def test_dockerfile_env_maps_to_config_keys() -> None:
     assert environ
     for name in environ:
         _config_key_path(name)
-    config = cfg.validate(cfg.load_config(None, environ=environ))
+    # The image listens on every interface, so it refuses to start without the token the run
+    # command gives it (never baked into the image)...
+    assert "OTELSIGNALS_ADMIN__AUTH_TOKEN" not in environ
+    with pytest.raises(cfg.ConfigError) as refused:
+        cfg.validate(cfg.load_config(None, environ=environ))
+    assert refused.value.key == "admin.auth_token"
+    assert "OTELSIGNALS_ADMIN__AUTH_TOKEN" in DOCKERFILE.read_text(), "the run example passes a token"
+    # ...and starts with one.
+    run_time = environ | {"OTELSIGNALS_ADMIN__AUTH_TOKEN": "from-docker-run"}
+    config = cfg.validate(cfg.load_config(None, environ=run_time))
     assert config.admin.endpoint == f"0.0.0.0:{ADMIN_PORT}"
 
 
