@@ -139,7 +139,7 @@ def analyse(out: Path, outcomes: dict[str, Outcome]) -> float:
     manifest = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
     requests = [request for entry in manifest for request in read_requests(out / entry["file"])]
     config = Config()
-    analyzer = Analyzer(Telemetry(), config.sessions, config.signals)
+    analyzer = Analyzer(Telemetry(), config.sessions, config.signals, limits=config.analyzer)
     started = time.process_time()
     for trace in traces_in_time_order(requests):
         analysis = analyzer.process(trace)

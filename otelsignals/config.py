@@ -179,6 +179,15 @@ class SessionsConfig:
 
 
 @dataclass
+class AnalyzerConfig:
+    # How much of one span's text the detectors read (otelsignals/limits.py): past these, text is
+    # cut for the analysis only (counted by reason); the span is forwarded untouched.
+    max_message_bytes: ByteSize = ByteSize(64 * 1024)
+    max_messages_per_span: int = 2000
+    max_span_text_bytes: ByteSize = ByteSize(1024**2)
+
+
+@dataclass
 class SignalsConfig:
     # Write signal.snippet (the user's matched words) on span events; off for PII-sensitive data.
     snippets: bool = True
@@ -294,6 +303,7 @@ class Config:
     assembler: AssemblerConfig = field(default_factory=AssemblerConfig)
     exporter: ExporterConfig = field(default_factory=ExporterConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    analyzer: AnalyzerConfig = field(default_factory=AnalyzerConfig)
     signals: SignalsConfig = field(default_factory=SignalsConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
@@ -485,6 +495,14 @@ def validate(config: Config) -> Config:
         raise ConfigError("exporter.retry.multiplier", "must be at least 1")
     if not 0 <= exporter.retry.randomization_factor <= 1:
         raise ConfigError("exporter.retry.randomization_factor", "must be between 0 and 1")
+    analyzer = config.analyzer
+    for key, minimum in (
+        ("max_message_bytes", 1024),
+        ("max_messages_per_span", 1),
+        ("max_span_text_bytes", 1024),
+    ):
+        if int(getattr(analyzer, key)) < minimum:
+            raise ConfigError(f"analyzer.{key}", f"must be at least {minimum}")
     if config.assembler.tick_interval <= 0:
         # Zero would make the expiry ticker spin without sleeping.
         raise ConfigError("assembler.tick_interval", "must be greater than 0")

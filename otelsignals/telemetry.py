@@ -89,6 +89,13 @@ class Telemetry:
             ["reason"],
             registry=r,
         )
+        self.truncated_for_analysis = Counter(
+            "otelsignals_analyzer_truncated",
+            "Text cut for the analysis only (analyzer.*), by reason: messages cut (message_bytes, "
+            "tool_result_bytes) or messages not read (messages_per_span, span_text_bytes).",
+            ["reason"],
+            registry=r,
+        )
         self.detected_signals = Counter(
             "otelsignals_signals_detected",
             "Signal instances detected, by leaf type (e.g. interaction.disengagement.escalation).",

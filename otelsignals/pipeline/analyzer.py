@@ -9,7 +9,7 @@ the conversation is scored as it stands.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
@@ -17,7 +17,7 @@ from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from otelsignals.analysis import Analysis, analyze_update
-from otelsignals.config import EvalsConfig, SessionsConfig, SignalsConfig
+from otelsignals.config import AnalyzerConfig, EvalsConfig, SessionsConfig, SignalsConfig
 from otelsignals.conventions import might_carry_genai, read_span
 from otelsignals.conventions.base import HistoryCache, SpanReading, SpanView, decoded_span_view
 from otelsignals.conventions.decoding import SpanDecodeMemo, key_values
@@ -31,6 +31,7 @@ from otelsignals.conversation import (
 )
 from otelsignals.evals.embeddings import Embedder, OpenAIEmbedder, default_embedder
 from otelsignals.evals.per_trace import trace_signals, turn_texts
+from otelsignals.limits import TextLimits, cap_reading
 from otelsignals.otlp.wire import ScopeContext, SpanRecord
 from otelsignals.pipeline.assembler import ReleasedTrace
 from otelsignals.pipeline.log_events import LogEventBuffer
@@ -63,8 +64,13 @@ class Analyzer:
         sessions: SessionsConfig | None = None,
         signals: SignalsConfig | None = None,
         evals: EvalsConfig | None = None,
+        limits: AnalyzerConfig | None = None,
     ) -> None:
         self.telemetry = telemetry
+        limits = limits or AnalyzerConfig()
+        self.limits = TextLimits(
+            int(limits.max_message_bytes), int(limits.max_messages_per_span), int(limits.max_span_text_bytes)
+        )
         self.config = sessions or SessionsConfig()
         self.signals = signals or SignalsConfig()
         self.sessions = SessionStore(self.config.ttl, self.config.max_sessions, self._on_evict)
@@ -144,6 +150,7 @@ class Analyzer:
                 logger.debug("reader failure", exc_info=True)
                 continue
             if reading is not None:
+                self._cap(reading)
                 readings.append((view, reading))
         if not readings:
             return None
@@ -169,6 +176,16 @@ class Analyzer:
         telemetry.assembled_messages.inc(update.new_messages)
         telemetry.conversations.set(len(self.sessions))
         return update
+
+    def _cap(self, reading: SpanReading) -> None:
+        """What one span gives the analysis, cut to ``analyzer.*`` (limits.py) and counted."""
+        cut: Counter[str] = Counter()
+        cap_reading(reading, self.limits, cut)
+        for reason, count in cut.items():
+            self.telemetry.truncated_for_analysis.labels(reason).inc(count)
+            self.telemetry.logged_once.warning(
+                f"truncated_{reason}", f"text cut for the analysis ({reason}; see analyzer.* in the config)"
+            )
 
     def apply_late_log_events(self) -> list[Analysis]:
         """Content that came as log records after its span was analysed: read it into the

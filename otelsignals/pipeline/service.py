@@ -49,7 +49,9 @@ class Pipeline:
     def __init__(self, config: Config, telemetry: Telemetry | None = None, sender: Sender | None = None):
         self.config = config
         self.telemetry = telemetry or Telemetry()
-        self.analyzer = Analyzer(self.telemetry, config.sessions, config.signals, config.evals)
+        self.analyzer = Analyzer(
+            self.telemetry, config.sessions, config.signals, config.evals, config.analyzer
+        )
         self.analyzer.on_session_closed = self._close_session
         self.enricher = Enricher(config.signals)
         # One store, shared with every replica pointing at it: reputation windows and eval runs.
