@@ -2,7 +2,9 @@
 
 ``GET /v1/sessions/{id}`` shows a conversation as otelsignals reassembled it (messages, tool
 results with their failures, signals so far, current score): the first thing to look at when a
-span's enrichment surprises you. Message text is included only when ``signals.snippets`` is on.
+span's enrichment surprises you. Message text is included only when ``signals.snippets`` is on;
+with it off, messages, tool arguments, error messages and snippets are ``null`` and each signal's
+``metadata`` is redacted as on spans (:func:`~otelsignals.signals.base.redact_metadata`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from otelsignals.pipeline.eval_runs import EvalRunError, EvalRuns
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.scoring import score
+from otelsignals.signals.base import redact_metadata
 from otelsignals.telemetry import Telemetry
 
 
@@ -153,6 +156,7 @@ def session_json(state: ConversationState, show_content: bool) -> dict[str, Any]
                 "message_index": signal.message_index,
                 "confidence": signal.confidence,
                 "snippet": signal.snippet if show_content else None,
+                "metadata": signal.metadata if show_content else redact_metadata(signal.metadata),
             }
             for signal in state.recent_signals
         ],

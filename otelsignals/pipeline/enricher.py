@@ -4,6 +4,13 @@ Enriched are the span that carries the analysed conversation (its latest model c
 trace's root span. Events go on the model-call span only, so a backend counting events counts
 each signal once. A span that already carries ``signals.quality`` (re-sent by a client, or
 enriched by an upstream otelsignals) is left alone, and no existing attribute is ever overwritten.
+
+Private by default: with ``signals.snippets`` off, no message or argument text leaves on a span.
+``signal.snippet`` is not written, and ``signal.metadata`` goes through
+:func:`~otelsignals.signals.base.redact_metadata`: the values detectors declare as content (tool
+arguments, the user's rejected or shared words, a clarified term…), names that do not look like
+identifiers and any undeclared key become stable ``"blake2b:<16 hex>"`` digests. With snippets on,
+metadata is written as the detectors made it.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from otelsignals.pipeline.assembler import ReleasedTrace
 from otelsignals.reputation import Reputation
 from otelsignals.scoring import severity
 from otelsignals.signals import taxonomy as t
+from otelsignals.signals.base import redact_metadata
 
 FLAG = " \U0001f6a9"  # " 🚩"
 MARKER_ATTRIBUTE = "signals.quality"
@@ -106,8 +114,9 @@ class Enricher:
             write_attribute(event.attributes.add(), "signal.confidence", float(signal.confidence))
             if self.config.snippets and signal.snippet:
                 write_attribute(event.attributes.add(), "signal.snippet", signal.snippet)
+            metadata = signal.metadata if self.config.snippets else redact_metadata(signal.metadata)
             write_attribute(
-                event.attributes.add(), "signal.metadata", orjson.dumps(signal.metadata, default=str).decode()
+                event.attributes.add(), "signal.metadata", orjson.dumps(metadata, default=str).decode()
             )
 
 

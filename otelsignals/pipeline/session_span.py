@@ -1,5 +1,10 @@
 """The ``otelsignals.session`` span: a closed session's scores, as a span of its own trace, linked
-to the session's traces, so a trace backend can find a session's verdict next to its traces."""
+to the session's traces, so a trace backend can find a session's verdict next to its traces.
+
+It carries no message text whatever ``signals.snippets`` says: the session id, the close reason,
+counts, and the session metrics' scores, reasons and metadata, which are numbers, trace ids and
+signal names (``tests/test_privacy.py`` checks it with PII markers).
+"""
 
 from __future__ import annotations
 

@@ -4,10 +4,36 @@ Detection is incremental: each call looks at the messages a trace added (``new_f
 may look back over a bounded window of earlier ones, never the whole history, so analysing turn N
 costs O(new messages). What a detector must remember between calls (loop trackers, previous
 answers) lives in ``memory``, a dict the caller keeps per conversation and per detector module.
+
+**Metadata and privacy** ("private by default": message content leaves the process only where the
+user turned it on). Every key a detector writes into ``SignalInstance.metadata`` (at any depth) is
+declared here in exactly one of four sets:
+
+- :data:`PLAIN_METADATA_KEYS`: numbers, indices, booleans and closed vocabulary (pattern and group
+  names, phrases *as written in the phrase library*, reasons, categories): never message text;
+- :data:`IDENTIFIER_METADATA_KEYS`: names the application chose (``tool``, ``tools``, ``model``,
+  ``error_type``): kept when they look like an identifier (:func:`looks_like_identifier`), else
+  hashed;
+- :data:`CONTENT_METADATA_KEYS`: words of a message or a tool call's arguments (``arguments``,
+  ``rejected``, ``term``, ``shared``, ``brought_back``, ``marker``…);
+- :data:`NESTED_METADATA_KEYS`: lists or objects whose own keys follow these same rules
+  (``signatures``).
+
+With ``signals.snippets`` off, :func:`redact_metadata` (called where metadata leaves the process:
+the span enricher and the admin API) replaces every content value, every identifier that does not
+look like one, and every value of an *undeclared* key (fail closed) by :func:`content_digest`, a
+stable ``"blake2b:<16 hex>"`` of its text: equal texts still compare equal (the same arguments in
+three retries), lengths and counts survive as the lists' lengths. With snippets on, metadata leaves
+as the detectors wrote it. A new detector key must be added to one of the sets
+(``tests/test_privacy.py`` fails otherwise). The digest is unkeyed: a short or guessable value (a
+one-word term, a card number) can be recovered by trying candidates, so it identifies repeats, it
+does not encrypt.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,3 +71,129 @@ class DetectionContext:
 
 
 Detector = Callable[[DetectionContext], list[SignalInstance]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata privacy (module docstring)
+
+PLAIN_METADATA_KEYS = frozenset(
+    {
+        # every detector
+        "pattern",  # a named pattern, or evidence from the phrase/error libraries ("phrase:…", "http:404")
+        "reason",
+        "source",
+        "status_code",
+        "count",
+        # loops
+        "run_length",
+        "threshold",
+        "threshold_cycles",
+        "cycles",
+        "same_arguments",
+        "similarity",
+        "lower_bound",
+        # phrase hits: the phrase as written in the library, never the user's words
+        "phrase",
+        "group",
+        "matches",
+        "fuzzy",
+        "cues",
+        "actually",
+        # negative stance cues
+        "upper_ratio",
+        "letters",
+        "words",
+        "head",  # a rhetorical head of the library ("why would i")
+        "run",  # a run of "!" and "?"
+        # indices and ratios
+        "similar_to",
+        "ratio",
+        "repeated_answer",
+        "request_index",
+        "user_turns",
+        "baseline",
+        "efficiency",
+        # hand-off
+        "asked_by",
+        "after",
+        "via",
+    }
+)
+IDENTIFIER_METADATA_KEYS = frozenset({"tool", "tools", "model", "error_type"})
+CONTENT_METADATA_KEYS = frozenset({"arguments", "rejected", "term", "shared", "brought_back", "marker"})
+NESTED_METADATA_KEYS = frozenset({"signatures"})
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][\w.:/@+\-]{0,127}")
+_EMAIL_LIKE = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
+_LONG_NUMBER = re.compile(r"\d{9,}")
+
+
+def content_digest(value: Any) -> str:
+    """A stable stand-in for message or argument text: ``"blake2b:"`` and 16 hex digits."""
+    text = value if isinstance(value, str) else str(value)
+    digest = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=8, person=b"otelsignals")
+    return f"blake2b:{digest.hexdigest()}"
+
+
+def looks_like_identifier(value: Any) -> bool:
+    """A name a program chose (``search_orders``, ``openai.RateLimitError``, ``gpt-4o``), not text:
+    no spaces, at most 128 characters, no e-mail address, no long number."""
+    return (
+        isinstance(value, str)
+        and _IDENTIFIER.fullmatch(value) is not None
+        and _EMAIL_LIKE.search(value) is None
+        and _LONG_NUMBER.search(value) is None
+    )
+
+
+def redact_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` with no message or argument text left (module docstring); a new dict."""
+    secrets: set[str] = set()
+    redacted = {key: _redact(key, value, secrets) for key, value in metadata.items()}
+    if not secrets:
+        return redacted
+    # A plain value quoting a redacted identifier ("http:404(exception:<error.type>)") loses it too.
+    return {key: _scrub(value, secrets) for key, value in redacted.items()}
+
+
+def _redact(key: Any, value: Any, secrets: set[str]) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if key in PLAIN_METADATA_KEYS:
+        return value
+    if key in NESTED_METADATA_KEYS:
+        if isinstance(value, Mapping):
+            return {k: _redact(k, v, secrets) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [_redact(key, item, secrets) for item in value]
+    if key in IDENTIFIER_METADATA_KEYS:
+        if isinstance(value, list | tuple):
+            return [_redact(key, item, secrets) for item in value]
+        if looks_like_identifier(value):
+            return value
+        if isinstance(value, str) and len(value) >= 3:
+            secrets.add(value)
+    return _content(value)  # content, or a key nobody declared: fail closed
+
+
+def _content(value: Any) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, Mapping):
+        return {(k if looks_like_identifier(k) else _content(k)): _content(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_content(item) for item in value]
+    return content_digest(value)
+
+
+def _scrub(value: Any, secrets: set[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret in value and not value.startswith("blake2b:"):
+                value = value.replace(secret, content_digest(secret))
+        return value
+    if isinstance(value, Mapping):
+        return {k: _scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(item, secrets) for item in value]
+    return value

@@ -52,6 +52,11 @@ rather than a near-duplicate); oscillation 0.85 when each tool is
 repeated with the same arguments as its previous call (flip-flopping; always so for one tool's two
 signatures), else 0.6 (alternating over different inputs, e.g. search → open → search → open, is
 sometimes just diligence).
+
+Metadata keys are declared in :mod:`otelsignals.signals.base`: ``arguments`` (and those inside
+``signatures``) are the call's own text, content that leaves as a ``blake2b:`` digest when
+``signals.snippets`` is off; ``tool`` and ``error_type`` are kept only when they look like
+identifiers. A new key must be declared there.
 """
 
 from __future__ import annotations

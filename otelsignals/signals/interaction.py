@@ -30,6 +30,11 @@ from the YAML, minus 0.15 when a word matched through a typo, plus 0.05 when the
 message, multiplied for messages longer than 40 tokens by ``max(0.6, (40 / tokens) ** 0.15)`` (the
 phrase is a small part of a long text), clamped to [0.05, 0.99]. The best hit of a leaf in a message
 gives its instance; there is at most one instance per (leaf, message).
+
+Metadata keys are declared in :mod:`otelsignals.signals.base`. ``phrase`` is the phrase as written
+in the library, never the user's words; the user's own words (``rejected``, ``term``, ``shared``,
+``brought_back``, a piecemeal ``marker``) are content, sent as ``blake2b:`` digests when
+``signals.snippets`` is off. A new key must be declared there.
 """
 
 from __future__ import annotations

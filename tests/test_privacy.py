@@ -1,0 +1,519 @@
+"""Private by default: with ``signals.snippets: false`` no message or tool-argument text leaves the
+sidecar in anything it adds: span attributes and events, ``signal.metadata``, the session summary
+span, its log lines, the admin API's session view.
+
+PII markers (an e-mail address, a card-like number, a person's name, a made-up word) go through every
+detector: user messages that fire each interaction leaf, tool calls carrying them in their arguments
+that fire each loop, failed tool results with them in the error text for every failure and exhaustion
+leaf, a failed model call with them in its exception, a hand-off. The unit tests check the redaction
+itself and that every metadata key any detector writes is declared in ``otelsignals.signals.base``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from otelsignals.analysis import analyze_update
+from otelsignals.config import SignalsConfig
+from otelsignals.conventions.decoding import any_value
+from otelsignals.conventions.genai import otel_message
+from otelsignals.conversation import ConversationState, TraceUpdate
+from otelsignals.model import LlmCall, Role, SignalInstance
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import (
+    CONTENT_METADATA_KEYS,
+    IDENTIFIER_METADATA_KEYS,
+    NESTED_METADATA_KEYS,
+    PLAIN_METADATA_KEYS,
+    content_digest,
+    looks_like_identifier,
+    redact_metadata,
+)
+from tests.corpus import BLIND_DIR, HELDOUT_DIR, load_corpus
+from tests.support.clients import export_grpc
+from tests.support.otlp_sink import OtlpSink
+from tests.support.sidecar import SidecarProcess
+
+EMAIL = "zq.marlow-7731@privmail.example"
+CARD = "4929 1837 6650 2291"
+NAME = "Ottilie Brennagh"
+WORD = "glimmerwort"
+PII = f"{NAME} {EMAIL} card {CARD} {WORD}"
+# What must not appear, in any case and in the forms detectors make of words (stems, lower case).
+FRAGMENTS = ("ottili", "brennagh", "glimmerwort", "marlow", "privmail", "1837 6650", "18376650", "66502291")
+
+
+def leaks(text: str) -> list[str]:
+    lowered = text.lower()
+    return [fragment for fragment in FRAGMENTS if fragment in lowered]
+
+
+# ---------------------------------------------------------------------------------------------
+# The conversations (OTel GenAI message form, as an app sends them in gen_ai.input.messages)
+
+
+def say(role: str, text: str) -> dict[str, Any]:
+    return {"role": role, "parts": [{"type": "text", "content": text}]}
+
+
+_call_ids = itertools.count(1)
+
+
+def call(name: str, arguments: Any, response: str) -> list[dict[str, Any]]:
+    call_id = f"call_{next(_call_ids)}"
+    return [
+        {
+            "role": "assistant",
+            "parts": [{"type": "tool_call", "id": call_id, "name": name, "arguments": arguments}],
+        },
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": call_id, "response": response}]},
+    ]
+
+
+def error(status: int, message: str) -> str:
+    return orjson.dumps({"error": {"status": status, "message": message}}).decode()
+
+
+SAME_ANSWER = f"I could not find a {WORD} report for {NAME} in our records right now, sorry."
+INTERACTION = [
+    say("user", f"Hi, I am {NAME}, {EMAIL}. I need the {WORD} report for card {CARD}."),
+    say("assistant", f"Sure. I found the {WORD} report for Brennagh in the archive."),
+    say("user", f"It is the {WORD} file for Ottilie actually, not Brennagh."),  # correction: contrast
+    say("assistant", f"Here is the quarterly summary. The {WORD} index is 4."),
+    say("user", f"what do you mean by {WORD}?"),  # clarification: phrase
+    say("assistant", f"It is the {WORD} index of your account."),
+    say("user", f"you don't need to check them {WORD} by {WORD}, just send everything."),  # piecemeal
+    say("assistant", "Okay, sending everything."),
+    say("user", f"I need the {WORD} report for {NAME} for card {CARD}"),
+    say("assistant", "Could you tell me which quarter?"),
+    say("user", f"I said I need the {WORD} report for {NAME} for card {CARD}!"),  # rephrase: near duplicate
+    say("assistant", SAME_ANSWER),
+    say("user", f"{WORD} report for {NAME} please, card {CARD}?"),
+    say("assistant", SAME_ANSWER),  # repetition
+    say("user", f"WHY IS THE {WORD.upper()} REPORT STILL MISSING FOR {NAME.upper()}"),  # caps; asked again
+    say("assistant", SAME_ANSWER),
+    say("user", f"This is ridiculous. Let me speak to a human agent about {EMAIL} and {WORD}."),  # escalation
+    say("assistant", "I can connect you, but first let me try once more."),
+    say(
+        "user",
+        f"it works now, the {WORD} report for {NAME} went through. thanks, perfect, that's exactly "
+        "what I needed",
+    ),  # success, gratitude, confirmation
+    say("assistant", "Glad to help."),
+    say("user", f"forget it, I'll cancel {WORD} and go elsewhere, {NAME}"),  # quit
+    say("assistant", "Sorry to see you go."),
+]
+INTERACTION_2 = [
+    say("user", f"Hi, I want to cancel my {WORD} membership, I am {NAME}"),
+    say("assistant", "We can freeze it for three months instead."),
+    say("user", f"I don't want a freeze. how do I cancel the {WORD} membership"),  # rephrase: insistence
+    say("assistant", f"Here is the summary. The {WORD} index is 4."),
+    say("user", f"what is {WORD}?"),  # clarification: term question
+    say("assistant", f"Before disputing, have you tried contacting {NAME}'s bank?"),
+    say("user", f"why would I contact {WORD} bank. I want to dispute the {WORD} charge"),  # rhetorical
+    say("assistant", "Understood."),
+]
+OK = orjson.dumps({"status": "ok", "note": "done"}).decode()
+FAILURES = [  # (tool, failed result): one per failure and exhaustion leaf, the markers in the text
+    (
+        "update_profile",
+        error(422, f"Validation failed: email {EMAIL} is not allowed for {NAME}, card {CARD}"),
+    ),
+    ("lookup_customer_v9", f"Error: Unknown tool lookup for {PII}"),
+    ("charge_card", error(401, f"Unauthorized: invalid API key for {PII}")),
+    ("create_order", error(409, f"Order for {PII} already exists")),
+    ("get_order", error(404, f"No order found for {PII}")),
+    ("billing_api", error(503, f"Service unavailable while processing {PII}")),
+    ("billing_gateway", error(504, f"Gateway timeout for {PII}")),
+    ("billing_quota", error(429, f"Too many requests for {PII}")),
+    ("billing_socket", f"Error: connection refused by {WORD}.example while sending {PII}"),
+    ("billing_parser", f"Error: invalid JSON in response: unexpected token near {PII}"),
+    ("summarise", f"Error: context_length_exceeded: the prompt about {PII} is too long"),
+]
+
+
+def tool_conversation() -> list[dict[str, Any]]:
+    messages = [say("user", f"Please sort out my account, {PII}")]
+    for _ in range(3):  # retry
+        messages += call("get_customer", {"email": EMAIL, "name": NAME}, OK)
+    messages.append(say("user", "next"))
+    for query in (f"{WORD} report {NAME}", f"{WORD} reports {NAME}", f"{WORD} report for {NAME}"):
+        messages += call("search_documents", {"query": query, "card": CARD}, "[]")  # drift, empty queries
+    messages.append(say("user", "next"))
+    for i in range(6):  # oscillation between two argument sets
+        email = EMAIL if i % 2 else f"{WORD}@{WORD}.example"
+        messages += call("get_details", {"email": email, "name": NAME}, OK)
+    messages.append(say("user", "next"))
+    for i in range(6):  # oscillation between two tools
+        messages += call("open_page" if i % 2 else "find_page", {"q": f"{WORD} {NAME} {CARD}"}, OK)
+    messages.append(say("user", "next"))
+    for name, response in FAILURES:
+        messages += call(name, {"email": EMAIL, "card": CARD, "note": f"{NAME} {WORD}"}, response)
+        messages.append(say("user", "ok and now?"))
+    messages += call("search_orders", {"customer": EMAIL, "filters": {"name": NAME, "tag": WORD}}, "[]")
+    messages.append(say("assistant", "Nothing was found."))
+    return messages
+
+
+TOOLS = tool_conversation()
+HANDOFF = [
+    say("user", f"I am {NAME} ({EMAIL}), please transfer me to a human about card {CARD}."),
+    *call("transfer_to_human_agents", {"summary": f"{PII} wants a person"}, OK),
+    say("assistant", f"You are being transferred to a human agent now, {NAME}."),
+]
+# The model call that fails before the hand-off's answer (environment layer, source llm_call).
+LLM_FAILURE = ("openai.BadRequestError", f"context_length_exceeded: the prompt about {PII} is too long")
+
+SESSIONS = {
+    "priv-interaction": INTERACTION,
+    "priv-interaction-2": INTERACTION_2,
+    "priv-tools": TOOLS,
+    "priv-handoff": HANDOFF,
+}
+
+
+def analysed(session: str) -> list[SignalInstance]:
+    """Every signal the core finds in a session, analysed in one trace as the sidecar will."""
+    messages = [m for item in SESSIONS[session] for m in otel_message(item, b"\x01" * 8, Role.USER)]
+    state = ConversationState.new(session)
+    for message in messages:
+        state.append(message)
+    calls = []
+    if session == "priv-handoff":
+        calls = [LlmCall(b"\x02" * 8, failed=True, error_type=LLM_FAILURE[0], error_message=LLM_FAILURE[1])]
+        state.conversation.llm_calls.extend(calls)
+    update = TraceUpdate(session, b"\x03" * 16, 0, len(messages), calls, None, True)
+    return analyze_update(state, update).new_signals
+
+
+@pytest.fixture(scope="module")
+def found() -> list[SignalInstance]:
+    return [signal for session in SESSIONS for signal in analysed(session)]
+
+
+def corpus_signals() -> Iterator[SignalInstance]:
+    from tests import corpus_eval
+
+    original = corpus_eval.analyze_update
+    collected: list[SignalInstance] = []
+
+    def collecting(state: ConversationState, update: TraceUpdate) -> Any:
+        analysis = original(state, update)
+        collected.extend(analysis.new_signals)
+        return analysis
+
+    corpus_eval.analyze_update = collecting  # type: ignore[assignment]
+    try:
+        for directory in (None, HELDOUT_DIR, BLIND_DIR):
+            for entry in load_corpus(directory) if directory else load_corpus():
+                corpus_eval.detect_incrementally(entry)
+    finally:
+        corpus_eval.analyze_update = original  # type: ignore[assignment]
+    yield from collected
+
+
+# ---------------------------------------------------------------------------------------------
+# Unit: the scenario fires every detector, and its metadata carries the markers until redacted
+
+
+ALL_LEAVES = {
+    tx.CORRECTION, tx.REPHRASE, tx.CLARIFICATION, tx.DRAGGING, tx.REPETITION, tx.ESCALATION, tx.QUIT,
+    tx.NEGATIVE_STANCE, tx.GRATITUDE, tx.CONFIRMATION, tx.SUCCESS, tx.HANDOFF,
+    tx.INVALID_ARGS, tx.BAD_QUERY, tx.TOOL_NOT_FOUND, tx.AUTH_MISUSE, tx.STATE_ERROR,
+    tx.RETRY, tx.PARAMETER_DRIFT, tx.OSCILLATION,
+    tx.API_ERROR, tx.TIMEOUT, tx.RATE_LIMIT, tx.NETWORK, tx.MALFORMED_RESPONSE, tx.CONTEXT_OVERFLOW,
+}  # fmt: skip
+
+
+def test_the_scenario_fires_every_detector(found):
+    assert {signal.type for signal in found} >= ALL_LEAVES
+    patterns = {(signal.type, signal.metadata.get("pattern")) for signal in found}
+    for expected in [
+        (tx.CORRECTION, "contrast"), (tx.CORRECTION, "piecemeal"), (tx.CLARIFICATION, "term_question"),
+        (tx.REPHRASE, "insistence"), (tx.REPHRASE, "asked_again"), (tx.REPHRASE, "near_duplicate"),
+        (tx.OSCILLATION, "alternating_arguments"), (tx.OSCILLATION, "alternating_tools"),
+        (tx.NEGATIVE_STANCE, "all_caps"), (tx.NEGATIVE_STANCE, "rhetorical_question"),
+    ]:  # fmt: skip
+        assert expected in patterns
+    sources = {signal.metadata.get("source") for signal in found if signal.type == tx.CONTEXT_OVERFLOW}
+    assert sources == {"tool", "llm_call"}
+
+
+def test_metadata_carries_the_markers_and_redaction_removes_them(found):
+    raw = orjson.dumps([signal.metadata for signal in found]).decode()
+    assert {"ottili", "brennagh", "glimmerwort", "marlow", "privmail", "1837 6650"} <= set(leaks(raw))
+    for signal in found:
+        redacted = redact_metadata(signal.metadata)
+        assert leaks(orjson.dumps(redacted, default=str).decode()) == [], (signal.type, redacted)
+        assert redacted.keys() == signal.metadata.keys()
+        for key, value in signal.metadata.items():  # what is not content stays as it was
+            if key in PLAIN_METADATA_KEYS:
+                assert redacted[key] == value
+
+
+def test_redaction_keeps_equal_texts_equal_and_counts():
+    metadata = {
+        "pattern": "alternating_arguments",
+        "tool": "get_details",
+        "tools": ["get_details", f"{NAME} tool"],
+        "run_length": 6,
+        "arguments": [EMAIL, EMAIL, CARD],
+        "signatures": [
+            {"tool": "get_details", "arguments": EMAIL},
+            {"tool": "get_details", "arguments": None},
+        ],
+        "error_type": f"ValueError: {EMAIL}",
+        "model": "claude-3-5-sonnet@20240620",
+        "someone_added_this": f"{WORD}",
+    }
+    redacted = redact_metadata(metadata)
+    assert redacted["pattern"] == "alternating_arguments" and redacted["run_length"] == 6
+    assert redacted["tool"] == "get_details" and redacted["model"] == "claude-3-5-sonnet@20240620"
+    assert redacted["tools"] == ["get_details", content_digest(f"{NAME} tool")]
+    assert redacted["arguments"] == [content_digest(EMAIL)] * 2 + [content_digest(CARD)]
+    assert redacted["signatures"] == [
+        {"tool": "get_details", "arguments": content_digest(EMAIL)},
+        {"tool": "get_details", "arguments": None},
+    ]
+    assert redacted["error_type"] == content_digest(f"ValueError: {EMAIL}")
+    assert redacted["someone_added_this"] == content_digest(WORD), "an undeclared key is redacted"
+    assert content_digest(WORD).startswith("blake2b:") and len(content_digest(WORD)) == len("blake2b:") + 16
+    # A plain value quoting a redacted identifier loses it too.
+    quoted = redact_metadata({"pattern": f"http:404(exception:{EMAIL} x)", "error_type": f"{EMAIL} x"})
+    assert leaks(orjson.dumps(quoted).decode()) == []
+    # Dict keys under a content key: identifiers stay, text goes.
+    assert redact_metadata({"arguments": {"find_page": CARD, f"{NAME}": "x"}}) == {
+        "arguments": {"find_page": content_digest(CARD), content_digest(NAME): content_digest("x")}
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        ("search_orders", True), ("openai.RateLimitError", True), ("gpt-4o-mini", True),
+        ("mcp/github:create_issue", True), ("claude-3-5-sonnet@20240620", True),
+        (EMAIL, False), ("4929183766502291", False), ("card_4929183766502291", False), (NAME, False),
+        ("x" * 129, False), ("", False), (None, False), (42, False),
+    ],
+)  # fmt: skip
+def test_identifier_rule(value, kept):
+    assert looks_like_identifier(value) is kept
+
+
+# The declared class of every metadata key. A detector that writes a new key fails
+# test_every_metadata_key_is_declared until the key is declared in otelsignals.signals.base (and
+# here): content keys are redacted with snippets off, plain keys are not.
+KEY_TABLE = {
+    "plain": {
+        "pattern", "reason", "source", "status_code", "count", "run_length", "threshold",
+        "threshold_cycles", "cycles", "same_arguments", "similarity", "lower_bound", "phrase", "group",
+        "matches", "fuzzy", "cues", "actually", "upper_ratio", "letters", "words", "head", "run",
+        "similar_to", "ratio", "repeated_answer", "request_index", "user_turns", "baseline", "efficiency",
+        "asked_by", "after", "via",
+    },
+    "identifier": {"tool", "tools", "model", "error_type"},
+    "content": {"arguments", "rejected", "term", "shared", "brought_back", "marker"},
+    "nested": {"signatures"},
+}  # fmt: skip
+
+
+def test_key_table_matches_the_declaration():
+    assert KEY_TABLE["plain"] == PLAIN_METADATA_KEYS
+    assert KEY_TABLE["identifier"] == IDENTIFIER_METADATA_KEYS
+    assert KEY_TABLE["content"] == CONTENT_METADATA_KEYS
+    assert KEY_TABLE["nested"] == NESTED_METADATA_KEYS
+    sets = list(KEY_TABLE.values())
+    assert sum(len(s) for s in sets) == len(set().union(*sets)), "a key is declared once"
+
+
+def _keys(metadata: dict[str, Any]) -> Iterator[str]:
+    for key, value in metadata.items():
+        yield key
+        if key in NESTED_METADATA_KEYS:
+            items = value if isinstance(value, list) else [value]
+            for item in items:
+                if isinstance(item, dict):
+                    yield from _keys(item)
+
+
+def test_every_metadata_key_is_declared(found):
+    declared = set().union(*KEY_TABLE.values())
+    seen: dict[str, set[str]] = {}
+    for signal in itertools.chain(found, corpus_signals()):
+        for key in _keys(signal.metadata):
+            seen.setdefault(key, set()).add(signal.type)
+    undeclared = {key: sorted(types) for key, types in seen.items() if key not in declared}
+    assert not undeclared, f"declare these metadata keys in otelsignals.signals.base: {undeclared}"
+    assert set(seen) == declared, f"declared but never written: {declared - set(seen)}"
+
+
+def test_plain_keys_never_carry_message_words(found):
+    """A plain key's value is never made of the conversation's own words (the markers)."""
+    for signal in found:
+        plain = {k: v for k, v in signal.metadata.items() if k in PLAIN_METADATA_KEYS}
+        assert leaks(orjson.dumps(plain).decode()) == [], (signal.type, plain)
+
+
+def test_enricher_keeps_metadata_with_snippets_on_and_redacts_it_off():
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    from otelsignals.pipeline.enricher import Enricher
+
+    signal = SignalInstance(tx.RETRY, 3, 0.9, f"get({EMAIL})", {"tool": "get", "arguments": EMAIL})
+    written = {}
+    for snippets in (True, False):
+        span = Span()
+        Enricher(SignalsConfig(snippets=snippets))._write(span, {}, [signal])
+        written[snippets] = {kv.key: any_value(kv.value) for kv in span.events[0].attributes}
+    assert orjson.loads(written[True]["signal.metadata"]) == signal.metadata
+    assert written[True]["signal.snippet"] == signal.snippet
+    assert "signal.snippet" not in written[False]
+    assert orjson.loads(written[False]["signal.metadata"]) == {
+        "tool": "get",
+        "arguments": content_digest(EMAIL),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end: the real sidecar with snippets off
+
+
+def build_spans() -> list[ReadableSpan]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "privacy-app"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("tests.privacy")
+    for session, messages in SESSIONS.items():
+        with tracer.start_as_current_span("POST /chat", kind=SpanKind.SERVER) as root:
+            root.set_attribute("session.id", session)
+            if session == "priv-handoff":
+                with tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as failed:
+                    failed.set_attribute("gen_ai.operation.name", "chat")
+                    failed.set_attribute("gen_ai.request.model", "gpt-4o")
+                    failed.set_attribute("gen_ai.input.messages", orjson.dumps(messages[:1]).decode())
+                    failed.set_attribute("error.type", LLM_FAILURE[0])
+                    failed.add_event(
+                        "exception", {"exception.type": LLM_FAILURE[0], "exception.message": LLM_FAILURE[1]}
+                    )
+                    failed.set_status(Status(StatusCode.ERROR, LLM_FAILURE[1]))
+            with tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as chat:
+                chat.set_attribute("gen_ai.operation.name", "chat")
+                chat.set_attribute("gen_ai.request.model", "gpt-4o")
+                chat.set_attribute("gen_ai.agent.name", "privacy-agent")
+                chat.set_attribute("gen_ai.input.messages", orjson.dumps(messages[:-1]).decode())
+                chat.set_attribute("gen_ai.output.messages", orjson.dumps(messages[-1:]).decode())
+    provider.shutdown()
+    return list(memory.get_finished_spans())
+
+
+def _session_spans(sink: OtlpSink) -> list[Any]:
+    return [span for span in _received(sink) if span.name == "otelsignals.session"]
+
+
+def _received(sink: OtlpSink) -> list[Any]:
+    return [
+        span
+        for request in sink.resource_spans()
+        for rs in request.resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+    ]
+
+
+def _value_text(value: Any) -> str:
+    return orjson.dumps(value, default=str).decode()
+
+
+def run_sidecar(tmp_path, sink: OtlpSink, snippets: bool) -> dict[str, Any]:
+    """Send the sessions through the real sidecar; what it added to spans, its session spans, its
+    stderr and its admin API answers."""
+    spans = build_spans()
+    sent = {span.context.span_id.to_bytes(8, "big"): span for span in spans}
+    exporter = {"endpoint": sink.grpc_endpoint}
+    signals = {"snippets": snippets}
+    with SidecarProcess(tmp_path, exporter, signals=signals, sessions={"ttl": "2s"}) as sidecar:
+        export_grpc(sidecar.grpc_endpoint, spans)
+        sink.wait_for_spans(len(spans), timeout=15)
+        answers = {}
+        for session in SESSIONS:
+            url = f"{sidecar.admin_url}/v1/sessions/{session}"
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                answers[session] = answer.read().decode()
+        deadline = time.monotonic() + 20
+        while len(_session_spans(sink)) < len(SESSIONS) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stderr = sidecar.stderr()
+    by_id = {span.span_id: span for span in _received(sink) if span.name != "otelsignals.session"}
+    assert set(by_id) == set(sent)
+    added_attributes, events = [], []
+    for span_id, span in by_id.items():
+        original = sent[span_id]
+        app_keys = set(original.attributes or {})
+        added_attributes.append(
+            {kv.key: any_value(kv.value) for kv in span.attributes if kv.key not in app_keys}
+        )
+        app_events = len(original.events)
+        assert [e.name for e in span.events[:app_events]] == [e.name for e in original.events]
+        for event in span.events[app_events:]:
+            events.append((event.name, {kv.key: any_value(kv.value) for kv in event.attributes}))
+        # The app's own attributes still carry what it sent: those are the app's, not ours.
+        if "gen_ai.input.messages" in app_keys:
+            kept = {kv.key: any_value(kv.value) for kv in span.attributes}["gen_ai.input.messages"]
+            assert kept == original.attributes["gen_ai.input.messages"] and leaks(kept)
+    summaries = [
+        (span.name, {kv.key: any_value(kv.value) for kv in span.attributes}) for span in _session_spans(sink)
+    ]
+    assert len(summaries) == len(SESSIONS)
+    names = [span.name for span in by_id.values()]
+    return {
+        "names": names,
+        "attributes": added_attributes,
+        "events": events,
+        "summaries": summaries,
+        "stderr": stderr,
+        "answers": answers,
+    }
+
+
+def test_no_marker_leaves_the_sidecar_with_snippets_off(tmp_path, sink: OtlpSink):
+    out = run_sidecar(tmp_path, sink, snippets=False)
+    fired = {name.removeprefix("signal.") for name, _ in out["events"]}
+    assert fired >= ALL_LEAVES, f"not fired through the sidecar: {ALL_LEAVES - fired}"
+    for name in out["names"]:
+        assert leaks(name) == []
+    for added in out["attributes"]:
+        assert leaks(_value_text(added)) == [], added
+    for name, attributes in out["events"]:
+        assert "signal.snippet" not in attributes
+        assert leaks(name + _value_text(attributes)) == [], (name, attributes)
+    for name, attributes in out["summaries"]:
+        assert leaks(name + _value_text(attributes)) == [], attributes
+    assert leaks(out["stderr"]) == [], out["stderr"]
+    for session, answer in out["answers"].items():
+        assert leaks(answer) == [], (session, answer)
+        shown = orjson.loads(answer)
+        assert shown["signals"] and all(signal["snippet"] is None for signal in shown["signals"])
+        assert all("metadata" in signal for signal in shown["signals"])
+
+
+def test_with_snippets_on_the_markers_do_show(tmp_path, sink: OtlpSink):
+    """The control: the same traffic with snippets on carries the markers in snippets and metadata
+    (so the test above would see a leak), and today's metadata is kept for debugging."""
+    out = run_sidecar(tmp_path, sink, snippets=True)
+    metadata = _value_text([attributes["signal.metadata"] for _, attributes in out["events"]])
+    assert {"ottili", "brennagh", "glimmerwort", "marlow", "1837 6650"} <= set(leaks(metadata))
+    assert leaks(_value_text([attributes.get("signal.snippet") for _, attributes in out["events"]]))
+    assert all(leaks(answer) for answer in out["answers"].values())
+    assert leaks(out["stderr"]) == [], "logs never carry content"
