@@ -105,6 +105,19 @@ class ReceiverConfig:
     max_message_size: ByteSize = ByteSize(64 * 1024**2)
     # Seconds suggested to clients in Retry-After / RetryInfo when the pipeline is full.
     retry_after: Duration = Duration(1.0)
+    # HTTP: a connection with no request in progress (also before its first) is closed after this.
+    idle_timeout: Duration = Duration(60.0)
+    # HTTP: a request's headers must be complete this long after its first byte; gRPC: the HTTP/2
+    # handshake must be complete this long after connecting.
+    header_timeout: Duration = Duration(10.0)
+    # HTTP: a request's body must have arrived this long after its headers (else 408).
+    read_timeout: Duration = Duration(60.0)
+    # Open connections per receiver; beyond, new ones are refused (HTTP: 503, closed). Lowered at
+    # start-up when the open-files limit could not hold that many.
+    max_connections: int = 1000
+    # gRPC: connections without calls for this long, or this old, are closed with GOAWAY (0: never).
+    grpc_max_connection_idle: Duration = Duration(300.0)
+    grpc_max_connection_age: Duration = Duration(1800.0)
 
 
 @dataclass
@@ -150,6 +163,8 @@ class RetryConfig:
     max_interval: Duration = Duration(30.0)
     multiplier: float = 1.5
     randomization_factor: float = 0.5
+    # Without the disk queue, a batch still refused this long after its first attempt is dropped
+    # (reason retry_expired; 0 = no limit). With exporter.queue.directory set, no clock drops data.
     max_elapsed_time: Duration = Duration(300.0)
 
 
@@ -214,6 +229,10 @@ class EvalsConfig:
     # Also judge every analysed trace's confidence and tool correctness (one or two LLM calls per
     # trace, in the background) instead of using the proxies. Off: it costs money per trace.
     judge_traces: bool = False
+    # Eval-run documents kept in the store (every backend): each time a run is written, runs last
+    # written longer ago than runs_max_age, then the oldest beyond runs_max_count, are removed.
+    runs_max_age: Duration = Duration(7 * 86400.0)
+    runs_max_count: int = 1000
 
 
 @dataclass
@@ -503,6 +522,10 @@ def validate(config: Config) -> Config:
     ):
         if int(getattr(analyzer, key)) < minimum:
             raise ConfigError(f"analyzer.{key}", f"must be at least {minimum}")
+    if config.evals.runs_max_age <= 0:
+        raise ConfigError("evals.runs_max_age", "must be greater than 0")
+    if config.evals.runs_max_count < 1:
+        raise ConfigError("evals.runs_max_count", "must be at least 1")
     if config.assembler.tick_interval <= 0:
         # Zero would make the expiry ticker spin without sleeping.
         raise ConfigError("assembler.tick_interval", "must be greater than 0")
@@ -515,6 +538,11 @@ def validate(config: Config) -> Config:
     validate_sampler_config(config.sampler)
     if config.receiver.max_message_size < 1024:
         raise ConfigError("receiver.max_message_size", "must be at least 1KiB")
+    for key in ("idle_timeout", "header_timeout", "read_timeout"):
+        if getattr(config.receiver, key) <= 0:
+            raise ConfigError(f"receiver.{key}", "must be greater than 0")
+    if config.receiver.max_connections < 1:
+        raise ConfigError("receiver.max_connections", "must be at least 1")
     return config
 
 

@@ -841,3 +841,32 @@ def test_sdk_spans_json_shape() -> None:
     assert root_attributes["retry.count"] == {"intValue": "3"}
     assert root_attributes["temperature"] == {"doubleValue": 0.7}
     assert root_attributes["tags"] == {"arrayValue": {"values": [{"stringValue": "a"}, {"stringValue": "b"}]}}
+
+
+def test_logs_and_metrics_decode_hex_ids_enum_names_and_name_the_bad_field():
+    from otelsignals.otlp.json_codec import decode_logs_request, decode_metrics_request
+
+    logs = decode_logs_request(
+        b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"traceId":"0102030405060708090a0b0c0d0e0f10",'
+        b'"spanId":"0102030405060708","severityNumber":"SEVERITY_NUMBER_WARN","timeUnixNano":"18446744073709551615",'
+        b'"body":{"stringValue":"hi"},"eventName":"gen_ai.user.message"}]}]}]}'
+    )
+    record = logs.resource_logs[0].scope_logs[0].log_records[0]
+    assert record.trace_id == bytes(range(1, 17)) and record.span_id == bytes(range(1, 9))
+    assert record.severity_number == 13 and record.time_unix_nano == 2**64 - 1
+    assert record.body.string_value == "hi" and record.event_name == "gen_ai.user.message"
+    metrics = decode_metrics_request(
+        b'{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"m","sum":{"aggregationTemporality":'
+        b'"AGGREGATION_TEMPORALITY_CUMULATIVE","dataPoints":[{"asInt":"-5","exemplars":[{"spanId":'
+        b'"0102030405060708","traceId":"0102030405060708090a0b0c0d0e0f10"}]}]}}]}]}]}'
+    )
+    point = metrics.resource_metrics[0].scope_metrics[0].metrics[0].sum.data_points[0]
+    assert metrics.resource_metrics[0].scope_metrics[0].metrics[0].sum.aggregation_temporality == 2
+    assert point.as_int == -5 and point.exemplars[0].span_id == bytes(range(1, 9))
+    with pytest.raises(
+        OtlpJsonError, match=r"resourceMetrics\[0\]\.scopeMetrics\[0\]\.metrics\[0\]\.histogram"
+    ):
+        decode_metrics_request(
+            b'{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"histogram":{"dataPoints":'
+            b'[{"bucketCounts":["x"]}]}}]}]}]}'
+        )

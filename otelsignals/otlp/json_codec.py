@@ -1,4 +1,5 @@
-"""Fast, strict OTLP/JSON codec for trace export requests.
+"""Fast, strict OTLP/JSON codec for trace export requests (encode and decode) and for logs and metrics
+export requests (decode).
 
 Follows the OTLP JSON mapping (https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding), which is
 proto3 JSON with two deviations: trace and span ids are hex strings instead of base64, and enums are
@@ -17,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import orjson
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import (
     AnyValue,
@@ -25,10 +28,34 @@ from opentelemetry.proto.common.v1.common_pb2 import (
     KeyValue,
     KeyValueList,
 )
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs, SeverityNumber
+from opentelemetry.proto.metrics.v1.metrics_pb2 import (
+    AggregationTemporality,
+    Exemplar,
+    ExponentialHistogram,
+    ExponentialHistogramDataPoint,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+    Summary,
+    SummaryDataPoint,
+)
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-__all__ = ["OtlpJsonError", "decode_trace_request", "encode_trace_request", "span_to_json_dict"]
+__all__ = [
+    "OtlpJsonError",
+    "decode_logs_request",
+    "decode_metrics_request",
+    "decode_trace_request",
+    "encode_trace_request",
+    "span_to_json_dict",
+]
 
 # How deeply arrayValue/kvlistValue may nest. Protobuf parsers (upb, C++) refuse messages nested more than
 # 100 deep; an event attribute sits 7 messages down and each kvlist level adds 3, so deeper values could
@@ -241,13 +268,29 @@ _ANY_VALUE_ENCODERS: dict[str, Callable[[AnyValue], dict[str, Any]]] = {
 
 def decode_trace_request(data: bytes | str) -> ExportTraceServiceRequest:
     """Parse one OTLP/JSON ExportTraceServiceRequest; raises `OtlpJsonError` for anything invalid."""
+    return _decode_request(data, ExportTraceServiceRequest(), _REQUEST_FIELDS)
+
+
+def decode_logs_request(data: bytes | str) -> ExportLogsServiceRequest:
+    """Parse one OTLP/JSON ExportLogsServiceRequest (hex ``traceId``/``spanId`` on log records)."""
+    return _decode_request(data, ExportLogsServiceRequest(), _LOGS_REQUEST_FIELDS)
+
+
+def decode_metrics_request(data: bytes | str) -> ExportMetricsServiceRequest:
+    """Parse one OTLP/JSON ExportMetricsServiceRequest (hex ``traceId``/``spanId`` on exemplars)."""
+    return _decode_request(data, ExportMetricsServiceRequest(), _METRICS_REQUEST_FIELDS)
+
+
+_Request = TypeVar("_Request")
+
+
+def _decode_request(data: bytes | str, request: _Request, fields: Mapping[str, "_Field"]) -> _Request:
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError as err:
         raise OtlpJsonError(f"$: invalid JSON: {err}") from None
-    request = ExportTraceServiceRequest()
     try:
-        _decode_object(request, document, _REQUEST_FIELDS)
+        _decode_object(request, document, fields)
     except _Invalid as err:
         raise OtlpJsonError(err.message()) from None
     return request
@@ -337,6 +380,29 @@ def _repeated(fields: Mapping[str, _Field]) -> _FieldKind:
         return None, decode
 
     return kind
+
+
+def _repeated_scalar(parse: Callable[[Any], Any]) -> _FieldKind:
+    """A repeated number field (``bucketCounts``, ``explicitBounds``): a JSON array of values."""
+
+    def kind(name: str) -> _Field:
+        def decode(message: Any, value: Any) -> None:
+            container = getattr(message, name)
+            for index, item in enumerate(_array(value)):
+                try:
+                    container.append(parse(item))
+                except _Invalid as err:
+                    err.under(f"[{index}]")
+                    raise
+
+        return None, decode
+
+    return kind
+
+
+def _any_value(name: str) -> _Field:
+    """The kind of a single AnyValue field (a log record's ``body``)."""
+    return None, lambda message, value: _decode_any_value(getattr(message, name), value, 0)
 
 
 def _key_values(name: str) -> _Field:
@@ -601,6 +667,8 @@ def _enum_parser(enum_type: Any, type_name: str) -> Callable[[Any], int]:
 
 _span_kind = _enum_parser(Span.SpanKind, "SpanKind")
 _status_code = _enum_parser(Status.StatusCode, "StatusCode")
+_severity_number = _enum_parser(SeverityNumber, "SeverityNumber")
+_aggregation_temporality = _enum_parser(AggregationTemporality, "AggregationTemporality")
 
 
 # ---- decoding tables -------------------------------------------------------------------------------------
@@ -697,3 +765,183 @@ _RESOURCE_SPANS_FIELDS = _fields(
 )
 
 _REQUEST_FIELDS = _fields(ExportTraceServiceRequest, {"resource_spans": _repeated(_RESOURCE_SPANS_FIELDS)})
+
+# ---- logs ------------------------------------------------------------------------------------------------
+
+_LOG_RECORD_FIELDS = _fields(
+    LogRecord,
+    {
+        "time_unix_nano": _UINT64,
+        "observed_time_unix_nano": _UINT64,
+        "severity_number": _scalar(_severity_number),
+        "severity_text": _STRING,
+        "body": _any_value,
+        "attributes": _key_values,
+        "dropped_attributes_count": _UINT32,
+        "flags": _UINT32,
+        "trace_id": _TRACE_ID,
+        "span_id": _SPAN_ID,
+        "event_name": _STRING,
+    },
+)
+
+_SCOPE_LOGS_FIELDS = _fields(
+    ScopeLogs,
+    {"scope": _message(_SCOPE_FIELDS), "log_records": _repeated(_LOG_RECORD_FIELDS), "schema_url": _STRING},
+)
+
+_RESOURCE_LOGS_FIELDS = _fields(
+    ResourceLogs,
+    {
+        "resource": _message(_RESOURCE_FIELDS),
+        "scope_logs": _repeated(_SCOPE_LOGS_FIELDS),
+        "schema_url": _STRING,
+    },
+)
+
+_LOGS_REQUEST_FIELDS = _fields(ExportLogsServiceRequest, {"resource_logs": _repeated(_RESOURCE_LOGS_FIELDS)})
+
+
+# ---- metrics ---------------------------------------------------------------------------------------------
+
+_DOUBLE = _scalar(_double)
+_INT32 = _scalar(_int32)
+_INT64 = _scalar(_int64)
+_TEMPORALITY = _scalar(_aggregation_temporality)
+
+_EXEMPLAR_FIELDS = _fields(
+    Exemplar,
+    {
+        "filtered_attributes": _key_values,
+        "time_unix_nano": _UINT64,
+        "as_double": _DOUBLE,
+        "as_int": _INT64,
+        "span_id": _SPAN_ID,
+        "trace_id": _TRACE_ID,
+    },
+)
+
+_NUMBER_POINT_FIELDS = _fields(
+    NumberDataPoint,
+    {
+        "attributes": _key_values,
+        "start_time_unix_nano": _UINT64,
+        "time_unix_nano": _UINT64,
+        "as_double": _DOUBLE,
+        "as_int": _INT64,
+        "exemplars": _repeated(_EXEMPLAR_FIELDS),
+        "flags": _UINT32,
+    },
+)
+
+_HISTOGRAM_POINT_FIELDS = _fields(
+    HistogramDataPoint,
+    {
+        "attributes": _key_values,
+        "start_time_unix_nano": _UINT64,
+        "time_unix_nano": _UINT64,
+        "count": _UINT64,
+        "sum": _DOUBLE,
+        "bucket_counts": _repeated_scalar(_uint64),
+        "explicit_bounds": _repeated_scalar(_double),
+        "exemplars": _repeated(_EXEMPLAR_FIELDS),
+        "flags": _UINT32,
+        "min": _DOUBLE,
+        "max": _DOUBLE,
+    },
+)
+
+_BUCKETS_FIELDS = _fields(
+    ExponentialHistogramDataPoint.Buckets,
+    {"offset": _INT32, "bucket_counts": _repeated_scalar(_uint64)},
+)
+
+_EXPONENTIAL_POINT_FIELDS = _fields(
+    ExponentialHistogramDataPoint,
+    {
+        "attributes": _key_values,
+        "start_time_unix_nano": _UINT64,
+        "time_unix_nano": _UINT64,
+        "count": _UINT64,
+        "sum": _DOUBLE,
+        "scale": _INT32,
+        "zero_count": _UINT64,
+        "positive": _message(_BUCKETS_FIELDS),
+        "negative": _message(_BUCKETS_FIELDS),
+        "flags": _UINT32,
+        "exemplars": _repeated(_EXEMPLAR_FIELDS),
+        "min": _DOUBLE,
+        "max": _DOUBLE,
+        "zero_threshold": _DOUBLE,
+    },
+)
+
+_QUANTILE_FIELDS = _fields(SummaryDataPoint.ValueAtQuantile, {"quantile": _DOUBLE, "value": _DOUBLE})
+
+_SUMMARY_POINT_FIELDS = _fields(
+    SummaryDataPoint,
+    {
+        "attributes": _key_values,
+        "start_time_unix_nano": _UINT64,
+        "time_unix_nano": _UINT64,
+        "count": _UINT64,
+        "sum": _DOUBLE,
+        "quantile_values": _repeated(_QUANTILE_FIELDS),
+        "flags": _UINT32,
+    },
+)
+
+_METRIC_FIELDS = _fields(
+    Metric,
+    {
+        "name": _STRING,
+        "description": _STRING,
+        "unit": _STRING,
+        "gauge": _message(_fields(Gauge, {"data_points": _repeated(_NUMBER_POINT_FIELDS)})),
+        "sum": _message(
+            _fields(
+                Sum,
+                {
+                    "data_points": _repeated(_NUMBER_POINT_FIELDS),
+                    "aggregation_temporality": _TEMPORALITY,
+                    "is_monotonic": _scalar(_bool),
+                },
+            )
+        ),
+        "histogram": _message(
+            _fields(
+                Histogram,
+                {"data_points": _repeated(_HISTOGRAM_POINT_FIELDS), "aggregation_temporality": _TEMPORALITY},
+            )
+        ),
+        "exponential_histogram": _message(
+            _fields(
+                ExponentialHistogram,
+                {
+                    "data_points": _repeated(_EXPONENTIAL_POINT_FIELDS),
+                    "aggregation_temporality": _TEMPORALITY,
+                },
+            )
+        ),
+        "summary": _message(_fields(Summary, {"data_points": _repeated(_SUMMARY_POINT_FIELDS)})),
+        "metadata": _key_values,
+    },
+)
+
+_SCOPE_METRICS_FIELDS = _fields(
+    ScopeMetrics,
+    {"scope": _message(_SCOPE_FIELDS), "metrics": _repeated(_METRIC_FIELDS), "schema_url": _STRING},
+)
+
+_RESOURCE_METRICS_FIELDS = _fields(
+    ResourceMetrics,
+    {
+        "resource": _message(_RESOURCE_FIELDS),
+        "scope_metrics": _repeated(_SCOPE_METRICS_FIELDS),
+        "schema_url": _STRING,
+    },
+)
+
+_METRICS_REQUEST_FIELDS = _fields(
+    ExportMetricsServiceRequest, {"resource_metrics": _repeated(_RESOURCE_METRICS_FIELDS)}
+)

@@ -4,11 +4,23 @@ Both parse the request themselves so that every kind of bad input gets its own c
 counter: INVALID_ARGUMENT / 400 for bytes that are not OTLP, RESOURCE_EXHAUSTED / 413 for bodies over
 ``receiver.max_message_size``, UNAVAILABLE / 503 with a retry delay when the pipeline is full, and
 ``partial_success`` for spans refused one by one. A bad request never affects any other.
+
+Compressed bodies are inflated here too, for both transports, in bounded steps that stop at
+``receiver.max_message_size``: gRPC's own decompression is turned off because it inflates a message
+(up to its transport limit) before any handler sees it. Connections are bounded as well: idle and
+slow ones are closed (``idle_timeout``, ``header_timeout``, ``read_timeout``, the gRPC idle/age
+limits), each receiver takes at most ``max_connections`` at once, and accept errors such as EMFILE
+are logged once with a periodic count instead of one traceback each.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
 import logging
+import resource
+import time
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,10 +31,15 @@ from aiohttp import web
 from google.protobuf import duration_pb2, json_format
 from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
+from prometheus_client import Counter, Gauge
 
-from otelsignals.config import Config, split_host_port
-from otelsignals.net import serve_aiohttp
-from otelsignals.otlp.json_codec import OtlpJsonError, decode_trace_request
+from otelsignals.config import Config, ReceiverConfig, split_host_port
+from otelsignals.otlp.json_codec import (
+    OtlpJsonError,
+    decode_logs_request,
+    decode_metrics_request,
+    decode_trace_request,
+)
 from otelsignals.pipeline.senders import GRPC_METHODS, HTTP_PATHS, REQUEST_TYPES, RESPONSE_TYPES
 from otelsignals.pipeline.service import Pipeline
 
@@ -31,6 +48,16 @@ logger = logging.getLogger("otelsignals.receiver")
 # gRPC's own limit sits well above ours so that oversized requests reach our handler and are
 # counted, while truly absurd ones are still cut off by the transport.
 _GRPC_TRANSPORT_LIMIT_FACTOR = 4
+# Compressed bodies are inflated this much at a time, so a bomb is stopped within one step of the limit.
+_INFLATE_STEP = 1 << 20
+# Above this compressed size, inflating runs in a worker thread (zlib releases the GIL) so the event
+# loop keeps answering other clients.
+_INFLATE_INLINE_MAX = 64 * 1024
+_JSON_DECODERS = {
+    "traces": decode_trace_request,
+    "metrics": decode_metrics_request,
+    "logs": decode_logs_request,
+}
 
 
 class RequestRejected(Exception):
@@ -107,11 +134,10 @@ class Intake:
     def parse(self, signal: str, body: bytes, is_json: bool) -> Message:
         request_type = REQUEST_TYPES[signal]
         if is_json:
+            # The OTLP codec, not protobuf's json_format: OTLP/JSON ids are hex, not base64.
             try:
-                if signal == "traces":
-                    return decode_trace_request(body)
-                return json_format.Parse(body, request_type(), ignore_unknown_fields=True)
-            except (OtlpJsonError, json_format.ParseError, ValueError) as exc:
+                return _JSON_DECODERS[signal](body)
+            except (OtlpJsonError, ValueError) as exc:
                 raise RequestRejected("invalid", "bad_json", f"body is not OTLP/JSON: {exc}") from exc
         try:
             return request_type.FromString(body)
@@ -134,6 +160,53 @@ class Intake:
             transport=transport,
             reason=rejected.reason,
         )
+
+    async def inflate(self, body: bytes, encoding: str) -> bytes:
+        """``body`` decompressed, refused as ``too_large`` as soon as it grows past the size limit."""
+        if len(body) <= _INFLATE_INLINE_MAX:
+            return inflate(body, encoding, self.max_size)
+        return await asyncio.to_thread(inflate, body, encoding, self.max_size)
+
+
+def inflate(body: bytes, encoding: str, limit: int) -> bytes:
+    """Decompress a gzip or deflate (zlib) body step by step, never holding more than ``limit`` bytes
+    (plus one step) of output: a small bomb is refused without being inflated."""
+    decompressor = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
+    chunks: list[bytes] = []
+    size = 0
+    pending = body
+    try:
+        while True:
+            chunk = decompressor.decompress(pending, _INFLATE_STEP)
+            size += len(chunk)
+            if size > limit:
+                raise RequestRejected(
+                    "too_large",
+                    "too_large",
+                    f"{encoding} request of {len(body)} bytes inflates to more than {limit} bytes: "
+                    f"exceeds receiver.max_message_size ({limit} bytes)",
+                )
+            chunks.append(chunk)
+            pending = decompressor.unconsumed_tail
+            if decompressor.eof or (not pending and len(chunk) < _INFLATE_STEP):
+                break
+    except zlib.error as exc:
+        raise RequestRejected("invalid", "bad_encoding", f"body is not valid {encoding}: {exc}") from exc
+    if not decompressor.eof:
+        raise RequestRejected("invalid", "bad_encoding", f"{encoding} body is truncated")
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _grpc_compression(body: bytes) -> str | None:
+    """The compression of a gRPC message, which grpcio does not tell handlers: gzip starts with
+    1f 8b (never the start of a protobuf message: wire type 7 does not exist); deflate is a zlib
+    stream (CMF 0x78 and a header checksum), which an OTLP request, whose only field is 1, never
+    starts with either."""
+    if body[:2] == b"\x1f\x8b":
+        return "gzip"
+    if len(body) >= 2 and body[0] == 0x78 and (body[0] << 8 | body[1]) % 31 == 0:
+        return "deflate"
+    return None
 
 
 # -- gRPC --------------------------------------------------------------------------------------
@@ -165,6 +238,17 @@ def _grpc_handler(
 ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
     async def export(body: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:
+            encoding = _grpc_compression(body)
+            if encoding is not None:
+                try:
+                    intake.admit(len(body))
+                    body = await intake.inflate(body, encoding)
+                except RequestRejected as rejected:
+                    if encoding == "deflate" and rejected.reason == "bad_encoding":
+                        pass  # not a zlib stream after all: parsed (and judged) as protobuf below
+                    else:
+                        intake.count_rejection(rejected, "grpc", signal)
+                        raise
             return intake.handle(signal, body, False, "grpc").response.SerializeToString()
         except RequestRejected as rejected:
             await context.abort(
@@ -175,15 +259,40 @@ def _grpc_handler(
     return export
 
 
-async def start_grpc_server(intake: Intake, endpoint: str) -> tuple[grpc.aio.Server, int]:
-    limit = intake.max_size * _GRPC_TRANSPORT_LIMIT_FACTOR
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", 16 * 1024**2),
-            ("grpc.so_reuseport", 0),
-        ]
-    )
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def grpc_server_options(receiver: ReceiverConfig, max_connections: int) -> list[tuple[str, int]]:
+    limit = receiver.max_message_size * _GRPC_TRANSPORT_LIMIT_FACTOR
+    options = [
+        # The limit applies to the message as received; our handler inflates it (see inflate()).
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", 16 * 1024**2),
+        ("grpc.so_reuseport", 0),
+        # grpcio would inflate a compressed message completely (up to the limit above, 256 MiB by
+        # default) before calling the handler; the handler inflates it against max_message_size.
+        ("grpc.per_message_decompression", 0),
+        ("grpc.max_allowed_incoming_connections", max_connections),
+        # A connection that never completes the HTTP/2 handshake is closed.
+        ("grpc.server_handshake_timeout_ms", _ms(receiver.header_timeout)),
+        # Dead peers are found by pings; idle and old connections are closed with GOAWAY.
+        ("grpc.keepalive_time_ms", 120_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+    ]
+    if receiver.grpc_max_connection_idle > 0:
+        options.append(("grpc.max_connection_idle_ms", _ms(receiver.grpc_max_connection_idle)))
+    if receiver.grpc_max_connection_age > 0:
+        options.append(("grpc.max_connection_age_ms", _ms(receiver.grpc_max_connection_age)))
+        options.append(("grpc.max_connection_age_grace_ms", 30_000))
+    return options
+
+
+async def start_grpc_server(
+    intake: Intake, endpoint: str, receiver: ReceiverConfig | None = None, max_connections: int = 1000
+) -> tuple[grpc.aio.Server, int]:
+    receiver = receiver or ReceiverConfig(max_message_size=intake.max_size)
+    server = grpc.aio.server(options=grpc_server_options(receiver, max_connections))
     for signal, method in GRPC_METHODS.items():
         service, name = method.strip("/").split("/")
         handler = grpc.unary_unary_rpc_method_handler(
@@ -199,9 +308,10 @@ async def start_grpc_server(intake: Intake, endpoint: str) -> tuple[grpc.aio.Ser
 
 
 # -- HTTP --------------------------------------------------------------------------------------
-_HTTP_STATUS = {"invalid": 400, "unsupported_media": 415, "too_large": 413, "overloaded": 503}
+_HTTP_STATUS = {"invalid": 400, "unsupported_media": 415, "too_large": 413, "overloaded": 503, "timeout": 408}
 _GRPC_CODE_OF_KIND = {
     "invalid": code_pb2.INVALID_ARGUMENT,
+    "timeout": code_pb2.DEADLINE_EXCEEDED,
     "unsupported_media": code_pb2.INVALID_ARGUMENT,
     "too_large": code_pb2.RESOURCE_EXHAUSTED,
     "overloaded": code_pb2.UNAVAILABLE,
@@ -226,9 +336,24 @@ def _http_error(rejected: RequestRejected, is_json: bool) -> web.Response:
     return _http_reply(_HTTP_STATUS[rejected.kind], status, is_json, headers)
 
 
-async def _read_body(request: web.Request, intake: Intake) -> bytes:
+async def _read_body(request: web.Request, intake: Intake, timeout: float | None = None) -> bytes:
     """The request body, decompressed, never holding more than the size limit in memory."""
-    limit = intake.max_size
+    try:
+        async with asyncio.timeout(timeout):
+            body = await _read_raw_body(request, intake)
+    except TimeoutError:
+        raise RequestRejected(
+            "timeout", "read_timeout", f"the body did not arrive within receiver.read_timeout ({timeout}s)"
+        ) from None
+    encoding = request.headers.get("Content-Encoding", "identity").lower().strip()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise RequestRejected("invalid", "bad_encoding", f"unsupported Content-Encoding {encoding!r}")
+    return await intake.inflate(body, encoding)
+
+
+async def _read_raw_body(request: web.Request, intake: Intake) -> bytes:
     if request.content_length is not None:
         intake.check_size(request.content_length)
     chunks = []
@@ -237,24 +362,12 @@ async def _read_body(request: web.Request, intake: Intake) -> bytes:
         size += len(chunk)
         intake.check_size(size)
         chunks.append(chunk)
-    body = b"".join(chunks)
-    encoding = request.headers.get("Content-Encoding", "identity").lower().strip()
-    if encoding in ("", "identity"):
-        return body
-    if encoding not in ("gzip", "deflate"):
-        raise RequestRejected("invalid", "bad_encoding", f"unsupported Content-Encoding {encoding!r}")
-    decompressor = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
-    try:
-        plain = decompressor.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise RequestRejected("invalid", "bad_encoding", f"body is not valid {encoding}: {exc}") from exc
-    intake.check_size(len(plain))
-    if not decompressor.eof:
-        raise RequestRejected("invalid", "bad_encoding", f"{encoding} body is truncated")
-    return plain
+    return b"".join(chunks)
 
 
-def _http_handler(intake: Intake, signal: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _http_handler(
+    intake: Intake, signal: str, read_timeout: float | None = None
+) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def export(request: web.Request) -> web.Response:
         media_type = request.content_type.lower()
         is_json = media_type == _JSON
@@ -266,11 +379,11 @@ def _http_handler(intake: Intake, signal: str) -> Callable[[web.Request], Awaita
                     f"Content-Type must be {_PROTOBUF} or {_JSON}, got {media_type or 'none'!r}",
                 )
             intake.admit(request.content_length or 0)
-            body = await _read_body(request, intake)
+            body = await _read_body(request, intake, read_timeout)
         except RequestRejected as rejected:
             intake.count_rejection(rejected, "http", signal)
             response = _http_error(rejected, is_json)
-            if rejected.kind in ("too_large", "overloaded"):
+            if rejected.kind in ("too_large", "overloaded", "timeout"):
                 # The rest of the body was not read, so the connection cannot be reused.
                 response.force_close()
             return response
@@ -283,12 +396,207 @@ def _http_handler(intake: Intake, signal: str) -> Callable[[web.Request], Awaita
     return export
 
 
-def http_app(intake: Intake) -> web.Application:
+def http_app(intake: Intake, read_timeout: float | None = None) -> web.Application:
     # The body is read in chunks against our own limit, so aiohttp's limit only has to let it through.
-    app = web.Application(client_max_size=intake.max_size * _GRPC_TRANSPORT_LIMIT_FACTOR)
+    app = web.Application(
+        client_max_size=intake.max_size * _GRPC_TRANSPORT_LIMIT_FACTOR, middlewares=[_mark_request]
+    )
     for signal, path in HTTP_PATHS.items():
-        app.router.add_post(path, _http_handler(intake, signal))
+        app.router.add_post(path, _http_handler(intake, signal, read_timeout))
     return app
+
+
+@web.middleware
+async def _mark_request(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Tells the connection its request's headers are in (ends its header timeout)."""
+    protocol = request.protocol
+    if isinstance(protocol, _GuardedConnection):
+        protocol.request_started()
+    try:
+        return await handler(request)
+    finally:
+        if isinstance(protocol, _GuardedConnection):
+            protocol.request_finished()
+
+
+_BUSY_BODY = b"otelsignals: too many connections (receiver.max_connections)\n"
+_BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"
+    b"Content-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
+
+
+class _ConnectionGuard:
+    """Counts the HTTP receiver's open connections; refuses new ones beyond the limit."""
+
+    def __init__(self, limit: int, header_timeout: float, intake: Intake, gauge: Gauge) -> None:
+        self.limit = limit
+        self.header_timeout = header_timeout
+        self.intake = intake
+        self.open = 0
+        self.gauge = gauge
+
+    def refuse(self, reason: str, message: str) -> None:
+        telemetry = self.intake.telemetry
+        telemetry.rejected_requests.labels("http", reason).inc()
+        telemetry.logged_once.warning(
+            f"rejected_{reason}", f"closed an http connection: {message}", transport="http", reason=reason
+        )
+
+
+class _GuardedConnection(web.RequestHandler):
+    """aiohttp's connection protocol with a connection limit and a header timeout. (The idle timeout
+    is aiohttp's keepalive_timeout, which also runs before a connection's first request.)"""
+
+    def __init__(self, guard: _ConnectionGuard, manager: web.Server, **kwargs: object) -> None:
+        super().__init__(manager, **kwargs)  # type: ignore[arg-type]
+        self._guard = guard
+        self._refused = False
+        self._awaiting_headers = True
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        guard = self._guard
+        if guard.open >= guard.limit:
+            self._refused = True
+            guard.refuse(
+                "too_many_connections",
+                f"{guard.open} connections are open (receiver.max_connections is {guard.limit}); "
+                "new ones get 503 and are closed",
+            )
+            assert isinstance(transport, asyncio.Transport)
+            transport.write(_BUSY_RESPONSE)
+            transport.close()
+            return
+        guard.open += 1
+        guard.gauge.set(guard.open)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._refused:
+            return
+        self._guard.open -= 1
+        self._guard.gauge.set(self._guard.open)
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._awaiting_headers and self._header_timer is None:
+            loop = asyncio.get_running_loop()
+            self._header_timer = loop.call_later(self._guard.header_timeout, self._header_timeout)
+        super().data_received(data)
+
+    def request_started(self) -> None:
+        self._awaiting_headers = False
+        self._cancel_header_timer()
+
+    def request_finished(self) -> None:
+        self._awaiting_headers = True
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self._awaiting_headers:
+            self._guard.refuse(
+                "header_timeout",
+                "request headers not complete within receiver.header_timeout "
+                f"({self._guard.header_timeout}s)",
+            )
+            self.force_close()
+
+
+class _AcceptErrorLog:
+    """A loop exception handler that reports accept() failures (EMFILE and the like) once, then a
+    count every minute, instead of a traceback per attempt; anything else goes to the previous handler."""
+
+    _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+    _SUMMARY_INTERVAL = 60.0
+
+    def __init__(self, previous: Callable[..., object] | None, counter: Counter) -> None:
+        self.previous = previous
+        self.counter = counter
+        self.suppressed = 0
+        self.last_report = 0.0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        exc = context.get("exception")
+        if not (isinstance(exc, OSError) and exc.errno in self._RESOURCE_ERRNOS):
+            if self.previous is not None:
+                self.previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+            return
+        self.counter.labels(errno.errorcode.get(exc.errno or 0, str(exc.errno))).inc()
+        now = time.monotonic()
+        if self.last_report and now - self.last_report < self._SUMMARY_INTERVAL:
+            self.suppressed += 1
+            return
+        first = not self.last_report
+        self.last_report = now
+        message = f"cannot accept connections: {exc.strerror} ({context.get('message', '')})"
+        if first:
+            message += "; later ones are counted in otelsignals_receiver_accept_errors_total, once a minute"
+        else:
+            message += f"; {self.suppressed} more in the last minute"
+        self.suppressed = 0
+        logger.error(message, extra={"fields": {"kind": "accept_error", "errno": exc.errno}})
+
+
+def connection_limit(configured: int) -> int:
+    """``receiver.max_connections``, lowered if the open-files limit could not hold that many
+    connections on both receivers with room left for everything else."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return max(16, min(configured, (soft - 128) // 2))
+
+
+def _raise_open_files_limit() -> None:
+    """Best effort, as Go programs do: the soft open-files limit up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+async def serve_http(
+    app: web.Application, receiver: ReceiverConfig, guard: _ConnectionGuard
+) -> tuple[web.AppRunner, asyncio.AbstractServer, int]:
+    """Serve ``app`` on receiver.http.endpoint with the connection guard and the idle timeout."""
+    handler_options = {
+        "access_log": None,
+        # Bodies are decompressed by _read_body, against the size limit and with our errors.
+        "auto_decompress": False,
+        "keepalive_timeout": receiver.idle_timeout,
+    }
+    runner = web.AppRunner(app, handle_signals=False, **handler_options)  # type: ignore[arg-type]
+    await runner.setup()
+    manager = runner.server
+    assert manager is not None
+    loop = asyncio.get_running_loop()
+    host, port = split_host_port(receiver.http.endpoint, "receiver.http.endpoint")
+    try:
+        server = await loop.create_server(
+            lambda: _GuardedConnection(guard, manager, loop=loop, **handler_options),
+            host,
+            port,
+            reuse_address=True,
+        )
+    except OSError as exc:
+        await runner.cleanup()
+        raise OSError(
+            f"cannot listen on {receiver.http.endpoint} (receiver.http.endpoint): {exc.strerror}"
+        ) from exc
+    return runner, server, server.sockets[0].getsockname()[1]
 
 
 class Receivers:
@@ -299,24 +607,50 @@ class Receivers:
         self.intake = Intake(pipeline)
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
+        self._http_server: asyncio.AbstractServer | None = None
         self.grpc_port = 0
         self.http_port = 0
+        registry = pipeline.telemetry.registry
+        self._connections_gauge = Gauge(
+            "otelsignals_receiver_http_connections",
+            "Open connections to the OTLP/HTTP receiver.",
+            registry=registry,
+        )
+        self._accept_errors = Counter(
+            "otelsignals_receiver_accept_errors",
+            "Connections the process could not accept, by errno (EMFILE: out of file descriptors).",
+            ["errno"],
+            registry=registry,
+        )
 
     async def start(self) -> None:
         receiver = self.config.receiver
+        loop = asyncio.get_running_loop()
+        if not isinstance(loop.get_exception_handler(), _AcceptErrorLog):
+            loop.set_exception_handler(_AcceptErrorLog(loop.get_exception_handler(), self._accept_errors))
+        _raise_open_files_limit()
+        max_connections = connection_limit(receiver.max_connections)
+        if max_connections < receiver.max_connections:
+            logger.warning(
+                "receiver.max_connections lowered to fit the open-files limit",
+                extra={"fields": {"configured": receiver.max_connections, "effective": max_connections}},
+            )
         if receiver.grpc.enabled:
-            self._grpc, self.grpc_port = await start_grpc_server(self.intake, receiver.grpc.endpoint)
+            self._grpc, self.grpc_port = await start_grpc_server(
+                self.intake, receiver.grpc.endpoint, receiver, max_connections
+            )
         if receiver.http.enabled:
-            self._http, self.http_port = await serve_aiohttp(
-                http_app(self.intake),
-                receiver.http.endpoint,
-                "receiver.http.endpoint",
-                # Bodies are decompressed by _read_body, against the size limit and with our errors.
-                auto_decompress=False,
+            guard = _ConnectionGuard(
+                max_connections, receiver.header_timeout, self.intake, self._connections_gauge
+            )
+            self._http, self._http_server, self.http_port = await serve_http(
+                http_app(self.intake, receiver.read_timeout), receiver, guard
             )
 
     async def stop(self, grace: float = 2.0) -> None:
         if self._grpc is not None:
             await self._grpc.stop(grace)
+        if self._http_server is not None:
+            self._http_server.close()
         if self._http is not None:
             await self._http.cleanup()
