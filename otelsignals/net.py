@@ -1,6 +1,11 @@
-"""Serving an aiohttp application on a configured host:port."""
+"""Network helpers: serving an aiohttp application on a configured host:port, reading Retry-After."""
 
 from __future__ import annotations
+
+import math
+import time
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 
 from aiohttp import web
 
@@ -22,3 +27,25 @@ async def serve_aiohttp(
         raise OSError(f"cannot listen on {endpoint} ({config_key}): {exc.strerror}") from exc
     server = site._server  # aiohttp exposes the bound port only through the asyncio server
     return runner, server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from an HTTP ``Retry-After`` value: delay-seconds (decimals accepted) or an
+    HTTP-date. A negative number or a date in the past gives 0.0 (the caller's own backoff still
+    applies); an absent, unreadable or non-finite value gives None. No upper cap: callers cap."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # RFC 9110 dates are GMT; a zone-less one is read as UTC
+            when = when.replace(tzinfo=UTC)
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)

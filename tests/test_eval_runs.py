@@ -130,3 +130,35 @@ def test_trace_signals_come_from_the_judge_when_asked(tmp_path):
     assert signals[0]["confidence"] == 0.35
     assert signals[0]["sources"]["confidence"] == "llm_judge"
     assert signals[0]["sources"]["coherence"] == "embedding"
+
+
+def test_old_runs_are_removed_by_count_on_write(tmp_path):
+    """Retention on the live sidecar (its default SQLite store): beyond evals.runs_max_count, the
+    oldest runs are removed when a run is written; the newest stay readable."""
+    import sqlite3
+
+    keep = 4
+    with SidecarProcess(tmp_path, evals={"runs_max_count": keep}) as sidecar:
+        ids = []
+        for _ in range(10):
+            status, started = call(sidecar, "POST", "/v1/eval-runs", {"session_ids": ["no-such-session"]})
+            assert status == 202
+            finished(sidecar, started["id"])
+            ids.append(started["id"])
+        assert [call(sidecar, "GET", f"/v1/eval-runs/{i}")[0] for i in ids] == [404] * 6 + [200] * keep
+    with sqlite3.connect(tmp_path / "data" / "otelsignals.db") as conn:
+        (stored,) = conn.execute("SELECT count(*) FROM documents WHERE kind = 'eval_run'").fetchone()
+    assert stored == keep
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("OTELSIGNALS_EVALS__RUNS_MAX_COUNT", "0"), ("OTELSIGNALS_EVALS__RUNS_MAX_AGE", "0s")],
+)
+def test_retention_settings_are_validated(variable, value):
+    from otelsignals.config import Config, ConfigError, load_config, validate
+
+    assert (Config().evals.runs_max_age, Config().evals.runs_max_count) == (7 * 86400.0, 1000)
+    with pytest.raises(ConfigError) as raised:
+        validate(load_config(None, environ={variable: value}))
+    assert raised.value.key == "evals." + variable.rsplit("__", 1)[1].lower()

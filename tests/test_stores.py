@@ -204,3 +204,97 @@ def test_open_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 def test_sqlite_uses_wal(tmp_path: Path) -> None:
     with open_store(f"sqlite:///{tmp_path}/wal.db") as s:  # type: ignore[attr-defined]
         assert s._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# -- document retention (eval runs) -------------------------------------------------------------------
+def test_documents_are_pruned_by_age_then_count(store_url: str) -> None:
+    with open_store(store_url) as s, open_store(store_url) as other:  # type: ignore[attr-defined]
+        for i in range(6):
+            s.save_document("eval_run", f"r{i}", f'{{"i": {i}}}', now=100.0 + i)
+        s.save_document("other_kind", "r0", "{}", now=0.0)
+        s.save_document("eval_run", "r0", '{"i": "rewritten"}', now=106.0)  # a rewrite refreshes its age
+        # Age: last written before 107 - 4.5 = 102.5 -> r1, r2 (r0 was rewritten at 106).
+        assert other.prune_documents("eval_run", 4.5, 100, now=107.0) == (2, 0)
+        assert [k for k in ("r0", "r1", "r2", "r3", "r4", "r5") if other.load_document("eval_run", k)] == [
+            "r0",
+            "r3",
+            "r4",
+            "r5",
+        ]
+        # Count: the newest two stay (r0 at 106, r5 at 105).
+        assert s.prune_documents("eval_run", 1000.0, 2, now=107.0) == (0, 2)
+        assert other.load_document("eval_run", "r0") == '{"i": "rewritten"}'
+        assert other.load_document("eval_run", "r5") == '{"i": 5}'
+        assert other.load_document("eval_run", "r3") is None and other.load_document("eval_run", "r4") is None
+        assert other.load_document("other_kind", "r0") == "{}", "another kind is not touched"
+        assert s.prune_documents("eval_run", 1000.0, 2, now=107.0) == (0, 0)
+        # A removed key can be written again and is kept like any other.
+        s.save_document("eval_run", "r3", "{}", now=108.0)
+        assert s.prune_documents("eval_run", 1000.0, 2, now=108.0) == (0, 1)
+        assert other.load_document("eval_run", "r3") == "{}" and other.load_document("eval_run", "r5") is None
+
+
+def test_documents_written_before_retention_are_kept_and_then_pruned(store_url: str, tmp_path: Path) -> None:
+    """A store created before documents had a last-written time: its documents count as written
+    when the store is first opened by this version."""
+    if store_url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(store_url[len("sqlite:///") :]) as conn:
+            conn.execute(
+                "CREATE TABLE documents (kind TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL, "
+                "PRIMARY KEY (kind, key)) WITHOUT ROWID"
+            )
+            conn.execute("INSERT INTO documents VALUES ('eval_run', 'old', '{}')")
+    elif store_url.startswith("redis"):
+        with redis.Redis.from_url(store_url) as client:
+            client.set("otelsignals:rep:doc:eval_run:old", "{}")
+    else:
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            conn.execute(
+                "CREATE TABLE documents (kind TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL, "
+                "PRIMARY KEY (kind, key))"
+            )
+            conn.execute("INSERT INTO documents VALUES ('eval_run', 'old', '{}')")
+    import time
+
+    opened = time.time()
+    with open_store(store_url) as s:  # type: ignore[attr-defined]
+        assert s.load_document("eval_run", "old") == "{}"
+        assert s.prune_documents("eval_run", 60.0, 10, now=opened + 30) == (0, 0)
+        s.save_document("eval_run", "new", "{}", now=opened + 200)
+        assert s.prune_documents("eval_run", 60.0, 10, now=opened + 200) == (1, 0)
+        assert s.load_document("eval_run", "old") is None and s.load_document("eval_run", "new") == "{}"
+
+
+def test_eval_runs_enforce_retention_on_write(store_url: str) -> None:
+    import asyncio
+
+    from otelsignals.config import EvalsConfig
+    from otelsignals.pipeline.eval_runs import EvalRuns
+    from otelsignals.pipeline.sessions import SessionStore
+
+    async def scenario() -> None:
+        with open_store(store_url) as s:  # type: ignore[attr-defined]
+            runs = EvalRuns(s, SessionStore(60.0, 10), EvalsConfig(runs_max_count=3, runs_max_age=3600.0))  # type: ignore[arg-type]
+            s.save_document(
+                "eval_run", "ancient", '{"id": "ancient", "status": "done", "created_at": 1.0}', now=1.0
+            )
+            ids = []
+            for _ in range(5):
+                ids.append((await runs.start({"session_ids": ["nobody"]}))["id"])
+                await asyncio.gather(*runs._running.values())  # one after the other: a clear order
+            kept = [i for i in ids if await runs.get(i) is not None]
+            assert kept == ids[-3:], "the newest runs_max_count runs stay"
+            assert await runs.get("ancient") is None
+            assert runs.removed.labels("age")._value.get() == 1
+            assert runs.removed.labels("count")._value.get() == 2
+            # A run past runs_max_age is not served even before a write prunes it.
+            s.save_document(
+                "eval_run", "stale", '{"id": "stale", "status": "done", "created_at": 5.0}', now=5.0
+            )
+            assert await runs.get("stale") is None
+            assert s.load_document("eval_run", "stale") is None
+            await runs.stop()
+
+    asyncio.run(scenario())

@@ -47,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import email.utils
 import json
 import math
 import random
@@ -63,6 +62,7 @@ from typing import Any
 import aiohttp
 
 from otelsignals.model import Conversation, Message, Role
+from otelsignals.net import parse_retry_after
 
 try:  # the session metrics' result type, when that module provides it
     from otelsignals.evals.session_metrics import MetricResult
@@ -830,22 +830,12 @@ def _error_message(raw: bytes) -> str:
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    """Seconds to wait from ``retry-after-ms`` (OpenAI's) or ``Retry-After`` (seconds or an HTTP date)."""
     millis = headers.get("retry-after-ms")
     if millis:
         with contextlib.suppress(ValueError):
             return float(millis) / 1000
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    with contextlib.suppress(TypeError, ValueError, IndexError):
-        when = email.utils.parsedate_to_datetime(value)
-        return max(0.0, when.timestamp() - time.time())
-    return None
+    return parse_retry_after(headers.get("retry-after"))
 
 
 # ---- model-free proxies --------------------------------------------------------------------------

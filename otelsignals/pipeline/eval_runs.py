@@ -4,6 +4,12 @@ A run is a JSON document in the shared store, written when it starts and again w
 result survives a restart and any replica sharing the store can answer ``GET /v1/eval-runs/{id}``.
 A run that was still going when its process stopped is reported ``interrupted``.
 
+Retention: each time a run is written (it starts, it ends), runs last written more than
+``evals.runs_max_age`` ago and then the oldest beyond ``evals.runs_max_count`` are removed from the
+store (the same on SQLite, Redis and PostgreSQL), counted in
+``otelsignals_eval_runs_removed_total{reason="age"|"count"}``. A run past its age is not served
+even before the next write removes it.
+
     {"session_ids": ["sess-1"], "metrics": ["agent_reliability", "task_completion"],
      "signal_weights": {"tool_correctness": 1.0}, "model": "openai/gpt-4o-mini"}
 """
@@ -17,6 +23,7 @@ import uuid
 from typing import Any
 
 import orjson
+from prometheus_client import CollectorRegistry, Counter
 
 from otelsignals.config import EvalsConfig
 from otelsignals.evals.judge import METRICS as JUDGE_METRICS
@@ -58,11 +65,24 @@ def parse_request(body: Any) -> dict[str, Any]:
 
 
 class EvalRuns:
-    def __init__(self, store: ReputationStore, sessions: SessionStore, evals: EvalsConfig) -> None:
+    def __init__(
+        self,
+        store: ReputationStore,
+        sessions: SessionStore,
+        evals: EvalsConfig,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self.store = store
         self.sessions = sessions
         self.evals = evals
         self._running: dict[str, asyncio.Task[None]] = {}
+        # The pipeline's registry serves it on /metrics; without one the count is still kept.
+        self.removed = Counter(
+            "otelsignals_eval_runs_removed",
+            "Eval-run documents removed from the store by retention (evals.runs_max_age, runs_max_count).",
+            ["reason"],
+            registry=registry if registry is not None else CollectorRegistry(),
+        )
 
     async def start(self, body: Any) -> dict[str, Any]:
         request = parse_request(body)
@@ -71,6 +91,7 @@ class EvalRuns:
             raise EvalRunError(f"metrics {judged} need an LLM judge: set evals.judge_url")
         run = {"id": uuid.uuid4().hex, "status": "running", "request": request, "created_at": time.time()}
         await self._save(run)
+        await self.prune()
         self._running[run["id"]] = asyncio.create_task(self._run(run), name=f"eval-run-{run['id']}")
         return run
 
@@ -79,9 +100,28 @@ class EvalRuns:
         if body is None:
             return None
         run = orjson.loads(body)
+        last_written = run.get("finished_at") or run.get("created_at") or 0.0
+        if run_id not in self._running and time.time() - last_written > self.evals.runs_max_age:
+            await self.prune()
+            return None
         if run["status"] == "running" and run_id not in self._running:
             run["status"] = "interrupted"  # its process stopped before it ended
         return run
+
+    async def prune(self) -> tuple[int, int]:
+        """Apply the retention rules now; returns (removed by age, removed by count)."""
+        try:
+            by_age, by_count = await asyncio.to_thread(
+                self.store.prune_documents, KIND, self.evals.runs_max_age, self.evals.runs_max_count
+            )
+        except Exception:  # retention is housekeeping: a store hiccup must not fail the run
+            logger.warning("removing old eval runs from the store failed", exc_info=True)
+            return 0, 0
+        if by_age:
+            self.removed.labels("age").inc(by_age)
+        if by_count:
+            self.removed.labels("count").inc(by_count)
+        return by_age, by_count
 
     async def stop(self) -> None:
         for task in self._running.values():
@@ -99,6 +139,7 @@ class EvalRuns:
         finally:
             await self._save(run)
             self._running.pop(run["id"], None)
+            await self.prune()
 
     async def _evaluate(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]:
         state = self.sessions.get(session_id)

@@ -3,8 +3,27 @@
 Spans arrive trace by trace from the analyzer. The batcher packs them into requests grouped by
 resource and scope and split by byte size; the queue holds the requests (bounded in bytes: the
 receiver refuses new data with UNAVAILABLE when it is full, so nothing already taken is dropped);
-``num_consumers`` workers send them, retrying retryable failures with exponential backoff and
-jitter, honouring the server's Retry-After / RetryInfo, until ``max_elapsed_time``.
+``num_consumers`` workers send them, retrying retryable failures.
+
+Retry rule. Each wait is the larger of the exponential backoff step (``initial_interval`` times
+``multiplier`` per failed attempt, capped at ``max_interval``, with ``randomization_factor`` jitter)
+and the server's Retry-After / RetryInfo capped at ``max_interval``: a server asking for 0 s or a
+past date does not disable the backoff, and one asking for an hour does not make us give up. A
+batch is then dropped only:
+
+- with the disk queue on (``queue.directory``): never because of a clock. It is retried until the
+  downstream takes it, or until the queue is over its hard limit (``HARD_LIMIT_FACTOR`` times
+  ``queue.max_bytes``), when the oldest batch is dropped (reason ``queue_full``);
+- without it: also when an attempt fails after ``max_elapsed_time`` has passed since the batch's
+  first attempt (reason ``retry_expired``; ``max_elapsed_time: 0`` retries without a time limit),
+  and on the same hard limit;
+- on a permanent refusal (not retried; reason = the answer, e.g. ``http_400``) or a retryable one
+  with ``retry.enabled: false``.
+
+Every drop is counted in ``otelsignals_dropped_spans_total{stage="exporter",reason}`` and
+``otelsignals_exporter_failed_requests_total{reason}``. The receivers refuse new requests at
+``queue.max_bytes``; the room between that and the hard limit takes what arrives with no client to
+refuse (traces leaving the trace buffer, the disk queue's replay at start-up, session spans).
 """
 
 from __future__ import annotations
@@ -17,12 +36,25 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from otelsignals.config import ExporterConfig
+from otelsignals.config import ExporterConfig, RetryConfig
 from otelsignals.otlp.wire import SpanRecord, encode_request, split_by_size
 from otelsignals.pipeline.senders import Sender, SendResult
 from otelsignals.telemetry import Telemetry
 
 logger = logging.getLogger("otelsignals.exporter")
+
+# The export queue's hard limit, in multiples of queue.max_bytes (see the module docstring).
+HARD_LIMIT_FACTOR = 2
+
+
+def retry_wait(retry: RetryConfig, step: float, server_delay: float | None) -> float:
+    """Seconds to wait before the next attempt: the jittered backoff ``step``, or the server's
+    delay capped at ``max_interval`` when that is longer."""
+    jitter = retry.randomization_factor * step
+    wait = step + random.uniform(-jitter, jitter)
+    if server_delay is not None:
+        wait = max(wait, min(server_delay, retry.max_interval))
+    return max(0.0, wait)
 
 
 @dataclass(slots=True, eq=False)
@@ -148,8 +180,9 @@ class Exporter:
 
     async def _deliver(self, batch: Batch) -> None:
         retry = self.config.retry
+        durable = bool(self.config.queue.directory)
         started = time.monotonic()
-        interval = retry.initial_interval
+        step = min(retry.initial_interval, retry.max_interval)
         while True:
             result = await self.sender.send(batch.signal, batch.body)
             if result.ok:
@@ -158,14 +191,21 @@ class Exporter:
             if not (result.retryable and retry.enabled):
                 self._record_failure(batch, result.reason, result)
                 return
-            delay = result.retry_after
-            if delay is None:
-                jitter = retry.randomization_factor * interval
-                delay = interval + random.uniform(-jitter, jitter)
-                interval = min(interval * retry.multiplier, retry.max_interval)
-            if time.monotonic() - started + delay > retry.max_elapsed_time:
-                self._record_failure(batch, "retries_exhausted", result)
+            if self.over_hard_limit:
+                self._record_failure(batch, "queue_full", result)
                 return
+            if retry.max_elapsed_time and time.monotonic() - started >= retry.max_elapsed_time:
+                if not durable:
+                    self._record_failure(batch, "retry_expired", result)
+                    return
+                self.telemetry.logged_once.warning(
+                    "export_retry_beyond_max_elapsed_time",
+                    f"a batch is still refused after retry.max_elapsed_time ({result.detail}); "
+                    "it stays in the disk queue and is retried until delivered",
+                    reason=result.reason,
+                )
+            delay = retry_wait(retry, step, result.retry_after)
+            step = min(step * retry.multiplier, retry.max_interval)
             self.telemetry.export_retries.labels(result.reason).inc()
             self.telemetry.logged_once.warning(
                 f"export_retry_{result.reason}",
@@ -173,6 +213,11 @@ class Exporter:
                 reason=result.reason,
             )
             await asyncio.sleep(delay)
+
+    @property
+    def over_hard_limit(self) -> bool:
+        """Whether the queue holds more than its hard limit: the oldest retrying batch makes room."""
+        return self.queued_bytes + self._pending_bytes > HARD_LIMIT_FACTOR * self.config.queue.max_bytes
 
     def _record_success(self, batch: Batch, result: SendResult) -> None:
         telemetry = self.telemetry

@@ -11,9 +11,7 @@ from __future__ import annotations
 import base64
 import gzip
 import re
-import time
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -36,6 +34,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from otelsignals.config import ExporterConfig
+from otelsignals.net import parse_retry_after
 from otelsignals.otlp.json_codec import encode_trace_request
 
 GRPC_METHODS = {
@@ -71,7 +70,8 @@ class SendResult:
     retryable: bool = False
     reason: str = ""  # short label for metrics: "unavailable", "http_400", "connection", ...
     detail: str = ""  # human-readable, for the log
-    retry_after: float | None = None  # server-requested delay (Retry-After / RetryInfo)
+    # Server-requested delay (Retry-After / RetryInfo), >= 0, uncapped: the exporter caps it.
+    retry_after: float | None = None
     rejected_spans: int = 0  # partial_success.rejected_* reported by the downstream
 
 
@@ -151,9 +151,10 @@ def _grpc_retry_delay(err: grpc.aio.AioRpcError) -> float | None:
                     if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
                         info = error_details_pb2.RetryInfo()
                         detail.Unpack(info)
-                        return info.retry_delay.ToNanoseconds() / 1e9
+                        return max(0.0, info.retry_delay.ToNanoseconds() / 1e9)
             elif key == "google.rpc.retryinfo-bin":
-                return error_details_pb2.RetryInfo.FromString(raw).retry_delay.ToNanoseconds() / 1e9
+                delay = error_details_pb2.RetryInfo.FromString(raw).retry_delay.ToNanoseconds() / 1e9
+                return max(0.0, delay)
         except Exception:  # a malformed detail is no reason to fail the export path
             continue
     return None
@@ -197,7 +198,7 @@ class HttpSender:
             ) as response:
                 payload = await response.read()
                 status = response.status
-                retry_after = _parse_retry_after(response.headers.get("Retry-After"))
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return SendResult(False, True, "connection", f"{type(exc).__name__}: {exc}")
         if 200 <= status < 300:
@@ -208,19 +209,6 @@ class HttpSender:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
-
-
-def _parse_retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 def _http_error_message(payload: bytes) -> str:

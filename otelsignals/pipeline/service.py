@@ -65,7 +65,7 @@ class Pipeline:
             if config.reputation.enabled
             else None
         )
-        self.eval_runs = EvalRuns(self.store, self.analyzer.sessions, config.evals)
+        self.eval_runs = EvalRuns(self.store, self.analyzer.sessions, config.evals, self.telemetry.registry)
         self.sampler = TriageSampler(config.sampler) if config.sampler.enabled else None
         if self.sampler is not None:
             self.telemetry.registry.register(SamplerCollector(self.sampler))

@@ -5,6 +5,9 @@ number of evaluations ever recorded. ``record`` is atomic: appending to the wind
 entries beyond ``window_size`` (oldest first) and incrementing the count happen together or not at
 all, so several replicas writing to one store at once end with the exact window and count.
 
+Stores also keep JSON documents (eval runs) with the time each was last written, so that
+``prune_documents`` can enforce retention by age and by count on every backend alike.
+
     store = open_store("sqlite:///otelsignals-data/reputation.db")   # relative path
     store = open_store("sqlite:////var/lib/otelsignals/reputation.db")  # absolute path
     store = open_store("redis://127.0.0.1:6379/0")
@@ -36,11 +39,19 @@ class ReputationStore(Protocol):
         """Every agent with at least one evaluation, sorted."""
         ...
 
-    def save_document(self, kind: str, key: str, body: str) -> None:
-        """Store (or replace) a JSON document, e.g. an eval run, shared by every replica."""
+    def save_document(self, kind: str, key: str, body: str, now: float | None = None) -> None:
+        """Store (or replace) a JSON document, e.g. an eval run, shared by every replica; ``now``
+        (default: the current time) is its last-written time, which retention goes by."""
         ...
 
     def load_document(self, kind: str, key: str) -> str | None: ...
+
+    def prune_documents(
+        self, kind: str, max_age: float, max_count: int, now: float | None = None
+    ) -> tuple[int, int]:
+        """Remove the documents of ``kind`` last written more than ``max_age`` seconds before ``now``,
+        then the oldest beyond the newest ``max_count``; returns (removed by age, removed by count)."""
+        ...
 
     def close(self) -> None: ...
 

@@ -15,11 +15,13 @@ created under a transaction-level advisory lock, so replicas starting together d
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 
 from otelsignals.reputation import Evaluation
 from otelsignals.stores import DEFAULT_WINDOW
-from otelsignals.stores.sql import SqlWindowStore
+from otelsignals.stores.sql import DOCUMENTS_INDEX, PRUNE_AGE_QUERY, PRUNE_COUNT_QUERY, SqlWindowStore
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS reputation_agents (
@@ -38,8 +40,12 @@ SCHEMA = (
         kind TEXT NOT NULL,
         key TEXT NOT NULL,
         body TEXT NOT NULL,
+        saved_at DOUBLE PRECISION NOT NULL DEFAULT 0,
         PRIMARY KEY (kind, key)
     )""",
+    # A store from before document retention: its documents count as written now (set below).
+    "ALTER TABLE documents ADD COLUMN IF NOT EXISTS saved_at DOUBLE PRECISION NOT NULL DEFAULT 0",
+    DOCUMENTS_INDEX,
 )
 SCHEMA_LOCK = 0x07E15E75  # any constant: the advisory lock id for schema creation
 
@@ -55,10 +61,12 @@ WINDOW_QUERY = """
 class PostgresStore(SqlWindowStore):
     window_query = WINDOW_QUERY
     save_query = (
-        "INSERT INTO documents (kind, key, body) VALUES (%s, %s, %s) "
-        "ON CONFLICT (kind, key) DO UPDATE SET body = EXCLUDED.body"
+        "INSERT INTO documents (kind, key, body, saved_at) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT (kind, key) DO UPDATE SET body = EXCLUDED.body, saved_at = EXCLUDED.saved_at"
     )
     load_query = "SELECT body FROM documents WHERE kind = %s AND key = %s"
+    prune_age_query = PRUNE_AGE_QUERY.format(p="%s")
+    prune_count_query = PRUNE_COUNT_QUERY.format(p="%s")
 
     def __init__(self, url: str, *, window_size: int = DEFAULT_WINDOW) -> None:
         super().__init__(psycopg.connect(url, autocommit=True), window_size)
@@ -66,6 +74,7 @@ class PostgresStore(SqlWindowStore):
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
             for statement in SCHEMA:
                 self._conn.execute(statement)
+            self._conn.execute("UPDATE documents SET saved_at = %s WHERE saved_at = 0", (time.time(),))
 
     def record(self, evaluation: Evaluation) -> None:
         with self._lock, self._conn.transaction():

@@ -5,9 +5,14 @@ first) and a counter ``<prefix>agent:<id>:count``; the set ``<prefix>agents`` li
 ``record`` is one Lua script (Redis runs a script atomically): INCR the count, RPUSH the entry,
 LTRIM the list to its newest ``window_size`` entries, SADD the agent. ``window`` reads the count
 and the list in one MULTI/EXEC transaction, hence consistently.
+
+Documents are strings ``<prefix>doc:<kind>:<key>``, indexed per kind in the sorted set
+``<prefix>docs:<kind>`` (key scored by its last write); ``prune_documents`` is one Lua script.
 """
 
 from __future__ import annotations
+
+import time
 
 import orjson
 import redis
@@ -23,6 +28,21 @@ redis.call('SADD', KEYS[3], ARGV[3])
 return n
 """
 
+# KEYS[1]: a kind's index (sorted set: key -> last written); ARGV: document key prefix, cutoff, max count.
+PRUNE_SCRIPT = """
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
+for _, key in ipairs(old) do redis.call('DEL', ARGV[1] .. key) end
+if #old > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2]) end
+local extra = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[3])
+local over = {}
+if extra > 0 then
+  over = redis.call('ZRANGE', KEYS[1], 0, extra - 1)
+  for _, key in ipairs(over) do redis.call('DEL', ARGV[1] .. key) end
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, extra - 1)
+end
+return {#old, #over}
+"""
+
 
 class RedisStore:
     def __init__(
@@ -32,7 +52,9 @@ class RedisStore:
         self.prefix = prefix
         self._client = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10)
         self._record = self._client.register_script(RECORD_SCRIPT)
+        self._prune = self._client.register_script(PRUNE_SCRIPT)
         self._client.ping()  # fail at start-up, not at the first write, when Redis is unreachable
+        self._index_documents()
 
     def _keys(self, agent_id: str) -> tuple[str, str]:
         base = f"{self.prefix}agent:{agent_id}"
@@ -65,8 +87,30 @@ class RedisStore:
             m.decode() if isinstance(m, bytes) else m for m in self._client.smembers(f"{self.prefix}agents")
         )
 
-    def save_document(self, kind: str, key: str, body: str) -> None:
-        self._client.set(f"{self.prefix}doc:{kind}:{key}", body)
+    def save_document(self, kind: str, key: str, body: str, now: float | None = None) -> None:
+        with self._client.pipeline(transaction=True) as pipe:
+            pipe.set(f"{self.prefix}doc:{kind}:{key}", body)
+            pipe.zadd(f"{self.prefix}docs:{kind}", {key: time.time() if now is None else now})
+            pipe.execute()
+
+    def prune_documents(
+        self, kind: str, max_age: float, max_count: int, now: float | None = None
+    ) -> tuple[int, int]:
+        cutoff = (time.time() if now is None else now) - max_age
+        by_age, by_count = self._prune(
+            keys=[f"{self.prefix}docs:{kind}"], args=[f"{self.prefix}doc:{kind}:", repr(cutoff), max_count]
+        )
+        return int(by_age), int(by_count)
+
+    def _index_documents(self) -> None:
+        """Documents written before retention existed get an index entry, dated now."""
+        marker = f"{self.prefix}doc:"
+        now = time.time()
+        for name in self._client.scan_iter(match=f"{marker}*", count=1000):
+            text = name.decode() if isinstance(name, bytes) else name
+            kind, sep, key = text[len(marker) :].partition(":")
+            if sep:
+                self._client.zadd(f"{self.prefix}docs:{kind}", {key: now}, nx=True)
 
     def load_document(self, kind: str, key: str) -> str | None:
         value = self._client.get(f"{self.prefix}doc:{kind}:{key}")

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 
 from otelsignals.reputation import Evaluation
 from otelsignals.stores import DEFAULT_WINDOW
-from otelsignals.stores.sql import SqlWindowStore
+from otelsignals.stores.sql import DOCUMENTS_INDEX, PRUNE_AGE_QUERY, PRUNE_COUNT_QUERY, SqlWindowStore
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS reputation_agents (
@@ -36,6 +37,7 @@ SCHEMA = (
         kind TEXT NOT NULL,
         key TEXT NOT NULL,
         body TEXT NOT NULL,
+        saved_at REAL NOT NULL DEFAULT 0,
         PRIMARY KEY (kind, key)
     ) WITHOUT ROWID""",
 )
@@ -52,10 +54,12 @@ WINDOW_QUERY = """
 class SqliteStore(SqlWindowStore):
     window_query = WINDOW_QUERY
     save_query = (
-        "INSERT INTO documents (kind, key, body) VALUES (?, ?, ?) "
-        "ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body"
+        "INSERT INTO documents (kind, key, body, saved_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body, saved_at = excluded.saved_at"
     )
     load_query = "SELECT body FROM documents WHERE kind = ? AND key = ?"
+    prune_age_query = PRUNE_AGE_QUERY.format(p="?")
+    prune_count_query = PRUNE_COUNT_QUERY.format(p="?")
 
     def __init__(self, path: str, *, window_size: int = DEFAULT_WINDOW, busy_timeout_s: float = 30.0) -> None:
         self.path = path
@@ -76,6 +80,11 @@ class SqliteStore(SqlWindowStore):
             try:
                 for statement in SCHEMA:
                     self._conn.execute(statement)
+                columns = {row[1] for row in self._conn.execute("PRAGMA table_info(documents)")}
+                if "saved_at" not in columns:  # a store from before document retention
+                    self._conn.execute("ALTER TABLE documents ADD COLUMN saved_at REAL NOT NULL DEFAULT 0")
+                    self._conn.execute("UPDATE documents SET saved_at = ?", (time.time(),))
+                self._conn.execute(DOCUMENTS_INDEX)
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
