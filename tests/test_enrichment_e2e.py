@@ -60,13 +60,7 @@ def attributes(span: Span) -> dict:
 
 
 def received_spans(sink: OtlpSink) -> dict[str, Span]:
-    return {
-        span.name.removesuffix(" \U0001f6a9"): span
-        for request in sink.resource_spans()
-        for rs in request.resource_spans
-        for ss in rs.scope_spans
-        for span in ss.spans
-    }
+    return {span.name.removesuffix(" \U0001f6a9"): span for span in sink.decoded_spans()}
 
 
 @pytest.fixture
@@ -117,8 +111,12 @@ def test_documented_example_span(sidecar_and_sink):
     assert isinstance(orjson.loads(escalation["signal.metadata"]), dict)
     assert "signal.interaction.disengagement.negative_stance" in events
     handoff = orjson.loads(events["signal.interaction.handoff.transfer"]["signal.metadata"])
-    assert handoff == {"asked_by": "user", "via": "message", "after": ["interaction.disengagement"],
-                       "request_index": 2}
+    assert handoff == {
+        "asked_by": "user",
+        "via": "message",
+        "after": ["interaction.disengagement"],
+        "request_index": 2,
+    }
     assert not root.events, "events go on the model-call span only"
 
 

@@ -94,13 +94,7 @@ def test_a_huge_message_is_cut_for_the_analysis_and_forwarded_whole(tmp_path, si
         export_grpc(sidecar.grpc_endpoint, list(memory.get_finished_spans()))
         sink.wait_for_spans(1)
         assert sidecar.metric("otelsignals_analyzer_truncated_total", reason="message_bytes") == 1
-        (span,) = [
-            s
-            for request in sink.resource_spans()
-            for rs in request.resource_spans
-            for ss in rs.scope_spans
-            for s in ss.spans
-        ]
+        (span,) = sink.decoded_spans()
         sent = {kv.key: kv.value.string_value for kv in span.attributes}
         assert huge in sent["gen_ai.input.messages"], "the span leaves with its text whole"
         assert any(kv.key == "signals.quality" for kv in span.attributes), "and analysed"

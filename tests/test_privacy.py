@@ -419,17 +419,7 @@ def build_spans() -> list[ReadableSpan]:
 
 
 def _session_spans(sink: OtlpSink) -> list[Any]:
-    return [span for span in _received(sink) if span.name == "otelsignals.session"]
-
-
-def _received(sink: OtlpSink) -> list[Any]:
-    return [
-        span
-        for request in sink.resource_spans()
-        for rs in request.resource_spans
-        for ss in rs.scope_spans
-        for span in ss.spans
-    ]
+    return [span for span in sink.decoded_spans() if span.name == "otelsignals.session"]
 
 
 def _value_text(value: Any) -> str:
@@ -455,7 +445,7 @@ def run_sidecar(tmp_path, sink: OtlpSink, snippets: bool) -> dict[str, Any]:
         while len(_session_spans(sink)) < len(SESSIONS) and time.monotonic() < deadline:
             time.sleep(0.1)
         stderr = sidecar.stderr()
-    by_id = {span.span_id: span for span in _received(sink) if span.name != "otelsignals.session"}
+    by_id = {span.span_id: span for span in sink.decoded_spans() if span.name != "otelsignals.session"}
     assert set(by_id) == set(sent)
     added_attributes, events = [], []
     for span_id, span in by_id.items():

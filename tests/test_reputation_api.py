@@ -63,10 +63,7 @@ def test_active_agents_get_a_score_on_their_spans(tmp_path, sink: OtlpSink):
             assert set(agent["components"]) == {"pass_rate", "latency", "streak", "volume"}
     scored = [
         {kv.key: kv.value for kv in span.attributes}
-        for request in sink.resource_spans()
-        for rs in request.resource_spans
-        for ss in rs.scope_spans
-        for span in ss.spans
+        for span in sink.decoded_spans()
         if any(kv.key == "signals.reputation.score" for kv in span.attributes)
     ]
     assert scored, "spans of active agents carry their reputation"

@@ -18,14 +18,7 @@ SESSIONS = [c for c in load_conversations() if c.get("session_id")]
 
 
 def session_spans(sink: OtlpSink) -> list:
-    return [
-        span
-        for request in sink.resource_spans()
-        for rs in request.resource_spans
-        for ss in rs.scope_spans
-        for span in ss.spans
-        if span.name == "otelsignals.session"
-    ]
+    return [span for span in sink.decoded_spans() if span.name == "otelsignals.session"]
 
 
 def test_idle_sessions_are_summarised_in_session_spans(tmp_path, sink: OtlpSink):

@@ -49,6 +49,7 @@ from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 from tests.support.loop_thread import start_loop_thread
 
@@ -471,6 +472,16 @@ class OtlpSink:
     def resource_spans(self) -> list[trace_service_pb2.ExportTraceServiceRequest]:
         """Decoded ExportTraceServiceRequest of every accepted traces request, in order."""
         return [item.decode() for item in self.received if item.signal == "traces"]  # type: ignore[misc]
+
+    def decoded_spans(self) -> list[trace_pb2.Span]:
+        """Every span of every accepted traces request, decoded, in arrival order."""
+        return [
+            span
+            for request in self.resource_spans()
+            for rs in request.resource_spans
+            for ss in rs.scope_spans
+            for span in ss.spans
+        ]
 
     def requests(self, signal: str) -> list[Message]:
         """Decoded Export*ServiceRequest of every accepted request of `signal`, in order."""
