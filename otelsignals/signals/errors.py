@@ -1280,12 +1280,7 @@ def self_test(lib: ErrorLibrary | None = None) -> list[str]:
                 expected = API_ERROR
             if found is None or found.leaf_type != expected:
                 problems.append(f"{group}: positive {example!r} → {found.leaf_type if found else None}")
-        for example in near_misses:
-            found = classify_example(example, failed_by_default=False)
-            if isinstance(example, str) and found is not None:
-                problems.append(f"{group}: near-miss {example!r} fired {found.leaf_type}")
-            elif found is not None and found.leaf_type == leaf:
-                problems.append(f"{group}: near-miss {example!r} classified as {group}")
+        problems.extend(_near_miss_problems(group, near_misses, "leaf_type", leaf, f"classified as {group}"))
         problems.extend(_reason_problems(group, spec))
     empty = lib.empty_examples
     for example in empty.get("positives") or []:
@@ -1312,10 +1307,22 @@ def _reason_problems(group: str, spec: Mapping[str, Any]) -> list[str]:
             if found is None or found.leaf_type != leaf or found.reason != reason:
                 got = (found.leaf_type, found.reason) if found else None
                 problems.append(f"{group}.{reason}: positive {example!r} → {got}")
-        for example in near_misses:
-            found = classify_example(example, failed_by_default=False)
-            if isinstance(example, str) and found is not None:
-                problems.append(f"{group}.{reason}: near-miss {example!r} fired {found.leaf_type}")
-            elif found is not None and found.reason == reason:
-                problems.append(f"{group}.{reason}: near-miss {example!r} got reason {reason}")
+        problems.extend(
+            _near_miss_problems(f"{group}.{reason}", near_misses, "reason", reason, f"got reason {reason}")
+        )
+    return problems
+
+
+def _near_miss_problems(
+    label: str, near_misses: list[Any], field_name: str, forbidden: str, landed: str
+) -> list[str]:
+    """A string near-miss (a successful result) must fire nothing; a mapping near-miss (a failed
+    call) must not classify with ``field_name`` equal to ``forbidden``."""
+    problems = []
+    for example in near_misses:
+        found = classify_example(example, failed_by_default=False)
+        if isinstance(example, str) and found is not None:
+            problems.append(f"{label}: near-miss {example!r} fired {found.leaf_type}")
+        elif found is not None and getattr(found, field_name) == forbidden:
+            problems.append(f"{label}: near-miss {example!r} {landed}")
     return problems
