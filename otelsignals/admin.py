@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hmac
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -38,7 +38,11 @@ def admin_app(
     reputation: ReputationRecorder | None = None,
     auth_token: str = "",
     eval_runs: EvalRuns | None = None,
+    read_state: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
 ) -> web.Application:
+    """``read_state`` runs a reader of the sessions where that is safe (the pipeline's analysis
+    thread changes them); without it they are read directly."""
+
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -54,10 +58,15 @@ def admin_app(
 
     async def session(request: web.Request) -> web.Response:
         key = request.match_info["session_id"]
-        state = sessions.get(key) if sessions is not None else None
-        if state is None:
+
+        def read() -> dict[str, Any] | None:
+            state = sessions.get(key) if sessions is not None else None
+            return session_json(state, show_content) if state is not None else None
+
+        found = await read_state(read) if read_state is not None else read()
+        if found is None:
             return web.json_response({"error": f"no session {key!r} is being tracked"}, status=404)
-        return web.json_response(session_json(state, show_content))
+        return web.json_response(found)
 
     async def reputation_of(request: web.Request) -> web.Response:
         agent_id = request.match_info["agent_id"]

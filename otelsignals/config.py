@@ -99,9 +99,31 @@ class HttpReceiverConfig:
 
 
 @dataclass
+class ReceiverTlsConfig:
+    # Server certificate chain and its private key (PEM), both or neither: when set, both receivers
+    # accept TLS only. Read (and checked) at start-up.
+    cert_file: str = ""
+    key_file: str = ""
+    # When set, clients must present a certificate that chains to this CA bundle (mutual TLS).
+    client_ca_file: str = ""
+
+
+@dataclass
+class ReceiverAuthConfig:
+    # When set (or token_file), every export request on both receivers must carry it, else it is
+    # refused (HTTP 401, gRPC UNAUTHENTICATED) before its body is read.
+    token: str = ""
+    token_file: str = ""
+    # "authorization" expects "Bearer <token>"; any other header carries the bare token.
+    header: str = "authorization"
+
+
+@dataclass
 class ReceiverConfig:
     grpc: GrpcReceiverConfig = field(default_factory=GrpcReceiverConfig)
     http: HttpReceiverConfig = field(default_factory=HttpReceiverConfig)
+    tls: ReceiverTlsConfig = field(default_factory=ReceiverTlsConfig)
+    auth: ReceiverAuthConfig = field(default_factory=ReceiverAuthConfig)
     max_message_size: ByteSize = ByteSize(64 * 1024**2)
     # Seconds suggested to clients in Retry-After / RetryInfo when the pipeline is full.
     retry_after: Duration = Duration(1.0)
@@ -200,6 +222,9 @@ class AnalyzerConfig:
     max_message_bytes: ByteSize = ByteSize(64 * 1024)
     max_messages_per_span: int = 2000
     max_span_text_bytes: ByteSize = ByteSize(1024**2)
+    # Traces accepted and not yet analysed (the analysis runs on its own thread): past this many
+    # bytes the receivers answer UNAVAILABLE / 503 with Retry-After until the analysis catches up.
+    queue_max_bytes: ByteSize = ByteSize(64 * 1024**2)
 
 
 @dataclass
@@ -282,6 +307,9 @@ class AdminConfig:
     # /v1/* serves conversations (message text when signals.snippets is on) and agent data: on an
     # address other than loopback it needs auth_token, unless this says otherwise on purpose.
     allow_unauthenticated: bool = False
+    # Open connections; beyond, new ones get 503 and are closed. Idle connections and slow headers
+    # are closed after receiver.idle_timeout and receiver.header_timeout.
+    max_connections: int = 256
 
 
 @dataclass
@@ -519,6 +547,7 @@ def validate(config: Config) -> Config:
         ("max_message_bytes", 1024),
         ("max_messages_per_span", 1),
         ("max_span_text_bytes", 1024),
+        ("queue_max_bytes", 1024**2),
     ):
         if int(getattr(analyzer, key)) < minimum:
             raise ConfigError(f"analyzer.{key}", f"must be at least {minimum}")
@@ -543,6 +572,21 @@ def validate(config: Config) -> Config:
             raise ConfigError(f"receiver.{key}", "must be greater than 0")
     if config.receiver.max_connections < 1:
         raise ConfigError("receiver.max_connections", "must be at least 1")
+    if config.admin.max_connections < 1:
+        raise ConfigError("admin.max_connections", "must be at least 1")
+    header = config.receiver.auth.header
+    # A name valid both as an HTTP header and as a gRPC (ASCII, not reserved) metadata key.
+    lowered = header.lower()
+    if (
+        not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", lowered)
+        or lowered.endswith("-bin")
+        or lowered.startswith("grpc-")
+    ):
+        raise ConfigError("receiver.auth.header", f"expected a header name such as x-api-key, got {header!r}")
+    from otelsignals.net import load_auth_token, load_server_tls  # they read and check the files
+
+    load_server_tls(config.receiver.tls)
+    load_auth_token(config.receiver.auth)
     return config
 
 

@@ -1,34 +1,358 @@
-"""Network helpers: serving an aiohttp application on a configured host:port, reading Retry-After."""
+"""Network helpers: serving an aiohttp application on a configured host:port (optionally with TLS, a
+connection limit and idle/header timeouts), server TLS material and tokens read from the config's
+files, reading Retry-After."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+import re
+import ssl
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from otelsignals.config import split_host_port
+from otelsignals.config import ConfigError, ReceiverAuthConfig, ReceiverTlsConfig, split_host_port
+
+if TYPE_CHECKING:
+    from prometheus_client import Gauge
+
+    from otelsignals.telemetry import Telemetry
+
+
+# -- serving -----------------------------------------------------------------------------------
+class ConnectionGuard:
+    """Counts a server's open connections and refuses new ones beyond ``limit`` (503, then closed);
+    closes a connection whose request headers are not complete ``header_timeout`` after their first
+    byte. Refusals are counted in ``rejected_requests{transport=label}`` and logged once."""
+
+    def __init__(
+        self,
+        limit: int,
+        header_timeout: float,
+        telemetry: Telemetry,
+        label: str,
+        limit_key: str,
+        gauge: Gauge | None = None,
+    ) -> None:
+        self.limit = limit
+        self.header_timeout = header_timeout
+        self.telemetry = telemetry
+        self.label = label
+        self.limit_key = limit_key
+        self.gauge = gauge
+        self.open = 0
+        body = f"otelsignals: too many connections ({limit_key})\n".encode()
+        self.busy_response = (
+            b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"
+            b"Content-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+
+    def count(self, change: int) -> None:
+        self.open += change
+        if self.gauge is not None:
+            self.gauge.set(self.open)
+
+    def refuse(self, reason: str, message: str) -> None:
+        label = self.label
+        self.telemetry.rejected_requests.labels(label, reason).inc()
+        kind = f"rejected_{reason}" if label == "http" else f"{label}_rejected_{reason}"
+        self.telemetry.logged_once.warning(
+            kind, f"closed an {label} connection: {message}", transport=label, reason=reason
+        )
+
+
+class GuardedConnection(web.RequestHandler):
+    """aiohttp's connection protocol with a connection limit and a header timeout. (The idle timeout
+    is aiohttp's keepalive_timeout, which also runs before a connection's first request.) Over TLS
+    the connection is counted once its handshake is done; the handshake has its own timeout."""
+
+    def __init__(self, guard: ConnectionGuard, manager: web.Server, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._guard = guard
+        self._refused = False
+        self._awaiting_headers = True
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        guard = self._guard
+        if guard.open >= guard.limit:
+            self._refused = True
+            guard.refuse(
+                "too_many_connections",
+                f"{guard.open} connections are open ({guard.limit_key} is {guard.limit}); "
+                "new ones get 503 and are closed",
+            )
+            assert isinstance(transport, asyncio.WriteTransport)
+            transport.write(guard.busy_response)
+            transport.close()
+            return
+        guard.count(+1)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._refused:
+            return
+        self._guard.count(-1)
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._awaiting_headers and self._header_timer is None:
+            loop = asyncio.get_running_loop()
+            self._header_timer = loop.call_later(self._guard.header_timeout, self._header_timeout)
+        super().data_received(data)
+
+    def request_started(self) -> None:
+        self._awaiting_headers = False
+        self._cancel_header_timer()
+
+    def request_finished(self) -> None:
+        self._awaiting_headers = True
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self._awaiting_headers:
+            self._guard.refuse(
+                "header_timeout",
+                "request headers not complete within receiver.header_timeout "
+                f"({self._guard.header_timeout}s)",
+            )
+            self.force_close()
+
+
+@web.middleware
+async def mark_request(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Tells a guarded connection its request's headers are in (ends its header timeout)."""
+    protocol = request.protocol
+    if isinstance(protocol, GuardedConnection):
+        protocol.request_started()
+    try:
+        return await handler(request)
+    finally:
+        if isinstance(protocol, GuardedConnection):
+            protocol.request_finished()
+
+
+class _Site(web.BaseSite):
+    """A TCP site whose connections are made by ``factory`` (aiohttp's, or a guarded one)."""
+
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        host: str,
+        port: int,
+        factory: Callable[[], asyncio.BaseProtocol],
+        ssl_context: ssl.SSLContext | None,
+        ssl_handshake_timeout: float | None,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._host = host
+        self._port = port
+        self._factory = factory
+        self._ssl_handshake_timeout = ssl_handshake_timeout if ssl_context is not None else None
+
+    @property
+    def name(self) -> str:
+        return f"{'https' if self._ssl_context else 'http'}://{self._host}:{self._port}"
+
+    @property
+    def bound_port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._factory,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            ssl_handshake_timeout=self._ssl_handshake_timeout,
+            backlog=self._backlog,
+            reuse_address=True,
+        )
 
 
 async def serve_aiohttp(
-    app: web.Application, endpoint: str, config_key: str, **server_options: object
+    app: web.Application,
+    endpoint: str,
+    config_key: str,
+    *,
+    telemetry: Telemetry | None = None,
+    max_connections: int = 0,
+    idle_timeout: float | None = None,
+    header_timeout: float = 10.0,
+    ssl_context: ssl.SSLContext | None = None,
+    label: str | None = None,
+    connections_gauge: Gauge | None = None,
+    **handler_options: Any,
 ) -> tuple[web.AppRunner, int]:
-    """Start ``app`` on ``endpoint``; returns the runner (for cleanup) and the bound port."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, **server_options)
+    """Start ``app`` on ``endpoint``; returns the runner (whose cleanup also closes the listening
+    socket) and the bound port.
+
+    With ``max_connections`` (and ``telemetry`` to count refusals), connections beyond it get 503 and
+    are closed, and a request's headers must be complete ``header_timeout`` after its first byte (the
+    TLS handshake too). ``idle_timeout`` closes connections without a request in progress. Refusals are
+    counted under ``label`` (default: the config section, e.g. ``admin``) and name
+    ``<section>.max_connections``. ``handler_options`` go to aiohttp's request handler."""
+    section = config_key.split(".", 1)[0]
+    handler_options.setdefault("access_log", None)
+    if idle_timeout is not None:
+        handler_options["keepalive_timeout"] = idle_timeout
+    guard = None
+    if max_connections > 0:
+        if telemetry is None:
+            raise ValueError("serve_aiohttp: max_connections needs telemetry to count refusals")
+        guard = ConnectionGuard(
+            max_connections,
+            header_timeout,
+            telemetry,
+            label or section,
+            f"{section}.max_connections",
+            connections_gauge,
+        )
+        if mark_request not in app.middlewares:
+            app.middlewares.insert(0, mark_request)
+    runner = web.AppRunner(app, handle_signals=False, **handler_options)
     await runner.setup()
+    manager = runner.server
+    assert manager is not None
+    factory: Callable[[], asyncio.BaseProtocol] = manager
+    if guard is not None:
+        loop = asyncio.get_running_loop()
+        guarded = guard
+
+        def factory() -> asyncio.BaseProtocol:
+            return GuardedConnection(guarded, manager, loop=loop, **handler_options)
+
     host, port = split_host_port(endpoint, config_key)
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = _Site(runner, host, port, factory, ssl_context, header_timeout if guard else None)
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
         raise OSError(f"cannot listen on {endpoint} ({config_key}): {exc.strerror}") from exc
-    server = site._server  # aiohttp exposes the bound port only through the asyncio server
-    return runner, server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, site.bound_port
 
 
+# -- TLS and tokens from the config ------------------------------------------------------------
+@dataclass(frozen=True)
+class ServerTls:
+    """A server certificate and key, and optionally the CA bundle client certificates must chain to
+    (mutual TLS), read and checked once."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str
+    certificate_chain: bytes
+    private_key: bytes
+    client_ca: bytes | None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # TLS 1.2 at least
+        context.load_cert_chain(self.cert_file, self.key_file, password=_no_passphrase)
+        if self.client_ca is not None:
+            context.load_verify_locations(cadata=self.client_ca.decode("ascii"))
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_passphrase() -> bytes:
+    raise _EncryptedKey  # OpenSSL would otherwise ask for one on the terminal
+
+
+def _read(path: str, key: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _pem_certificates(data: bytes, path: str, key: str) -> None:
+    try:
+        text = data.decode("ascii")
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_verify_locations(cadata=text)
+    except (UnicodeDecodeError, ValueError, ssl.SSLError) as exc:
+        raise ConfigError(key, f"{path} holds no PEM certificate") from exc
+
+
+def load_server_tls(tls: ReceiverTlsConfig, section: str = "receiver.tls") -> ServerTls | None:
+    """The TLS material ``tls`` names, read and checked (None when TLS is off); a missing, unreadable
+    or invalid file raises :class:`ConfigError` naming its key."""
+    cert_key, key_key, ca_key = f"{section}.cert_file", f"{section}.key_file", f"{section}.client_ca_file"
+    if not tls.cert_file and not tls.key_file:
+        if tls.client_ca_file:
+            raise ConfigError(ca_key, f"client certificates need TLS: set {cert_key} and {key_key} too")
+        return None
+    if not tls.cert_file:
+        raise ConfigError(cert_key, f"{key_key} is set but {cert_key} is not: set both or neither")
+    if not tls.key_file:
+        raise ConfigError(key_key, f"{cert_key} is set but {key_key} is not: set both or neither")
+    chain = _read(tls.cert_file, cert_key)
+    private_key = _read(tls.key_file, key_key)
+    client_ca = _read(tls.client_ca_file, ca_key) if tls.client_ca_file else None
+    _pem_certificates(chain, tls.cert_file, cert_key)
+    if client_ca is not None:
+        _pem_certificates(client_ca, tls.client_ca_file, ca_key)
+    material = ServerTls(tls.cert_file, tls.key_file, tls.client_ca_file, chain, private_key, client_ca)
+    try:
+        material.ssl_context()
+    except _EncryptedKey:
+        raise ConfigError(
+            key_key, f"{tls.key_file} is encrypted: a key without a passphrase is needed"
+        ) from None
+    except (ValueError, OSError) as exc:  # ssl.SSLError is an OSError
+        reason = getattr(exc, "reason", None) or str(exc)
+        raise ConfigError(
+            key_key, f"{tls.key_file} is not a PEM private key matching {tls.cert_file} ({reason})"
+        ) from exc
+    return material
+
+
+def load_auth_token(auth: ReceiverAuthConfig, section: str = "receiver.auth") -> str:
+    """The token clients must present: ``token``, or the content of ``token_file`` (surrounding
+    whitespace removed); empty when authentication is off."""
+    if auth.token and auth.token_file:
+        raise ConfigError(f"{section}.token_file", f"set {section}.token or {section}.token_file, not both")
+    if not auth.token_file:
+        token = auth.token.strip()
+        if token and not re.fullmatch(r"[!-~]+", token):
+            raise ConfigError(f"{section}.token", "must be visible ASCII characters, without spaces")
+        return token
+    key = f"{section}.token_file"
+    try:
+        token = _read(auth.token_file, key).decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(key, f"{auth.token_file} is not UTF-8 text") from exc
+    if not token:
+        raise ConfigError(key, f"{auth.token_file} is empty")
+    if not re.fullmatch(r"[!-~]+", token):
+        raise ConfigError(key, "the token must be visible ASCII characters, without spaces")
+    return token
+
+
+# -- Retry-After -------------------------------------------------------------------------------
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
     """Seconds to wait from an HTTP ``Retry-After`` value: delay-seconds (decimals accepted) or an
     HTTP-date. A negative number or a date in the past gives 0.0 (the caller's own backoff still

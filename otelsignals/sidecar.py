@@ -48,8 +48,17 @@ class Sidecar:
                 self.pipeline.reputation,
                 self.config.admin.auth_token,
                 self.pipeline.eval_runs,
+                self.pipeline.analysis.read,
             )
-            self._admin, admin_port = await serve_aiohttp(app, self.config.admin.endpoint, "admin.endpoint")
+            self._admin, admin_port = await serve_aiohttp(
+                app,
+                self.config.admin.endpoint,
+                "admin.endpoint",
+                telemetry=self.telemetry,
+                max_connections=self.config.admin.max_connections,
+                idle_timeout=self.config.receiver.idle_timeout,
+                header_timeout=self.config.receiver.header_timeout,
+            )
         self.endpoints = Endpoints(self.receivers.grpc_port, self.receivers.http_port, admin_port)
         exporter = self.config.exporter
         logger.info(

@@ -92,6 +92,30 @@ def test_judge_metric_against_an_openai_compatible_server(tmp_path):
     assert SESSION["turns"][0]["user"] in json.dumps(sent[0].messages)
 
 
+def test_with_snippets_off_the_judges_words_are_withheld_and_its_numbers_kept(tmp_path):
+    quoted = SESSION["turns"][0]["user"]
+    with FakeOpenAI() as judge:
+        # A judge quoting the conversation in its reason and concerns.
+        verdict = {"score": 0.3, "concerns": [f"user said: {quoted}"], "reason": f"because {quoted}"}
+        judge.script(Reply.text(json.dumps(verdict)))
+        evals = {"judge_url": judge.base_url, "judge_model": "gpt-4o-mini"}
+        with SidecarProcess(tmp_path, evals=evals, signals={"snippets": False}) as sidecar:
+            with_traffic(sidecar)
+            body = {"session_ids": [SESSION["session_id"]], "metrics": ["confidence"]}
+            status, started = call(sidecar, "POST", "/v1/eval-runs", body)
+            assert status == 202
+            run = finished(sidecar, started["id"])
+            stored = (tmp_path / "data").glob("*")
+            stored_bytes = b"".join(path.read_bytes() for path in stored if path.is_file())
+    served = run["results"][SESSION["session_id"]]["confidence"]
+    assert served["score"] == 0.3 and served["passed"] is False
+    assert served["metadata"]["source"] == "llm_judge" and served["metadata"]["status"] == "ok"
+    assert served["reason"].endswith("withheld: signals.snippets is off]")
+    assert quoted not in json.dumps(run)
+    assert quoted.encode() not in stored_bytes  # nor in the store other replicas read
+    assert quoted not in sidecar.stderr_path.read_text()
+
+
 @pytest.mark.parametrize(
     ("body", "complaint"),
     [

@@ -4,6 +4,10 @@ A run is a JSON document in the shared store, written when it starts and again w
 result survives a restart and any replica sharing the store can answer ``GET /v1/eval-runs/{id}``.
 A run that was still going when its process stopped is reported ``interrupted``.
 
+With ``signals.snippets: false`` the judge's words (reasons, quoted tasks and plans, error texts)
+are withheld before the run is stored or served: they may quote the conversation. Scores, verdicts,
+counts and the judge's bookkeeping stay.
+
 Retention: each time a run is written (it starts, it ends), runs last written more than
 ``evals.runs_max_age`` ago and then the oldest beyond ``evals.runs_max_count`` are removed from the
 store (the same on SQLite, Redis and PostgreSQL), counted in
@@ -17,10 +21,12 @@ even before the next write removes it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter
@@ -29,6 +35,7 @@ from otelsignals.config import EvalsConfig
 from otelsignals.evals.judge import METRICS as JUDGE_METRICS
 from otelsignals.evals.judge import Judge, JudgeConfig
 from otelsignals.evals.session_metrics import DEFAULT_WEIGHTS, agent_consistency, agent_reliability
+from otelsignals.model import Conversation
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.stores import ReputationStore
 
@@ -39,8 +46,41 @@ SESSION_METRICS = {"agent_reliability": agent_reliability, "agent_consistency": 
 ALL_METRICS = (*SESSION_METRICS, *JUDGE_METRICS)
 
 
+T = TypeVar("T")
+# Judge result fields that never carry conversation text (enumerations, names of metrics and stages).
+_NAMES_ONLY = frozenset(
+    {
+        "name",
+        "source",
+        "status",
+        "model",
+        "provider",
+        "error_kind",
+        "stage_names",
+        "verdict",
+        "outcome",
+        "tool",
+    }
+)
+
+
 class EvalRunError(ValueError):
     """A run request that cannot be run; the message says which field and why."""
+
+
+def withhold_text(value: Any, key: str = "") -> Any:
+    """``value`` with every free text replaced by its length (numbers, booleans and names stay)."""
+    if isinstance(value, dict):
+        return {k: withhold_text(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [withhold_text(v, key) for v in value]
+    if isinstance(value, str) and key not in _NAMES_ONLY:
+        return f"[{len(value)} characters withheld: signals.snippets is off]"
+    return value
+
+
+async def _read_directly(reader: Callable[[], T]) -> T:
+    return reader()
 
 
 def parse_request(body: Any) -> dict[str, Any]:
@@ -71,10 +111,15 @@ class EvalRuns:
         sessions: SessionStore,
         evals: EvalsConfig,
         registry: CollectorRegistry | None = None,
+        show_content: bool = True,
+        read_state: Callable[[Callable[[], Any]], Awaitable[Any]] = _read_directly,
     ) -> None:
         self.store = store
         self.sessions = sessions
         self.evals = evals
+        self.show_content = show_content
+        # How to read a session safely: the pipeline's sessions are changed on its analysis thread.
+        self._read_state = read_state
         self._running: dict[str, asyncio.Task[None]] = {}
         # The pipeline's registry serves it on /metrics; without one the count is still kept.
         self.removed = Counter(
@@ -135,17 +180,28 @@ class EvalRuns:
             run |= {"status": "done", "results": results, "finished_at": time.time()}
         except Exception as exc:  # the run fails as a whole, and says why
             logger.debug("eval run failed", exc_info=True)
-            run |= {"status": "error", "error": f"{type(exc).__name__}: {exc}", "finished_at": time.time()}
+            error = f"{type(exc).__name__}: {exc}" if self.show_content else type(exc).__name__
+            run |= {"status": "error", "error": error, "finished_at": time.time()}
         finally:
             await self._save(run)
             self._running.pop(run["id"], None)
             await self.prune()
 
     async def _evaluate(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]:
-        state = self.sessions.get(session_id)
-        if state is None:
+        def snapshot() -> tuple[list[Any], Conversation] | None:
+            state = self.sessions.get(session_id)
+            if state is None:
+                return None
+            conversation = state.conversation
+            copied = dataclasses.replace(
+                conversation, messages=list(conversation.messages), llm_calls=list(conversation.llm_calls)
+            )
+            return list(state.trace_signals), copied
+
+        found = await self._read_state(snapshot)
+        if found is None:
             return {"error": f"session {session_id!r} is not being tracked (closed, or never seen)"}
-        traces = list(state.trace_signals)
+        traces, conversation = found
         results: dict[str, Any] = {}
         for name in request["metrics"]:
             if name in SESSION_METRICS:
@@ -161,8 +217,10 @@ class EvalRuns:
                 threshold=self.evals.threshold,
             )
             async with Judge(config) as judge:
-                verdicts = await judge.evaluate(state.conversation, judged)
-            results |= {name: verdict.as_dict() for name, verdict in verdicts.items()}
+                verdicts = await judge.evaluate(conversation, judged)
+            for name, verdict in verdicts.items():
+                result = verdict.as_dict()
+                results[name] = result if self.show_content else withhold_text(result)
         return results
 
     async def _save(self, run: dict[str, Any]) -> None:

@@ -11,6 +11,10 @@ Compressed bodies are inflated here too, for both transports, in bounded steps t
 slow ones are closed (``idle_timeout``, ``header_timeout``, ``read_timeout``, the gRPC idle/age
 limits), each receiver takes at most ``max_connections`` at once, and accept errors such as EMFILE
 are logged once with a periodic count instead of one traceback each.
+
+Optionally both receivers serve TLS only (``receiver.tls``, with client certificates required when
+``client_ca_file`` is set), and require a token (``receiver.auth``): a request without it is refused
+(401 / UNAUTHENTICATED) from its headers alone, before any of its body is read or inflated.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import hmac
 import logging
 import resource
 import time
@@ -33,7 +38,8 @@ from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from prometheus_client import Counter, Gauge
 
-from otelsignals.config import Config, ReceiverConfig, split_host_port
+from otelsignals.config import Config, ConfigError, ReceiverConfig, split_host_port
+from otelsignals.net import ServerTls, load_auth_token, load_server_tls, serve_aiohttp
 from otelsignals.otlp.json_codec import (
     OtlpJsonError,
     decode_logs_request,
@@ -65,10 +71,33 @@ class RequestRejected(Exception):
 
     def __init__(self, kind: str, reason: str, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
-        self.kind = kind  # "invalid", "unsupported_media", "too_large", "overloaded"
+        self.kind = kind  # "invalid", "unsupported_media", "too_large", "overloaded", "unauthenticated"
         self.reason = reason
         self.message = message
         self.retry_after = retry_after
+
+
+class Authenticator:
+    """Checks the token of ``receiver.auth`` in a request's headers (or gRPC metadata), in constant
+    time: ``authorization`` carries "Bearer <token>", any other header the bare token."""
+
+    def __init__(self, token: str, header: str = "authorization") -> None:
+        self.header = header.lower()
+        self.bearer = self.header == "authorization"
+        self._token = token.encode()
+
+    def check(self, value: str | None) -> None:
+        if value is None:
+            raise RequestRejected("unauthenticated", "unauthenticated", f"missing {self.header} header")
+        given = value.strip()
+        if self.bearer:
+            scheme, _, given = given.partition(" ")
+            if scheme.lower() != "bearer":
+                raise RequestRejected(
+                    "unauthenticated", "unauthenticated", "the authorization header must be 'Bearer <token>'"
+                )
+        if not hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), self._token):
+            raise RequestRejected("unauthenticated", "unauthenticated", f"wrong token in {self.header}")
 
 
 @dataclass(frozen=True)
@@ -214,6 +243,7 @@ _GRPC_CODES = {
     "invalid": grpc.StatusCode.INVALID_ARGUMENT,
     "too_large": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "overloaded": grpc.StatusCode.UNAVAILABLE,
+    "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
 }
 
 
@@ -288,11 +318,62 @@ def grpc_server_options(receiver: ReceiverConfig, max_connections: int) -> list[
     return options
 
 
+class _GrpcAuthentication(grpc.aio.ServerInterceptor):
+    """Refuses export calls without the token from their metadata alone: the refusal handler is a
+    client-streaming one that never asks for the request message, so it is neither handed to Python
+    nor inflated (grpc only buffers what its flow-control window lets in before the call ends)."""
+
+    def __init__(self, intake: Intake, authenticator: Authenticator) -> None:
+        self.intake = intake
+        self.authenticator = authenticator
+        self.signals = {method: signal for signal, method in GRPC_METHODS.items()}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        signal = self.signals.get(handler_call_details.method)
+        if signal is None:
+            return await continuation(handler_call_details)
+        header = self.authenticator.header
+        metadata = handler_call_details.invocation_metadata or ()
+        value = next((str(v) for k, v in metadata if k.lower() == header), None)
+        try:
+            self.authenticator.check(value)
+        except RequestRejected as rejected:
+            self.intake.count_rejection(rejected, "grpc", signal)
+            message = rejected.message
+
+            async def refuse(requests: object, context: grpc.aio.ServicerContext) -> bytes:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+                raise AssertionError("abort() raises")
+
+            return grpc.stream_unary_rpc_method_handler(refuse)
+        return await continuation(handler_call_details)
+
+
+def grpc_server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
+    return grpc.ssl_server_credentials(
+        [(tls.private_key, tls.certificate_chain)],
+        root_certificates=tls.client_ca,
+        require_client_auth=tls.client_ca is not None,
+    )
+
+
 async def start_grpc_server(
-    intake: Intake, endpoint: str, receiver: ReceiverConfig | None = None, max_connections: int = 1000
+    intake: Intake,
+    endpoint: str,
+    receiver: ReceiverConfig | None = None,
+    max_connections: int = 1000,
+    tls: ServerTls | None = None,
+    authenticator: Authenticator | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     receiver = receiver or ReceiverConfig(max_message_size=intake.max_size)
-    server = grpc.aio.server(options=grpc_server_options(receiver, max_connections))
+    interceptors = [_GrpcAuthentication(intake, authenticator)] if authenticator is not None else []
+    server = grpc.aio.server(
+        options=grpc_server_options(receiver, max_connections), interceptors=interceptors
+    )
     for signal, method in GRPC_METHODS.items():
         service, name = method.strip("/").split("/")
         handler = grpc.unary_unary_rpc_method_handler(
@@ -300,7 +381,10 @@ async def start_grpc_server(
         )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {name: handler}),))
     host, port = split_host_port(endpoint, "receiver.grpc.endpoint")
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if tls is None:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    else:
+        bound = server.add_secure_port(f"{host}:{port}", grpc_server_credentials(tls))
     if bound == 0:
         raise OSError(f"cannot listen on {endpoint} (receiver.grpc.endpoint)")
     await server.start()
@@ -308,8 +392,16 @@ async def start_grpc_server(
 
 
 # -- HTTP --------------------------------------------------------------------------------------
-_HTTP_STATUS = {"invalid": 400, "unsupported_media": 415, "too_large": 413, "overloaded": 503, "timeout": 408}
+_HTTP_STATUS = {
+    "invalid": 400,
+    "unauthenticated": 401,
+    "unsupported_media": 415,
+    "too_large": 413,
+    "overloaded": 503,
+    "timeout": 408,
+}
 _GRPC_CODE_OF_KIND = {
+    "unauthenticated": code_pb2.UNAUTHENTICATED,
     "invalid": code_pb2.INVALID_ARGUMENT,
     "timeout": code_pb2.DEADLINE_EXCEEDED,
     "unsupported_media": code_pb2.INVALID_ARGUMENT,
@@ -328,11 +420,12 @@ def _http_reply(
     return web.Response(status=status, body=body, content_type=content_type, headers=headers)
 
 
-def _http_error(rejected: RequestRejected, is_json: bool) -> web.Response:
+def _http_error(
+    rejected: RequestRejected, is_json: bool, headers: dict[str, str] | None = None
+) -> web.Response:
     status = status_pb2.Status(code=_GRPC_CODE_OF_KIND[rejected.kind], message=rejected.message)
-    headers = None
     if rejected.retry_after is not None:
-        headers = {"Retry-After": str(max(1, round(rejected.retry_after)))}
+        headers = {**(headers or {}), "Retry-After": str(max(1, round(rejected.retry_after)))}
     return _http_reply(_HTTP_STATUS[rejected.kind], status, is_json, headers)
 
 
@@ -365,12 +458,26 @@ async def _read_raw_body(request: web.Request, intake: Intake) -> bytes:
     return b"".join(chunks)
 
 
+_BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="otelsignals"'}
+
+
 def _http_handler(
-    intake: Intake, signal: str, read_timeout: float | None = None
+    intake: Intake,
+    signal: str,
+    read_timeout: float | None = None,
+    authenticator: Authenticator | None = None,
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def export(request: web.Request) -> web.Response:
         media_type = request.content_type.lower()
         is_json = media_type == _JSON
+        if authenticator is not None:
+            try:
+                authenticator.check(request.headers.get(authenticator.header))
+            except RequestRejected as rejected:
+                intake.count_rejection(rejected, "http", signal)
+                response = _http_error(rejected, is_json, _BEARER_CHALLENGE if authenticator.bearer else None)
+                response.force_close()  # the body is not read
+                return response
         try:
             if media_type not in (_PROTOBUF, _JSON):
                 raise RequestRejected(
@@ -396,121 +503,14 @@ def _http_handler(
     return export
 
 
-def http_app(intake: Intake, read_timeout: float | None = None) -> web.Application:
+def http_app(
+    intake: Intake, read_timeout: float | None = None, authenticator: Authenticator | None = None
+) -> web.Application:
     # The body is read in chunks against our own limit, so aiohttp's limit only has to let it through.
-    app = web.Application(
-        client_max_size=intake.max_size * _GRPC_TRANSPORT_LIMIT_FACTOR, middlewares=[_mark_request]
-    )
+    app = web.Application(client_max_size=intake.max_size * _GRPC_TRANSPORT_LIMIT_FACTOR)
     for signal, path in HTTP_PATHS.items():
-        app.router.add_post(path, _http_handler(intake, signal, read_timeout))
+        app.router.add_post(path, _http_handler(intake, signal, read_timeout, authenticator))
     return app
-
-
-@web.middleware
-async def _mark_request(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Tells the connection its request's headers are in (ends its header timeout)."""
-    protocol = request.protocol
-    if isinstance(protocol, _GuardedConnection):
-        protocol.request_started()
-    try:
-        return await handler(request)
-    finally:
-        if isinstance(protocol, _GuardedConnection):
-            protocol.request_finished()
-
-
-_BUSY_BODY = b"otelsignals: too many connections (receiver.max_connections)\n"
-_BUSY_RESPONSE = (
-    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"
-    b"Content-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
-)
-
-
-class _ConnectionGuard:
-    """Counts the HTTP receiver's open connections; refuses new ones beyond the limit."""
-
-    def __init__(self, limit: int, header_timeout: float, intake: Intake, gauge: Gauge) -> None:
-        self.limit = limit
-        self.header_timeout = header_timeout
-        self.intake = intake
-        self.open = 0
-        self.gauge = gauge
-
-    def refuse(self, reason: str, message: str) -> None:
-        telemetry = self.intake.telemetry
-        telemetry.rejected_requests.labels("http", reason).inc()
-        telemetry.logged_once.warning(
-            f"rejected_{reason}", f"closed an http connection: {message}", transport="http", reason=reason
-        )
-
-
-class _GuardedConnection(web.RequestHandler):
-    """aiohttp's connection protocol with a connection limit and a header timeout. (The idle timeout
-    is aiohttp's keepalive_timeout, which also runs before a connection's first request.)"""
-
-    def __init__(self, guard: _ConnectionGuard, manager: web.Server, **kwargs: object) -> None:
-        super().__init__(manager, **kwargs)  # type: ignore[arg-type]
-        self._guard = guard
-        self._refused = False
-        self._awaiting_headers = True
-        self._header_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        guard = self._guard
-        if guard.open >= guard.limit:
-            self._refused = True
-            guard.refuse(
-                "too_many_connections",
-                f"{guard.open} connections are open (receiver.max_connections is {guard.limit}); "
-                "new ones get 503 and are closed",
-            )
-            assert isinstance(transport, asyncio.Transport)
-            transport.write(_BUSY_RESPONSE)
-            transport.close()
-            return
-        guard.open += 1
-        guard.gauge.set(guard.open)
-        super().connection_made(transport)
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        if self._refused:
-            return
-        self._guard.open -= 1
-        self._guard.gauge.set(self._guard.open)
-        self._cancel_header_timer()
-        super().connection_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        if self._refused:
-            return
-        if self._awaiting_headers and self._header_timer is None:
-            loop = asyncio.get_running_loop()
-            self._header_timer = loop.call_later(self._guard.header_timeout, self._header_timeout)
-        super().data_received(data)
-
-    def request_started(self) -> None:
-        self._awaiting_headers = False
-        self._cancel_header_timer()
-
-    def request_finished(self) -> None:
-        self._awaiting_headers = True
-
-    def _cancel_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _header_timeout(self) -> None:
-        self._header_timer = None
-        if self._awaiting_headers:
-            self._guard.refuse(
-                "header_timeout",
-                "request headers not complete within receiver.header_timeout "
-                f"({self._guard.header_timeout}s)",
-            )
-            self.force_close()
 
 
 class _AcceptErrorLog:
@@ -568,37 +568,6 @@ def _raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-async def serve_http(
-    app: web.Application, receiver: ReceiverConfig, guard: _ConnectionGuard
-) -> tuple[web.AppRunner, asyncio.AbstractServer, int]:
-    """Serve ``app`` on receiver.http.endpoint with the connection guard and the idle timeout."""
-    handler_options = {
-        "access_log": None,
-        # Bodies are decompressed by _read_body, against the size limit and with our errors.
-        "auto_decompress": False,
-        "keepalive_timeout": receiver.idle_timeout,
-    }
-    runner = web.AppRunner(app, handle_signals=False, **handler_options)  # type: ignore[arg-type]
-    await runner.setup()
-    manager = runner.server
-    assert manager is not None
-    loop = asyncio.get_running_loop()
-    host, port = split_host_port(receiver.http.endpoint, "receiver.http.endpoint")
-    try:
-        server = await loop.create_server(
-            lambda: _GuardedConnection(guard, manager, loop=loop, **handler_options),
-            host,
-            port,
-            reuse_address=True,
-        )
-    except OSError as exc:
-        await runner.cleanup()
-        raise OSError(
-            f"cannot listen on {receiver.http.endpoint} (receiver.http.endpoint): {exc.strerror}"
-        ) from exc
-    return runner, server, server.sockets[0].getsockname()[1]
-
-
 class Receivers:
     """Both receivers, started and stopped together."""
 
@@ -607,7 +576,6 @@ class Receivers:
         self.intake = Intake(pipeline)
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
-        self._http_server: asyncio.AbstractServer | None = None
         self.grpc_port = 0
         self.http_port = 0
         registry = pipeline.telemetry.registry
@@ -635,22 +603,34 @@ class Receivers:
                 "receiver.max_connections lowered to fit the open-files limit",
                 extra={"fields": {"configured": receiver.max_connections, "effective": max_connections}},
             )
+        try:  # checked by config.validate already; read again now, as they are used
+            tls = load_server_tls(receiver.tls)
+            token = load_auth_token(receiver.auth)
+        except ConfigError as exc:
+            raise OSError(str(exc)) from exc
+        authenticator = Authenticator(token, receiver.auth.header) if token else None
         if receiver.grpc.enabled:
             self._grpc, self.grpc_port = await start_grpc_server(
-                self.intake, receiver.grpc.endpoint, receiver, max_connections
+                self.intake, receiver.grpc.endpoint, receiver, max_connections, tls, authenticator
             )
         if receiver.http.enabled:
-            guard = _ConnectionGuard(
-                max_connections, receiver.header_timeout, self.intake, self._connections_gauge
-            )
-            self._http, self._http_server, self.http_port = await serve_http(
-                http_app(self.intake, receiver.read_timeout), receiver, guard
+            self._http, self.http_port = await serve_aiohttp(
+                http_app(self.intake, receiver.read_timeout, authenticator),
+                receiver.http.endpoint,
+                "receiver.http.endpoint",
+                telemetry=self.intake.telemetry,
+                max_connections=max_connections,
+                idle_timeout=receiver.idle_timeout,
+                header_timeout=receiver.header_timeout,
+                ssl_context=tls.ssl_context() if tls is not None else None,
+                label="http",
+                connections_gauge=self._connections_gauge,
+                # Bodies are decompressed by _read_body, against the size limit and with our errors.
+                auto_decompress=False,
             )
 
     async def stop(self, grace: float = 2.0) -> None:
         if self._grpc is not None:
             await self._grpc.stop(grace)
-        if self._http_server is not None:
-            self._http_server.close()
-        if self._http is not None:
+        if self._http is not None:  # closes the listening socket first
             await self._http.cleanup()

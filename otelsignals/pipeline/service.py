@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
@@ -19,6 +20,7 @@ from otelsignals.config import Config
 from otelsignals.conversation import ConversationState
 from otelsignals.evals.session_metrics import agent_consistency, agent_reliability
 from otelsignals.otlp.wire import SpanRecord, split_request
+from otelsignals.pipeline.analysis_worker import AnalysisWorker
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.pipeline.assembler import Assembler, ReleasedTrace
 from otelsignals.pipeline.disk_queue import DiskQueue
@@ -53,6 +55,8 @@ class Pipeline:
             self.telemetry, config.sessions, config.signals, config.evals, config.analyzer
         )
         self.analyzer.on_session_closed = self._close_session
+        # The analysis runs on its own thread; the event loop only receives, hands over and exports.
+        self.analysis = AnalysisWorker(int(config.analyzer.queue_max_bytes), self.telemetry.registry)
         self.enricher = Enricher(config.signals)
         # One store, shared with every replica pointing at it: reputation windows and eval runs.
         url = store_url(config.store)
@@ -65,12 +69,25 @@ class Pipeline:
             if config.reputation.enabled
             else None
         )
-        self.eval_runs = EvalRuns(self.store, self.analyzer.sessions, config.evals, self.telemetry.registry)
+        self.eval_runs = EvalRuns(
+            self.store,
+            self.analyzer.sessions,
+            config.evals,
+            self.telemetry.registry,
+            config.signals.snippets,
+            self.analysis.read,
+        )
         self.sampler = TriageSampler(config.sampler) if config.sampler.enabled else None
         if self.sampler is not None:
             self.telemetry.registry.register(SamplerCollector(self.sampler))
         self.trace_judge = (
-            TraceJudge(config.evals, self.analyzer.sessions, self.telemetry)
+            TraceJudge(
+                config.evals,
+                self.analyzer.sessions,
+                self.telemetry,
+                self._on_event_loop,
+                self.analysis.submit,
+            )
             if config.evals.judge_url and config.evals.judge_traces
             else None
         )
@@ -92,18 +109,22 @@ class Pipeline:
             config.exporter, sender or make_sender(config.exporter), self.telemetry, self._on_batch_done
         )
         self._ticker: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._expiry_pending = False
         # prometheus-client's labels() lookup costs more than the rest of a small trace's release.
         self._released_counters: dict[str, Counter] = {}
         self.ready = False
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         warm_up()
         if self.analyzer.embedder is not None and not self.config.evals.embeddings_url:
             # Load the embedding model now rather than on the first trace (about half a second).
             await asyncio.to_thread(self.analyzer.embedder.embed, ["warm up"])
         if self.reputation is not None:
             self.reputation.start()
+        self.analysis.start()
         self.exporter.start()
         if self.disk_queue is not None:
             for record in self.disk_queue.recover():
@@ -124,6 +145,11 @@ class Pipeline:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
         self.assembler.flush()
+        if not await self.analysis.drain(self.config.service.shutdown_timeout):
+            logger.warning(
+                "shutdown: analysis did not finish in time; the disk queue keeps what was not sent"
+            )
+        self.analysis.stop()
         # Open sessions are not closed by a restart (another replica, or this one after the restart,
         # may continue them): no session span is emitted for them here.
         await self.exporter.stop(self.config.service.shutdown_timeout)
@@ -142,7 +168,9 @@ class Pipeline:
             await asyncio.sleep(interval)
             try:
                 self.assembler.expire()
-                self.analyzer.expire()
+                if not self._expiry_pending:
+                    self._expiry_pending = True
+                    self.analysis.submit(self._expire_sessions)
                 self.exporter.tick()
                 self._update_gauges()
             except Exception:  # a bug in one tick must not stop expiry for good
@@ -150,7 +178,7 @@ class Pipeline:
 
     # -- intake ---------------------------------------------------------------------------------
     def has_room(self, incoming_bytes: int) -> bool:
-        return self.exporter.has_room(incoming_bytes)
+        return self.analysis.has_room(incoming_bytes) and self.exporter.has_room(incoming_bytes)
 
     def ingest_traces(self, request: ExportTraceServiceRequest, raw: bytes | None = None) -> IngestOutcome:
         """Take a parsed request. ``raw`` is its protobuf encoding when the caller has it (saves a
@@ -176,66 +204,80 @@ class Pipeline:
         seq = self.disk_queue.append(signal, body, units=1) if self.disk_queue is not None else 0
         self.exporter.add_raw(signal, body, seq)
         if signal == "logs" and isinstance(request, ExportLogsServiceRequest):
-            kept = self.analyzer.log_events.add(request)
-            if kept:
-                self.telemetry.log_events.labels("kept").inc(kept)
-                try:
-                    self.analyzer.apply_late_log_events()
-                except Exception:  # best effort, like all analysis
-                    self.telemetry.logged_once.warning(
-                        "late_log_events_error", "reading late log events failed"
-                    )
-                    logger.debug("late log events failure", exc_info=True)
+            self.analysis.submit(lambda: self._read_log_events(request), len(body))
+
+    def _read_log_events(self, request: ExportLogsServiceRequest) -> None:
+        """On the analysis thread: keep the GenAI events of ``request`` for their spans, and read
+        those whose span was analysed already."""
+        kept = self.analyzer.log_events.add(request)
+        if not kept:
+            return
+        self.telemetry.log_events.labels("kept").inc(kept)
+        try:
+            self.analyzer.apply_late_log_events()
+        except Exception:  # best effort, like all analysis
+            self.telemetry.logged_once.warning("late_log_events_error", "reading late log events failed")
+            logger.debug("late log events failure", exc_info=True)
+
+    def _expire_sessions(self) -> None:
+        self._expiry_pending = False
+        self.analyzer.expire()
 
     # -- stage hand-offs ------------------------------------------------------------------------
     def _on_release(self, trace: ReleasedTrace) -> None:
-        telemetry = self.telemetry
-        if trace.analyzable:
-            released = self._released_counters.get(trace.reason)
-            if released is None:
-                released = self._released_counters[trace.reason] = telemetry.released_traces.labels(
-                    trace.reason
-                )
-            released.inc()
-            analysis = None
-            try:
-                analysis = self.analyzer.process(trace)
-                if analysis is not None:
-                    current = None
-                    if self.reputation is not None:
-                        self.reputation.submit(analysis)
-                        current = self.reputation.current(analysis.agent_id)
-                    if self.trace_judge is not None:
-                        self.trace_judge.submit(analysis)
-                    self.enricher.enrich(trace, analysis, current)
-            except Exception:
-                # Analysis is best effort; forwarding is not. The spans leave as they came.
-                telemetry.logged_once.warning("analyzer_error", "analysis of a trace failed")
-                logger.debug("analysis failure", exc_info=True)
-            if self.sampler is not None and not self._sampled_in(trace, analysis):
-                return
-        else:
+        if not trace.analyzable:
             # Evicted traces were never analysed and never reach the sampler: they always leave.
-            telemetry.evicted_traces.labels(trace.reason.removeprefix("evicted_")).inc()
-        self.exporter.add_spans(trace.spans, trace.size)
+            self.telemetry.evicted_traces.labels(trace.reason.removeprefix("evicted_")).inc()
+            self.exporter.add_spans(trace.spans, trace.size)
+            return
+        released = self._released_counters.get(trace.reason)
+        if released is None:
+            released = self._released_counters[trace.reason] = self.telemetry.released_traces.labels(
+                trace.reason
+            )
+        released.inc()
+        self.analysis.submit(lambda: self._analyse(trace), trace.size)
+
+    def _analyse(self, trace: ReleasedTrace) -> Callable[[], None]:
+        """On the analysis thread: analyse and enrich ``trace``, and say what the event loop does
+        with it. Whatever fails here, the trace is forwarded as it came."""
+        analysis = None
+        try:
+            analysis = self.analyzer.process(trace)
+            if analysis is not None:
+                current = None
+                if self.reputation is not None:
+                    self.reputation.submit(analysis)
+                    current = self.reputation.current(analysis.agent_id)
+                if self.trace_judge is not None:
+                    self.trace_judge.submit(analysis)
+                self.enricher.enrich(trace, analysis, current)
+        except Exception:
+            # Analysis is best effort; forwarding is not. The spans leave as they came.
+            self.telemetry.logged_once.warning("analyzer_error", "analysis of a trace failed")
+            logger.debug("analysis failure", exc_info=True)
+        if self.sampler is not None and not self._sampled_in(trace, analysis):
+            return lambda: self._release_from_disk_queue(trace.spans)
+        return lambda: self.exporter.add_spans(trace.spans, trace.size)
 
     def _sampled_in(self, trace: ReleasedTrace, analysis: Analysis | None) -> bool:
-        """The triage sampler's verdict; a dropped trace also leaves the disk queue."""
+        """The triage sampler's verdict (a sampler bug forwards the trace)."""
         assert self.sampler is not None
         try:
             session = analysis.conversation_id if analysis is not None else None
             decision = self.sampler.decide(trace.trace_id, session, analysis)
-            if self.sampler.apply(trace, decision):
-                return True
+            return bool(self.sampler.apply(trace, decision))
         except Exception:  # a sampler bug must not lose data: the trace is forwarded
             self.telemetry.logged_once.warning("sampler_error", "sampling a trace failed; forwarded")
             logger.debug("sampler failure", exc_info=True)
             return True
+
+    def _release_from_disk_queue(self, records: list[SpanRecord]) -> None:
+        """A trace the sampler dropped leaves the disk queue as if it had been delivered."""
         if self.disk_queue is not None:
-            for record in trace.spans:
+            for record in records:
                 if record.ingest_seq:
                     self.disk_queue.release(record.ingest_seq)
-        return False
 
     def _close_session(self, state: ConversationState, reason: str) -> None:
         """A closed session's verdict goes downstream as an otelsignals.session span."""
@@ -254,7 +296,8 @@ class Pipeline:
             state.first_seen_ns or time.time_ns(),
             time.time_ns(),
         )
-        self.exporter.add_spans([record], len(record.data))
+        # Called on the analysis thread: the exporter lives on the event loop.
+        self._on_event_loop(lambda: self.exporter.add_spans([record], len(record.data)))
         self.telemetry.sessions_closed.labels(reason).inc()
         if self.reputation is not None and state.trace_spans:
             final = score(state.conversation, state.leaf_counts, self.config.signals.baseline_user_turns)
@@ -267,6 +310,10 @@ class Pipeline:
                     time.time(),
                 )
             )
+
+    def _on_event_loop(self, callback: Callable[[], None]) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(callback)
 
     def _on_duplicate(self, record: SpanRecord) -> None:
         self.telemetry.duplicate_spans.inc()

@@ -3,8 +3,9 @@
 
 The judge is asked in the background, never on the pipeline's path: the trace is forwarded at once
 with its proxy values, and when the judge answers, the session's record of that trace is updated
-(its sources say ``llm_judge``). A bounded number of judgements wait at once; beyond, the proxies
-stay and the skip is counted. An errored judgement also leaves the proxy value in place.
+(its sources say ``llm_judge``) on the analysis thread, which owns the sessions. The judge's own
+error text is not logged: it may quote the conversation. A bounded number of judgements wait at
+once; beyond, the proxies stay and the skip is counted. An errored judgement leaves the proxy.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 
 from otelsignals.analysis import Analysis
 from otelsignals.config import EvalsConfig
@@ -26,9 +28,18 @@ MAX_PENDING = 64
 
 
 class TraceJudge:
-    def __init__(self, evals: EvalsConfig, sessions: SessionStore, telemetry: Telemetry) -> None:
+    def __init__(
+        self,
+        evals: EvalsConfig,
+        sessions: SessionStore,
+        telemetry: Telemetry,
+        on_event_loop: Callable[[Callable[[], None]], None],
+        on_analysis_thread: Callable[[Callable[[], None]], None],
+    ) -> None:
         self.sessions = sessions
         self.telemetry = telemetry
+        self._on_event_loop = on_event_loop
+        self._on_analysis_thread = on_analysis_thread
         self.judge = Judge(
             JudgeConfig(
                 base_url=evals.judge_url,
@@ -40,6 +51,7 @@ class TraceJudge:
         self._pending: set[asyncio.Task[None]] = set()
 
     def submit(self, analysis: Analysis) -> None:
+        """On the analysis thread: ask the judge about this trace's conversation, in the background."""
         state = self.sessions.get(analysis.conversation_id)
         if state is None:
             return
@@ -48,7 +60,10 @@ class TraceJudge:
             return
         # The conversation as of this trace: later traces keep appending to the live one.
         snapshot = Conversation(state.conversation.key, list(state.conversation.messages))
-        task = asyncio.create_task(self._judge(analysis.conversation_id, analysis.trace_id.hex(), snapshot))
+        self._on_event_loop(lambda: self._start(analysis.conversation_id, analysis.trace_id.hex(), snapshot))
+
+    def _start(self, session_id: str, trace_id: str, conversation: Conversation) -> None:
+        task = asyncio.create_task(self._judge(session_id, trace_id, conversation))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
@@ -65,16 +80,22 @@ class TraceJudge:
             verdicts = await self.judge.evaluate(conversation, metrics)
         except Exception as exc:  # the judge is outside us: keep the proxies and say so once
             self.telemetry.judge_errors.inc()
-            self.telemetry.logged_once.warning("judge_error", f"LLM judge failed: {exc}")
-            return
-        state = self.sessions.get(session_id)
-        if state is None:
+            self.telemetry.logged_once.warning(
+                "judge_error", f"LLM judge failed ({getattr(exc, 'kind', type(exc).__name__)})"
+            )
             return
         judged = {name: v.score for name, v in verdicts.items() if v.score is not None}
         if len(judged) < len(verdicts):
             self.telemetry.judge_errors.inc()
+        if judged:
+            self._on_analysis_thread(lambda: self._record(session_id, trace_id, judged))
+
+    def _record(self, session_id: str, trace_id: str, judged: dict[str, float]) -> None:
+        state = self.sessions.get(session_id)
+        if state is None:
+            return
         for index, signals in enumerate(state.trace_signals):
-            if signals.trace_id == trace_id and judged:
+            if signals.trace_id == trace_id:
                 sources = dict(signals.sources) | dict.fromkeys(judged, "llm_judge")
                 state.trace_signals[index] = dataclasses.replace(signals, **judged, sources=sources)
                 break

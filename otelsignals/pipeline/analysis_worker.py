@@ -1,0 +1,141 @@
+"""The analysis runs on one worker thread, so that the event loop keeps answering every client
+whatever one trace carries.
+
+Jobs (a released trace, late log records, session expiry) run one at a time in the order they came,
+each under ``lock``: the lock that guards the conversation state for the few readers on other
+threads (admin API, eval runs). A job may return a callback; callbacks go back to the event loop in
+arrival order, in batches, where the exporter and the disk queue live.
+
+The backlog is bounded in bytes: past ``max_bytes`` the receivers answer UNAVAILABLE / 503 with
+Retry-After (``Pipeline.has_room``) and the clients retry. Data already acknowledged is always taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry, Gauge
+
+logger = logging.getLogger("otelsignals.analysis_worker")
+
+T = TypeVar("T")
+# What runs on the worker; it may return what then runs on the event loop.
+Job = Callable[[], Callable[[], None] | None]
+
+# Results reach the event loop at least this often while a long backlog is being worked through.
+_DELIVERY_INTERVAL = 0.02
+
+
+class AnalysisWorker:
+    def __init__(self, max_bytes: int, registry: CollectorRegistry) -> None:
+        self.max_bytes = max_bytes
+        self.lock = threading.Lock()
+        self._jobs: collections.deque[tuple[Job, int]] = collections.deque()
+        self._wakeup = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Both changed on the event loop only: submit() adds, _deliver() takes away.
+        self.backlog_bytes = 0
+        self._backlog_jobs = 0
+        self._backlog_gauge = Gauge(
+            "otelsignals_analyzer_backlog_bytes",
+            "Bytes of traces accepted and waiting for (or in) analysis.",
+            registry=registry,
+        )
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._work_forever, name="analysis", daemon=True)
+        self._thread.start()
+
+    def has_room(self, incoming_bytes: int) -> bool:
+        # A single request larger than the whole bound is still taken when nothing waits.
+        return self.backlog_bytes == 0 or self.backlog_bytes + incoming_bytes <= self.max_bytes
+
+    def submit(self, job: Job, size: int = 0) -> None:
+        """Queue ``job`` (from the event loop); ``size`` is what it holds in memory until delivered."""
+        self.backlog_bytes += size
+        self._backlog_jobs += 1
+        self._backlog_gauge.set(self.backlog_bytes)
+        with self._wakeup:
+            self._jobs.append((job, size))
+            self._wakeup.notify()
+
+    @property
+    def idle(self) -> bool:
+        return self._backlog_jobs == 0
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait until every submitted job has run and been delivered; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while not self.idle and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return self.idle
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._wakeup:
+            self._stopping = True
+            self._wakeup.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    async def read(self, reader: Callable[[], T]) -> T:
+        """``reader`` run under the state lock, off the event loop (it may wait for one job)."""
+
+        def locked() -> T:
+            with self.lock:
+                return reader()
+
+        return await asyncio.to_thread(locked)
+
+    # -- the worker thread --------------------------------------------------------------------------
+    def _work_forever(self) -> None:
+        while True:
+            with self._wakeup:
+                while not self._jobs and not self._stopping:
+                    self._wakeup.wait()
+                if not self._jobs:
+                    return
+            callbacks: list[Callable[[], None]] = []
+            done_bytes = done_jobs = 0
+            started = time.monotonic()
+            while time.monotonic() - started < _DELIVERY_INTERVAL:
+                with self._wakeup:
+                    if not self._jobs:
+                        break
+                    job, size = self._jobs.popleft()
+                with self.lock:
+                    try:
+                        callback = job()
+                    except Exception:  # a job's own errors are counted by the job; this is a bug
+                        logger.exception("an analysis job failed")
+                        callback = None
+                if callback is not None:
+                    callbacks.append(callback)
+                done_bytes += size
+                done_jobs += 1
+            self._hand_back(callbacks, done_bytes, done_jobs)
+
+    def _hand_back(self, callbacks: list[Callable[[], None]], done_bytes: int, done_jobs: int) -> None:
+        assert self._loop is not None
+        # A closed loop means the process is exiting: the disk queue replays what was not sent.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._deliver, callbacks, done_bytes, done_jobs)
+
+    def _deliver(self, callbacks: list[Callable[[], None]], done_bytes: int, done_jobs: int) -> None:
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                logger.exception("delivering an analysed trace failed")
+        self.backlog_bytes -= done_bytes
+        self._backlog_jobs -= done_jobs
+        self._backlog_gauge.set(self.backlog_bytes)
