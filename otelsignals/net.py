@@ -149,6 +149,11 @@ async def mark_request(
             protocol.request_finished()
 
 
+# Connections waiting to be accepted (aiohttp's default is 128: a burst of new connections then
+# waits a second each for a SYN retransmit); the kernel caps it at net.core.somaxconn.
+_LISTEN_BACKLOG = 1024
+
+
 class _Site(web.BaseSite):
     """A TCP site whose connections are made by ``factory`` (aiohttp's, or a guarded one)."""
 
@@ -185,7 +190,7 @@ class _Site(web.BaseSite):
             self._port,
             ssl=self._ssl_context,
             ssl_handshake_timeout=self._ssl_handshake_timeout,
-            backlog=self._backlog,
+            backlog=_LISTEN_BACKLOG,
             reuse_address=True,
         )
 

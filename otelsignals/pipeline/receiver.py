@@ -20,6 +20,7 @@ Optionally both receivers serve TLS only (``receiver.tls``, with client certific
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import hmac
@@ -56,9 +57,9 @@ logger = logging.getLogger("otelsignals.receiver")
 _GRPC_TRANSPORT_LIMIT_FACTOR = 4
 # Compressed bodies are inflated this much at a time, so a bomb is stopped within one step of the limit.
 _INFLATE_STEP = 1 << 20
-# Above this compressed size, inflating runs in a worker thread (zlib releases the GIL) so the event
-# loop keeps answering other clients.
-_INFLATE_INLINE_MAX = 64 * 1024
+# Above this compressed size (at most ~16 MiB inflated, a few ms), inflating runs in a worker thread
+# (zlib releases the GIL) so the event loop keeps answering other clients.
+_INFLATE_INLINE_MAX = 16 * 1024
 _JSON_DECODERS = {
     "traces": decode_trace_request,
     "metrics": decode_metrics_request,
@@ -114,6 +115,9 @@ class Intake:
         self.telemetry = pipeline.telemetry
         self.max_size = pipeline.config.receiver.max_message_size
         self.retry_after = pipeline.config.receiver.retry_after
+        # One thread: bombs sent at once are inflated one after the other, and in the same malloc
+        # arena, so they cost one max_message_size of memory rather than one each.
+        self._inflater = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="inflate")
 
     def check_size(self, size: int) -> None:
         if size > self.max_size:
@@ -190,11 +194,15 @@ class Intake:
             reason=rejected.reason,
         )
 
+    def close(self) -> None:
+        self._inflater.shutdown(wait=False, cancel_futures=True)
+
     async def inflate(self, body: bytes, encoding: str) -> bytes:
         """``body`` decompressed, refused as ``too_large`` as soon as it grows past the size limit."""
         if len(body) <= _INFLATE_INLINE_MAX:
             return inflate(body, encoding, self.max_size)
-        return await asyncio.to_thread(inflate, body, encoding, self.max_size)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._inflater, inflate, body, encoding, self.max_size)
 
 
 def inflate(body: bytes, encoding: str, limit: int) -> bytes:
@@ -209,6 +217,9 @@ def inflate(body: bytes, encoding: str, limit: int) -> bytes:
             chunk = decompressor.decompress(pending, _INFLATE_STEP)
             size += len(chunk)
             if size > limit:
+                # Freed now: the exception's traceback keeps this frame (and so the list) alive
+                # until the cyclic garbage collector runs.
+                chunks.clear()
                 raise RequestRejected(
                     "too_large",
                     "too_large",
@@ -634,3 +645,4 @@ class Receivers:
             await self._grpc.stop(grace)
         if self._http is not None:  # closes the listening socket first
             await self._http.cleanup()
+        self.intake.close()

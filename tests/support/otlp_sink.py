@@ -151,6 +151,8 @@ class Response:
     retry_after_seconds: float | None = None
     message: str = ""
     partial_success_rejected: int = 0  # success, but partial_success.rejected_<items> = N
+    # HTTP only: the Retry-After header verbatim (e.g. an HTTP-date), instead of retry_after_seconds.
+    retry_after_header: str | None = None
 
     @classmethod
     def ok(cls, partial_success_rejected: int = 0, message: str = "") -> Response:
@@ -338,6 +340,7 @@ class OtlpSink:
         self._attempts = 0
         self._script: deque[Response] = deque()
         self._delay = 0.0
+        self._fallback: Response | None = None
         self._down = False
         self._started = False
         self._state_lock = threading.Lock()  # serialises start/stop/set_down
@@ -418,6 +421,12 @@ class OtlpSink:
         """Sleep this long after a request arrives before answering it."""
         with self._lock:
             self._delay = max(0.0, float(seconds))
+
+    def set_fallback(self, response: Response | None) -> None:
+        """Answer every request with ``response`` once the script is used up (None: success again).
+        Unlike `script`, this lasts for a time, not for a number of requests."""
+        with self._lock:
+            self._fallback = response
 
     @property
     def pending_script(self) -> int:
@@ -510,7 +519,10 @@ class OtlpSink:
     def _arrive(self) -> tuple[int, Response, float]:
         with self._lock:
             self._attempts += 1
-            response = self._script.popleft() if self._script else Response()
+            if self._script:
+                response = self._script.popleft()
+            else:
+                response = self._fallback if self._fallback is not None else Response()
             return self._attempts, response, self._delay
 
     def _record(self, item: Received, accepted: bool) -> None:
@@ -711,6 +723,8 @@ def _http_error(response: Response, content_type: str) -> web.Response:
     else:
         body = status.SerializeToString()
     headers = {}
-    if response.retry_after_seconds is not None:
+    if response.retry_after_header is not None:
+        headers["Retry-After"] = response.retry_after_header
+    elif response.retry_after_seconds is not None:
         headers["Retry-After"] = _format_retry_after(response.retry_after_seconds)
     return web.Response(status=response.status_code, body=body, content_type=content_type, headers=headers)
