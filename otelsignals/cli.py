@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -66,6 +67,9 @@ def _positive(value: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # gRPC's C core would write a line per failed TLS handshake or bad connection on stderr, unbounded;
+    # otelsignals counts those and logs each kind once. Read by grpc when it is first imported.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = _parser().parse_args(argv)
     try:
         config = validate(load_config(args.config))
