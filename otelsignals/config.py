@@ -211,6 +211,9 @@ class SessionsConfig:
     ttl: Duration = Duration(1800.0)
     # At most this many conversations are kept; beyond, the least recently active are evicted.
     max_sessions: int = 50_000
+    # And at most about this much memory of conversation state (estimated from the text and the
+    # messages kept: pipeline/sessions.py); beyond, the least recently active are evicted. 0 = off.
+    max_bytes: ByteSize = ByteSize(128 * 1024**2)
     # Per conversation, only the latest messages are kept (older ones are counted as trimmed).
     max_messages: int = 2000
 
@@ -342,6 +345,9 @@ class LogConfig:
 @dataclass
 class ServiceConfig:
     shutdown_timeout: Duration = Duration(10.0)
+    # Long-lived objects are moved out of the garbage collector's reach this often (gc_policy.py),
+    # so no collection pause grows with the open conversations; 0 = Python's default collector.
+    gc_freeze_interval: Duration = Duration(1.0)
 
 
 @dataclass

@@ -117,7 +117,9 @@ class Telemetry:
             registry=r,
         )
         self.reputation_errors = Counter(
-            "otelsignals_reputation_store_errors", "Failed writes to the reputation store.", registry=r
+            "otelsignals_reputation_store_errors",
+            "Evaluations the reputation store failed to record.",
+            registry=r,
         )
         self.conversation_turns = Histogram(
             "otelsignals_conversation_turns",
@@ -142,9 +144,15 @@ class Telemetry:
         self.conversations = Gauge(
             "otelsignals_sessions_active", "Conversations whose state is kept.", registry=r
         )
+        self.conversation_bytes = Gauge(
+            "otelsignals_sessions_bytes",
+            "Memory held by the kept conversations' state, estimated (bounded by sessions.max_bytes).",
+            registry=r,
+        )
         self.session_evictions = Counter(
             "otelsignals_sessions_evicted",
-            "Conversation states forgotten, by reason: ttl (idle) or capacity (sessions.max_sessions).",
+            "Conversation states forgotten, by reason: ttl (idle), capacity (sessions.max_sessions) or "
+            "bytes (sessions.max_bytes).",
             ["reason"],
             registry=r,
         )

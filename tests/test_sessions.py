@@ -39,3 +39,96 @@ def test_touch_keeps_the_state():
     state = store.touch("a")
     state.conversation.agent_id = "bot"
     assert store.touch("a") is state and len(store) == 1
+
+
+def _say(store: SessionStore, key: str, text: str, arguments: object = None) -> None:
+    """``key``'s conversation gains a user message (and a tool call), as a trace would add."""
+    from otelsignals.model import Message, Role, ToolCall
+
+    state = store.touch(key)
+    calls = [ToolCall("lookup", arguments)] if arguments is not None else []
+    state.conversation.messages.append(Message(Role.USER, text, calls))
+    store.resize(key)
+
+
+def test_the_estimate_grows_with_text_and_messages():
+    from otelsignals.model import Message, Role, ToolCall, ToolResult
+    from otelsignals.pipeline.sessions import BYTES_PER_MESSAGE, estimated_bytes
+
+    assert estimated_bytes([]) == 0
+    one = estimated_bytes([Message(Role.USER, "x" * 100)])
+    assert one == int(3.2 * 100) + BYTES_PER_MESSAGE
+    # Tool arguments count as their JSON text, results as their text; uncaptured content as nothing.
+    with_tool = [
+        Message(Role.ASSISTANT, None, [ToolCall("f", {"q": "abc"})]),
+        Message(Role.TOOL, None, tool_result=ToolResult(content="y" * 50)),
+    ]
+    assert estimated_bytes(with_tool) == int(3.2 * (len('{"q":"abc"}') + 50)) + 2 * BYTES_PER_MESSAGE
+
+
+def test_the_byte_bound_evicts_the_least_recently_active_and_counts_it():
+    evicted: list[tuple[str, str]] = []
+    store = SessionStore(
+        3600, 100, lambda state, why: evicted.append((state.conversation.key, why)), max_bytes=30_000
+    )
+    for key in "abcd":
+        _say(store, key, "w" * 2000)  # about 9 KB each
+    assert evicted == [("a", "bytes")]
+    assert store.bytes <= 30_000
+    _say(store, "b", "more " * 400)  # b is now the most recently active: c goes next
+    assert evicted[-1] == ("c", "bytes")
+    assert sorted(state.conversation.key for state in store) == ["b", "d"]
+    total = store.bytes
+    store.ttl = -1
+    store.expire()
+    assert store.bytes == 0 and total > 0
+
+
+def test_one_conversation_over_the_bound_alone_is_kept_and_an_unbounded_store_evicts_nothing():
+    evicted: list[str] = []
+    store = SessionStore(3600, 100, lambda state, why: evicted.append(why), max_bytes=5_000)
+    _say(store, "big", "z" * 10_000)
+    assert store.get("big") is not None and evicted == []
+    unbounded = SessionStore(3600, 100, lambda state, why: evicted.append(why), max_bytes=0)
+    for key in range(50):
+        _say(unbounded, str(key), "z" * 10_000)
+    assert evicted == [] and unbounded.bytes > 50 * 30_000
+
+
+def test_a_trimmed_conversation_is_counted_again():
+    store = SessionStore(3600, 100, max_bytes=0)
+    for _ in range(10):
+        _say(store, "a", "t" * 1000)
+    before = store.bytes
+    state = store.get("a")
+    assert state is not None
+    assert state.trim(4) > 0
+    store.resize("a")
+    assert 0 < store.bytes < before
+
+
+def test_the_analyzer_keeps_its_sessions_under_the_byte_bound_and_says_so():
+    from pathlib import Path
+
+    from otelsignals.config import SessionsConfig
+    from otelsignals.offline import read_requests, traces_in_time_order
+    from otelsignals.pipeline.analyzer import Analyzer
+    from otelsignals.telemetry import Telemetry
+
+    fixtures = Path(__file__).parent / "fixtures"
+    paths = [p for p in sorted(fixtures.rglob("*.binpb")) if not p.name.endswith(".logs.binpb")]
+    traces = traces_in_time_order(request for path in paths for request in read_requests(path))
+    telemetry = Telemetry()
+    analyzer = Analyzer(telemetry, SessionsConfig(max_bytes=20_000))  # type: ignore[arg-type]
+    conversations = set()
+    for trace in traces:
+        analysis = analyzer.process(trace)
+        if analysis is not None:
+            conversations.add(analysis.conversation_id)
+            biggest = max(analyzer.sessions._sizes.values(), key=lambda size: size.bytes).bytes
+            assert analyzer.sessions.bytes <= max(20_000, biggest)
+    evicted = telemetry.registry.get_sample_value("otelsignals_sessions_evicted_total", {"reason": "bytes"})
+    assert len(conversations) >= 5 and evicted is not None and evicted >= 1
+    assert len(analyzer.sessions) + evicted >= len(conversations)
+    gauge = telemetry.registry.get_sample_value("otelsignals_sessions_bytes")
+    assert gauge == analyzer.sessions.bytes > 0

@@ -108,6 +108,17 @@ def test_window_and_count_are_exact(store_url: str) -> None:
         assert s.agents() == ["agent b:with:colons", "agent-a", "agent-b"]
 
 
+def test_a_batch_is_recorded_exactly_as_one_by_one(store_url: str) -> None:
+    # Interleaved agents, more than the window: the batch must trim and count like single records.
+    evaluations = [ev(i, agent="agent-a" if i % 3 else "agent-b") for i in range(14)]
+    with open_store(store_url, window_size=4) as batched:  # type: ignore[attr-defined]
+        batched.record_many(evaluations[:9])
+        batched.record_many(evaluations[9:])
+        assert batched.window("agent-a") == ([e for e in evaluations if e.agent_id == "agent-a"][-4:], 9)
+        assert batched.window("agent-b") == ([e for e in evaluations if e.agent_id == "agent-b"][-4:], 5)
+        batched.record_many([])  # nothing to do, no error
+
+
 def test_replicas_share_the_window(store_url: str) -> None:
     with open_store(store_url) as one, open_store(store_url) as two:  # type: ignore[attr-defined]
         one.record(ev(1))

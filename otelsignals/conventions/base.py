@@ -53,7 +53,7 @@ class HistoryCache:
     """
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[str, list[Message]]] = {}
+        self._last: dict[str, list[_JsonHistory]] = {}
         self._indexed: dict[str, list[_IndexedHistory]] = {}
         self.decoding = SpanDecodeMemo()  # what was decoded of the conversation's spans
 
@@ -74,24 +74,36 @@ class HistoryCache:
         ``closing`` is ``]`` for a JSON array; ``]}`` for an object whose last key holds the
         array, when reading the object amounts to reading its arrays in order.
         """
-        last = self._last.get(key)
-        if last is not None:
-            further = _continuation(last[0], text, closing)
-            if further is not None:
-                messages = last[1] + (items or read)(further)
-                link_tool_names(messages, len(last[1]))
-                self._last[key] = (text, messages)
-                return messages
+        remembered = self._last.setdefault(key, [])
+        longest: _JsonHistory | None = None
+        further: list[Any] | None = None
+        for history in remembered:
+            if longest is None or history.head_length > longest.head_length:
+                found = history.continued_by(text, closing)
+                if found is not None:
+                    longest, further = history, found
+        if longest is not None and further is not None:
+            messages = longest.messages + ((items or read)(further) if further else [])
+            link_tool_names(messages, len(longest.messages))
+            self._remember(remembered, text, closing, messages)
+            return messages
         value: Any = text
         if text.lstrip()[:1] in ("[", "{"):
             with suppress(orjson.JSONDecodeError):
                 value = orjson.loads(text)
         messages = read(value)
         if value is not text:  # only valid JSON is continued
-            self._last[key] = (text, messages)
-        else:
-            self._last.pop(key, None)
+            self._remember(remembered, text, closing, messages)
         return messages
+
+    @staticmethod
+    def _remember(remembered: list[_JsonHistory], text: str, closing: str, messages: list[Message]) -> None:
+        history = _JsonHistory.of(text, closing, messages)
+        if history is None:
+            return
+        remembered[:] = [h for h in remembered if h.head_length != history.head_length]
+        remembered.insert(0, history)
+        del remembered[_JSON_HISTORIES:]
 
     def indexed(
         self, namespace: str, raws: list[Any], build: Callable[[Any], list[Message]]
@@ -139,23 +151,46 @@ class HistoryCache:
         return list(branch.messages)
 
 
-def _continuation(previous: str, text: str, closing: str) -> list[Any] | None:
-    """The values ``text`` adds to the last array of the JSON text ``previous``, or None when it
-    does not merely continue it."""
-    trimmed = previous.rstrip()
-    if not trimmed.endswith(closing):
-        return None
-    head = trimmed[: -len(closing)]
-    if not head or not text.startswith(head):
-        return None
-    rest = text[len(head) :].strip()
-    if not rest.startswith(",") or not rest.endswith(closing):
-        return None
-    try:
-        further = orjson.loads("[" + rest[1 : len(rest) - len(closing) + 1])
-    except orjson.JSONDecodeError:
-        return None
-    return further if isinstance(further, list) else None
+# JSON histories remembered per key of a conversation: an agent span's short input next to its model
+# calls' whole histories must not make each call parse its history again.
+_JSON_HISTORIES = 4
+
+
+class _JsonHistory:
+    """A history read before from one JSON text, remembered by the length and hash of the text up
+    to its closing (not the text itself: a conversation's history can be megabytes)."""
+
+    __slots__ = ("head_hash", "head_length", "messages")
+
+    def __init__(self, head_length: int, head_hash: int, messages: list[Message]) -> None:
+        self.head_length = head_length
+        self.head_hash = head_hash
+        self.messages = messages
+
+    @classmethod
+    def of(cls, text: str, closing: str, messages: list[Message]) -> _JsonHistory | None:
+        trimmed = text.rstrip()
+        if not trimmed.endswith(closing) or len(trimmed) == len(closing):
+            return None
+        head_length = len(trimmed) - len(closing)
+        return cls(head_length, hash(trimmed[:head_length]), messages)
+
+    def continued_by(self, text: str, closing: str) -> list[Any] | None:
+        """The values ``text`` adds to the last array of this history ([] when it is this history
+        again), or None when it does not merely continue it."""
+        head_length = self.head_length
+        if len(text) < head_length or hash(text[:head_length]) != self.head_hash:
+            return None
+        rest = text[head_length:].strip()
+        if rest == closing:
+            return []
+        if not rest.startswith(",") or not rest.endswith(closing):
+            return None
+        try:
+            further = orjson.loads("[" + rest[1 : len(rest) - len(closing) + 1])
+        except orjson.JSONDecodeError:
+            return None
+        return further if isinstance(further, list) else None
 
 
 # Indexed histories remembered per namespace of a conversation (each at most one history long).

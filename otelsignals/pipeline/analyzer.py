@@ -73,7 +73,9 @@ class Analyzer:
         )
         self.config = sessions or SessionsConfig()
         self.signals = signals or SignalsConfig()
-        self.sessions = SessionStore(self.config.ttl, self.config.max_sessions, self._on_evict)
+        self.sessions = SessionStore(
+            self.config.ttl, self.config.max_sessions, self._on_evict, max_bytes=int(self.config.max_bytes)
+        )
         # What is usual per agent (conversation length, tool calls), for the triage priority.
         self.agent_baselines = AgentBaselines()
         self._contexts: dict[ScopeContext, tuple[dict, str]] = {}
@@ -174,7 +176,7 @@ class Analyzer:
             telemetry.trimmed_messages.inc(trimmed)
         telemetry.genai_traces.labels("captured" if update.content_captured else "absent").inc()
         telemetry.assembled_messages.inc(update.new_messages)
-        telemetry.conversations.set(len(self.sessions))
+        self._resize(key)
         return update
 
     def _cap(self, reading: SpanReading) -> None:
@@ -209,6 +211,7 @@ class Analyzer:
             reading.llm_call = None  # the model call was counted when the span was read
             state.seen_spans.discard(span_id)
             update = apply_trace(state, trace_id, [(view, reading)])
+            self._resize(key)
             analyses.append(
                 analyze_update(state, update, self.signals.baseline_user_turns, self.agent_baselines)
             )
@@ -218,6 +221,13 @@ class Analyzer:
         self.sessions.expire()
         self.log_events.expire()
         self.telemetry.conversations.set(len(self.sessions))
+        self.telemetry.conversation_bytes.set(self.sessions.bytes)
+
+    def _resize(self, key: str) -> None:
+        """Count what the conversation now holds; past sessions.max_bytes, older ones are evicted."""
+        self.sessions.resize(key)
+        self.telemetry.conversations.set(len(self.sessions))
+        self.telemetry.conversation_bytes.set(self.sessions.bytes)
 
     def _view(self, record: SpanRecord, memo: SpanDecodeMemo | None = None) -> SpanView | None:
         resource, scope_name = self._context(record.context)

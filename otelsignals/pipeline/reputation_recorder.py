@@ -2,8 +2,10 @@
 
 Store writes (a local SQLite file, or Redis / PostgreSQL shared by replicas) happen on one writer
 thread fed by a bounded queue, so a slow store never stalls the pipeline: when the queue is full the
-evaluation is dropped and counted. After each write the agent's reputation is recomputed from the
-store's window (which other replicas may also have written to) and kept for the enricher.
+evaluation is dropped and counted. The writer takes everything waiting at once (up to
+``BATCH_MAX``), records it in one transaction / round trip, and then recomputes each agent's
+reputation from the store's window (which other replicas may also have written to) once per batch,
+not once per turn, and keeps it for the enricher: under load the store is read once per batch.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ logger = logging.getLogger("otelsignals.reputation")
 FAILING_QUALITIES = ("poor", "severe")
 UNKNOWN_AGENT = "unknown"
 _STOP = object()
+# Evaluations recorded in one transaction at most.
+BATCH_MAX = 512
 
 
 def evaluation_of(analysis: Analysis, at: float) -> Evaluation:
@@ -111,19 +115,30 @@ class ReputationRecorder:
 
     def _write_forever(self) -> None:
         while True:
-            item = self._pending.get()
-            if item is _STOP:
+            batch = [self._pending.get()]
+            while len(batch) < BATCH_MAX:
+                try:
+                    batch.append(self._pending.get_nowait())
+                except queue.Empty:
+                    break
+            stopping = any(item is _STOP for item in batch)
+            evaluations = [item for item in batch if isinstance(item, Evaluation)]
+            if evaluations:
+                self._write(evaluations)
+            if stopping:
                 return
-            assert isinstance(item, Evaluation)
-            try:
-                self.store.record(item)
-                window, total = self.store.window(item.agent_id)
-                self._latest[item.agent_id] = reputation(window, total, self.config, agent_id=item.agent_id)
-                self.telemetry.reputation_recorded.inc()
-            except Exception as exc:  # the store is outside us; keep serving and say so once
-                self.telemetry.reputation_errors.inc()
-                self.telemetry.logged_once.warning(
-                    "reputation_store_error",
-                    f"reputation store write failed: {exc}",
-                    error=type(exc).__name__,
-                )
+
+    def _write(self, evaluations: list[Evaluation]) -> None:
+        try:
+            self.store.record_many(evaluations)
+            for agent_id in dict.fromkeys(e.agent_id for e in evaluations):
+                window, total = self.store.window(agent_id)
+                self._latest[agent_id] = reputation(window, total, self.config, agent_id=agent_id)
+            self.telemetry.reputation_recorded.inc(len(evaluations))
+        except Exception as exc:  # the store is outside us; keep serving and say so once
+            self.telemetry.reputation_errors.inc(len(evaluations))
+            self.telemetry.logged_once.warning(
+                "reputation_store_error",
+                f"reputation store write failed: {exc}",
+                error=type(exc).__name__,
+            )

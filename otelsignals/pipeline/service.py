@@ -19,6 +19,7 @@ from otelsignals.analysis import Analysis
 from otelsignals.config import Config
 from otelsignals.conversation import ConversationState
 from otelsignals.evals.session_metrics import agent_consistency, agent_reliability
+from otelsignals.gc_policy import GcPolicy
 from otelsignals.otlp.wire import SpanRecord, split_request
 from otelsignals.pipeline.analysis_worker import AnalysisWorker
 from otelsignals.pipeline.analyzer import Analyzer
@@ -108,6 +109,7 @@ class Pipeline:
         self.exporter = Exporter(
             config.exporter, sender or make_sender(config.exporter), self.telemetry, self._on_batch_done
         )
+        self.gc_policy = GcPolicy(config.service.gc_freeze_interval, self.telemetry.registry)
         self._ticker: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._expiry_pending = False
@@ -135,6 +137,8 @@ class Pipeline:
                     self.assembler.add(split.records)
                 else:
                     self.exporter.add_raw(record.signal, record.payload, record.seq)
+        # Everything loaded for the process's lifetime is in memory now: out of the collector's reach.
+        self.gc_policy.start()
         self._ticker = asyncio.create_task(self._tick_forever(), name="pipeline-ticker")
         self.ready = True
 
@@ -161,6 +165,7 @@ class Pipeline:
         if self.trace_judge is not None:
             await self.trace_judge.stop()
         self.store.close()
+        self.gc_policy.stop()
 
     async def _tick_forever(self) -> None:
         interval = self.config.assembler.tick_interval
@@ -172,6 +177,7 @@ class Pipeline:
                     self._expiry_pending = True
                     self.analysis.submit(self._expire_sessions)
                 self.exporter.tick()
+                self.gc_policy.tick()
                 self._update_gauges()
             except Exception:  # a bug in one tick must not stop expiry for good
                 logger.exception("pipeline tick failed")

@@ -1,12 +1,56 @@
-"""Conversation state kept between traces, bounded by age and count; every eviction is counted."""
+"""Conversation state kept between traces, bounded by age, count and estimated bytes; every
+eviction is counted."""
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import orjson
 
 from otelsignals.conversation import ConversationState
+from otelsignals.model import Message
+
+# What one open conversation costs in memory, as a function of what it keeps: measured over the
+# real agent conversations of the development set (bench/gc_pauses.py --sizes: least squares of the
+# state's deep size on its text and its message count; median error about 10 %). The messages, the
+# detectors' prepared text, the history cache and the per-trace records all grow with these two.
+BYTES_PER_TEXT_CHARACTER = 3.2
+BYTES_PER_MESSAGE = 2700
+
+
+def estimated_bytes(messages: Sequence[Message]) -> int:
+    """The memory ``messages`` hold in a conversation's state, estimated (see above)."""
+    characters = 0
+    for message in messages:
+        characters += len(message.content or "")
+        for call in message.tool_calls:
+            characters += _length(call.arguments)
+        if message.tool_result is not None:
+            characters += len(message.tool_result.content or "")
+    return int(BYTES_PER_TEXT_CHARACTER * characters) + BYTES_PER_MESSAGE * len(messages)
+
+
+def _length(arguments: object) -> int:
+    if arguments is None:
+        return 0
+    if isinstance(arguments, str):
+        return len(arguments)
+    try:
+        return len(orjson.dumps(arguments))
+    except TypeError:  # not JSON after all
+        return len(str(arguments))
+
+
+@dataclass
+class _Size:
+    """What was counted of a state: its messages up to ``counted``, from ``offset`` on."""
+
+    offset: int = 0
+    counted: int = 0
+    bytes: int = 0
 
 
 class SessionStore:
@@ -16,13 +60,18 @@ class SessionStore:
         max_sessions: int,
         on_evict: Callable[[ConversationState, str], None] = lambda state, reason: None,
         clock: Callable[[], float] = time.monotonic,
+        max_bytes: int = 0,
     ) -> None:
         self.ttl = ttl
         self.max_sessions = max_sessions
+        # 0: no bound in bytes (only max_sessions).
+        self.max_bytes = max_bytes
         self._on_evict = on_evict
         self._clock = clock
         # Least recently active first, so both expiry and eviction pop from the front.
         self._states: OrderedDict[str, ConversationState] = OrderedDict()
+        self._sizes: dict[str, _Size] = {}
+        self.bytes = 0
 
     def __len__(self) -> int:
         return len(self._states)
@@ -42,18 +91,43 @@ class SessionStore:
             self._states.move_to_end(key)
         state.last_seen = self._clock()
         while len(self._states) > self.max_sessions:
-            _, evicted = self._states.popitem(last=False)
-            self._on_evict(evicted, "capacity")
+            self._evict_oldest("capacity")
         return state
+
+    def resize(self, key: str) -> None:
+        """Account for what ``key``'s state holds now (after a trace changed it), and evict the least
+        recently active others while the total is over ``max_bytes``."""
+        state = self._states.get(key)
+        if state is None:
+            return
+        messages = state.conversation.messages
+        offset = state.conversation.message_offset
+        size = self._sizes.setdefault(key, _Size())
+        before = size.bytes
+        if offset == size.offset and len(messages) >= size.counted:
+            size.bytes += estimated_bytes(messages[size.counted :])  # only what this trace added
+        else:  # trimmed: counted again
+            size.bytes = estimated_bytes(messages)
+        size.offset, size.counted = offset, len(messages)
+        self.bytes += size.bytes - before
+        # The state just used is the last one evicted: it may alone be over the bound.
+        while self.max_bytes and self.bytes > self.max_bytes and len(self._states) > 1:
+            self._evict_oldest("bytes")
 
     def expire(self) -> int:
         deadline = self._clock() - self.ttl
         expired = 0
         while self._states:
-            key, state = next(iter(self._states.items()))
+            state = next(iter(self._states.values()))
             if state.last_seen > deadline:
                 break
-            del self._states[key]
-            self._on_evict(state, "ttl")
+            self._evict_oldest("ttl")
             expired += 1
         return expired
+
+    def _evict_oldest(self, reason: str) -> None:
+        key, evicted = self._states.popitem(last=False)
+        size = self._sizes.pop(key, None)
+        if size is not None:
+            self.bytes -= size.bytes
+        self._on_evict(evicted, reason)

@@ -16,6 +16,7 @@ Stores also keep JSON documents (eval runs) with the time each was last written,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from otelsignals.reputation import Evaluation
@@ -29,6 +30,10 @@ class ReputationStore(Protocol):
 
     def record(self, evaluation: Evaluation) -> None:
         """Append to the agent's window, drop beyond ``window_size`` oldest-first, count it; atomic."""
+        ...
+
+    def record_many(self, evaluations: Sequence[Evaluation]) -> None:
+        """``record`` for each, in order, in one round trip (one transaction on SQL stores)."""
         ...
 
     def window(self, agent_id: str) -> tuple[list[Evaluation], int]:

@@ -16,6 +16,7 @@ created under a transaction-level advisory lock, so replicas starting together d
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import psycopg
 
@@ -77,21 +78,25 @@ class PostgresStore(SqlWindowStore):
             self._conn.execute("UPDATE documents SET saved_at = %s WHERE saved_at = 0", (time.time(),))
 
     def record(self, evaluation: Evaluation) -> None:
+        self.record_many([evaluation])
+
+    def record_many(self, evaluations: Sequence[Evaluation]) -> None:
         with self._lock, self._conn.transaction():
-            row = self._conn.execute(
-                "INSERT INTO reputation_agents (agent_id, total_count) VALUES (%s, 1) "
-                "ON CONFLICT (agent_id) DO UPDATE SET total_count = reputation_agents.total_count + 1 "
-                "RETURNING total_count",
-                (evaluation.agent_id,),
-            ).fetchone()
-            assert row is not None
-            count = row[0]
-            self._conn.execute(
-                "INSERT INTO reputation_window (agent_id, seq, passed, latency_ms, at) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                (evaluation.agent_id, count, evaluation.passed, evaluation.latency_ms, evaluation.at),
-            )
-            self._conn.execute(
-                "DELETE FROM reputation_window WHERE agent_id = %s AND seq <= %s",
-                (evaluation.agent_id, count - self.window_size),
-            )
+            for evaluation in evaluations:
+                row = self._conn.execute(
+                    "INSERT INTO reputation_agents (agent_id, total_count) VALUES (%s, 1) "
+                    "ON CONFLICT (agent_id) DO UPDATE SET total_count = reputation_agents.total_count + 1 "
+                    "RETURNING total_count",
+                    (evaluation.agent_id,),
+                ).fetchone()
+                assert row is not None
+                count = row[0]
+                self._conn.execute(
+                    "INSERT INTO reputation_window (agent_id, seq, passed, latency_ms, at) "
+                    "VALUES (%s, %s, %s, %s, %s)",
+                    (evaluation.agent_id, count, evaluation.passed, evaluation.latency_ms, evaluation.at),
+                )
+                self._conn.execute(
+                    "DELETE FROM reputation_window WHERE agent_id = %s AND seq <= %s",
+                    (evaluation.agent_id, count - self.window_size),
+                )

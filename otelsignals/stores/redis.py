@@ -13,6 +13,7 @@ Documents are strings ``<prefix>doc:<kind>:<key>``, indexed per kind in the sort
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import orjson
 import redis
@@ -61,12 +62,20 @@ class RedisStore:
         return f"{base}:window", f"{base}:count"
 
     def record(self, evaluation: Evaluation) -> None:
-        window_key, count_key = self._keys(evaluation.agent_id)
-        entry = orjson.dumps([int(evaluation.passed), evaluation.latency_ms, evaluation.at])
-        self._record(
-            keys=[window_key, count_key, f"{self.prefix}agents"],
-            args=[entry, self.window_size, evaluation.agent_id],
-        )
+        self.record_many([evaluation])
+
+    def record_many(self, evaluations: Sequence[Evaluation]) -> None:
+        """One round trip; each evaluation is recorded atomically by the script."""
+        with self._client.pipeline(transaction=False) as pipe:
+            for evaluation in evaluations:
+                window_key, count_key = self._keys(evaluation.agent_id)
+                entry = orjson.dumps([int(evaluation.passed), evaluation.latency_ms, evaluation.at])
+                self._record(
+                    keys=[window_key, count_key, f"{self.prefix}agents"],
+                    args=[entry, self.window_size, evaluation.agent_id],
+                    client=pipe,
+                )
+            pipe.execute()
 
     def window(self, agent_id: str) -> tuple[list[Evaluation], int]:
         window_key, count_key = self._keys(agent_id)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Sequence
 
 from otelsignals.reputation import Evaluation
 from otelsignals.stores import DEFAULT_WINDOW
@@ -91,31 +92,35 @@ class SqliteStore(SqlWindowStore):
                 raise
 
     def record(self, evaluation: Evaluation) -> None:
+        self.record_many([evaluation])
+
+    def record_many(self, evaluations: Sequence[Evaluation]) -> None:
         with self._lock:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
-                (count,) = conn.execute(
-                    "INSERT INTO reputation_agents (agent_id, total_count) VALUES (?, 1) "
-                    "ON CONFLICT (agent_id) DO UPDATE SET total_count = total_count + 1 "
-                    "RETURNING total_count",
-                    (evaluation.agent_id,),
-                ).fetchone()
-                conn.execute(
-                    "INSERT INTO reputation_window (agent_id, seq, passed, latency_ms, at) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (
-                        evaluation.agent_id,
-                        count,
-                        int(evaluation.passed),
-                        evaluation.latency_ms,
-                        evaluation.at,
-                    ),
-                )
-                conn.execute(
-                    "DELETE FROM reputation_window WHERE agent_id = ? AND seq <= ?",
-                    (evaluation.agent_id, count - self.window_size),
-                )
+                for evaluation in evaluations:
+                    (count,) = conn.execute(
+                        "INSERT INTO reputation_agents (agent_id, total_count) VALUES (?, 1) "
+                        "ON CONFLICT (agent_id) DO UPDATE SET total_count = total_count + 1 "
+                        "RETURNING total_count",
+                        (evaluation.agent_id,),
+                    ).fetchone()
+                    conn.execute(
+                        "INSERT INTO reputation_window (agent_id, seq, passed, latency_ms, at) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (
+                            evaluation.agent_id,
+                            count,
+                            int(evaluation.passed),
+                            evaluation.latency_ms,
+                            evaluation.at,
+                        ),
+                    )
+                    conn.execute(
+                        "DELETE FROM reputation_window WHERE agent_id = ? AND seq <= ?",
+                        (evaluation.agent_id, count - self.window_size),
+                    )
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")

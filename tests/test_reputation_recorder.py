@@ -1,0 +1,45 @@
+"""The reputation writer: evaluations recorded in batches, each agent's window read back once per
+batch (not once per turn), on a real SQLite store; the result is the same as one by one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from otelsignals.config import ReputationSettings
+from otelsignals.pipeline.reputation_recorder import ReputationRecorder
+from otelsignals.reputation import Evaluation, reputation
+from otelsignals.stores.sqlite import SqliteStore
+from otelsignals.telemetry import Telemetry
+
+
+class CountingStore(SqliteStore):
+    """A real SQLite store that counts how often a window is read back."""
+
+    window_reads = 0
+
+    def window(self, agent_id: str) -> tuple[list[Evaluation], int]:
+        self.window_reads += 1
+        return super().window(agent_id)
+
+
+def test_a_burst_is_written_in_batches_with_one_window_read_per_agent_and_batch(tmp_path: Path) -> None:
+    store = CountingStore(str(tmp_path / "rep.db"), window_size=500)
+    settings = ReputationSettings()
+    telemetry = Telemetry()
+    recorder = ReputationRecorder(store, settings, telemetry)
+    evaluations = [
+        Evaluation(f"agent-{i % 3}", i % 5 != 0, 200.0 + i, 1_700_000_000.0 + i) for i in range(1500)
+    ]
+    for evaluation in evaluations:  # queued before the writer starts: a burst
+        recorder.submit_evaluation(evaluation)
+    recorder.start()
+    recorder.stop(timeout=30)
+    assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 1500
+    # 1,500 evaluations of 3 agents in batches of at most 512: 3 batches x 3 agents.
+    assert store.window_reads <= 9
+    config = recorder.config
+    for agent in ("agent-0", "agent-1", "agent-2"):
+        mine = [e for e in evaluations if e.agent_id == agent]
+        expected = reputation(mine[-500:], len(mine), config, agent_id=agent)
+        assert recorder.current(agent) == expected
+    store.close()
