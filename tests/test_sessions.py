@@ -53,28 +53,29 @@ def _say(store: SessionStore, key: str, text: str, arguments: object = None) -> 
 
 def test_the_estimate_grows_with_text_and_messages():
     from otelsignals.model import Message, Role, ToolCall, ToolResult
-    from otelsignals.pipeline.sessions import BYTES_PER_MESSAGE, estimated_bytes
+    from otelsignals.pipeline.sessions import BYTES_PER_MESSAGE, BYTES_PER_TEXT_CHARACTER, estimated_bytes
 
     assert estimated_bytes([]) == 0
     one = estimated_bytes([Message(Role.USER, "x" * 100)])
-    assert one == int(3.2 * 100) + BYTES_PER_MESSAGE
+    assert one == int(BYTES_PER_TEXT_CHARACTER * 100) + BYTES_PER_MESSAGE
     # Tool arguments count as their JSON text, results as their text; uncaptured content as nothing.
     with_tool = [
         Message(Role.ASSISTANT, None, [ToolCall("f", {"q": "abc"})]),
         Message(Role.TOOL, None, tool_result=ToolResult(content="y" * 50)),
     ]
-    assert estimated_bytes(with_tool) == int(3.2 * (len('{"q":"abc"}') + 50)) + 2 * BYTES_PER_MESSAGE
+    characters = len('{"q":"abc"}') + 50
+    assert estimated_bytes(with_tool) == int(BYTES_PER_TEXT_CHARACTER * characters) + 2 * BYTES_PER_MESSAGE
 
 
 def test_the_byte_bound_evicts_the_least_recently_active_and_counts_it():
     evicted: list[tuple[str, str]] = []
     store = SessionStore(
-        3600, 100, lambda state, why: evicted.append((state.conversation.key, why)), max_bytes=30_000
+        3600, 100, lambda state, why: evicted.append((state.conversation.key, why)), max_bytes=45_000
     )
     for key in "abcd":
-        _say(store, key, "w" * 2000)  # about 9 KB each
+        _say(store, key, "w" * 2000)  # about 13 KB each
     assert evicted == [("a", "bytes")]
-    assert store.bytes <= 30_000
+    assert store.bytes <= 45_000
     _say(store, "b", "more " * 400)  # b is now the most recently active: c goes next
     assert evicted[-1] == ("c", "bytes")
     assert sorted(state.conversation.key for state in store) == ["b", "d"]

@@ -14,11 +14,11 @@ from otelsignals.conversation import ConversationState
 from otelsignals.model import Message
 
 # What one open conversation costs in memory, as a function of what it keeps: measured over the
-# real agent conversations of the development set (bench/gc_pauses.py --sizes: least squares of the
-# state's deep size on its text and its message count; median error about 10 %). The messages, the
+# 473 real agent conversations of the development set (bench/gc_pauses.py --sizes: least squares of
+# the states' deep sizes on their text and message counts). The messages, the
 # detectors' prepared text, the history cache and the per-trace records all grow with these two.
-BYTES_PER_TEXT_CHARACTER = 3.2
-BYTES_PER_MESSAGE = 2700
+BYTES_PER_TEXT_CHARACTER = 6.5
+BYTES_PER_MESSAGE = 300
 
 
 def estimated_bytes(messages: Sequence[Message]) -> int:
