@@ -58,6 +58,8 @@ class HandoffLibrary:
     people: frozenset[str]
     announcements: PhraseMatcher
     data: Mapping[str, Any]
+    # One of these is in every announcement phrase: a cheap test before the scan.
+    announcement_stems: tuple[str, ...] = ()
 
     def is_handoff_tool(self, name: str | None) -> bool:
         if not isinstance(name, str) or not name:
@@ -67,6 +69,10 @@ class HandoffLibrary:
 
     def announcement(self, text: str) -> tuple[int, int] | None:
         """(start, end) of the first announcement in ``text`` that is neither negated nor quoted."""
+        if self.announcement_stems:
+            lowered = text.casefold()
+            if not any(stem in lowered for stem in self.announcement_stems):
+                return None
         for match in self.announcements.find(text):
             if not match.negated and not match.quoted:
                 return match.start, match.end
@@ -85,6 +91,7 @@ def parse_library(data: Mapping[str, Any]) -> HandoffLibrary:
         people=frozenset(str(word).lower() for word in tools["people"]),
         announcements=PhraseMatcher([group]),
         data=data,
+        announcement_stems=tuple(str(stem).casefold() for stem in said.get("requires", ())),
     )
 
 

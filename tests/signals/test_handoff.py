@@ -104,3 +104,11 @@ def test_one_handoff_per_user_turn_and_none_twice_for_the_same_messages() -> Non
     context = DetectionContext(conversation, new_from=0)
     assert [s.message_index for s in handoff.detect_handoff(context)] == [1, 5]
     assert handoff.detect_handoff(DetectionContext(conversation, new_from=0, memory=context.memory)) == []
+
+
+def test_every_announcement_phrase_contains_a_required_stem() -> None:
+    # The stems are a pre-filter: a phrase without one of them could never be found.
+    stems = LIB.announcement_stems
+    assert stems
+    missing = [p for p in DATA["announcements"]["phrases"] if not any(s in p.casefold() for s in stems)]
+    assert missing == []
