@@ -808,6 +808,34 @@ class TargetResult:
     peak_rss_kib: int
     rss_growth_kib: int = 0
     sessions: float = 0.0
+    sessions_estimated_bytes: float = 0.0
+    gc_worst_pause_ms: float = 0.0
+
+
+def gc_worst_pause_ms(sidecar: Any) -> float:
+    """The upper bound of the highest otelsignals_gc_pause_seconds bucket that holds a pause."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{sidecar.admin_url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    worst = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name != "otelsignals_gc_pause_seconds":
+            continue
+        by_generation: dict[str, list[tuple[float, float]]] = {}
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                bound = float(sample.labels["le"])
+                by_generation.setdefault(sample.labels["generation"], []).append((bound, sample.value))
+        for buckets in by_generation.values():
+            buckets.sort()
+            total = buckets[-1][1]
+            below = [bound for bound, count in buckets if count >= total]
+            if total and below:
+                worst = max(worst, below[0] * 1000)
+    return worst
 
 
 def run_sidecar(
@@ -849,6 +877,8 @@ def run_sidecar(
         )
         time.sleep(0.5)
         sessions = sidecar.metric("otelsignals_sessions_active")
+        estimated = sidecar.metric("otelsignals_sessions_bytes")
+        worst_gc = gc_worst_pause_ms(sidecar)
         dropped = sidecar.metric("otelsignals_dropped_spans_total")
         evicted = sidecar.metric("otelsignals_assembler_evicted_traces_total")
         released = sidecar.metric("otelsignals_assembler_released_traces_total", reason="complete")
@@ -858,7 +888,13 @@ def run_sidecar(
             f"{evicted:,.0f} evicted, {dropped:,.0f} spans dropped, {sessions:,.0f} sessions held"
         )
         return TargetResult(
-            unpaced, paced, status_kib(pid, "VmHWM"), status_kib(pid, "VmRSS") - rss_ready, sessions
+            unpaced,
+            paced,
+            status_kib(pid, "VmHWM"),
+            status_kib(pid, "VmRSS") - rss_ready,
+            sessions,
+            estimated,
+            worst_gc,
         )
     finally:
         with contextlib.suppress(Exception):
@@ -906,6 +942,9 @@ def summary(target: TargetResult) -> dict[str, float]:
         out["rss_growth_mib"] = target.rss_growth_kib / 1024
         out["sessions_held"] = target.sessions
         out["rss_kib_per_conversation"] = target.rss_growth_kib / target.sessions
+        out["estimated_kib_per_conversation"] = target.sessions_estimated_bytes / 1024 / target.sessions
+    if target.gc_worst_pause_ms:
+        out["gc_worst_pause_ms"] = target.gc_worst_pause_ms
     return out
 
 
@@ -927,6 +966,8 @@ ROWS = (
     ("rss_growth_mib", "RSS growth, ready → end (MiB)", "{:,.0f}"),
     ("sessions_held", "conversations held (otelsignals_sessions_active)", "{:,.0f}"),
     ("rss_kib_per_conversation", "RSS per open conversation (KiB)", "{:,.0f}"),
+    ("estimated_kib_per_conversation", "estimated per conversation, sessions_bytes (KiB)", "{:,.0f}"),
+    ("gc_worst_pause_ms", "worst GC pause, histogram bucket bound (ms)", "{:,.0f}"),
 )
 
 

@@ -10,8 +10,9 @@ reference counting when its session closes and the cyclic collector has nothing 
   collection is moved to the permanent generation (``gc.freeze()``, constant time), which later
   collections skip: each collection looks only at what is younger than the last freeze;
 - young collections run every 10,000 allocations rather than 700 (fewer, still short passes);
-- every pause is timed: ``otelsignals_gc_pause_seconds{generation}``, and the frozen objects are
-  a gauge, so a process that did keep cyclic garbage would show it growing.
+- every pause is timed: ``otelsignals_gc_pause_seconds{generation}``, and the objects frozen are
+  counted (``otelsignals_gc_frozen_objects_total``; ``gc.get_freeze_count()`` walks them all, so it
+  is not asked).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import gc
 import time
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 YOUNG_THRESHOLD = 10_000
 _PAUSE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -36,7 +37,7 @@ class GcPolicy:
             registry=registry,
         )
         self._pause_by_generation = [self.pauses.labels(str(g)) for g in range(3)]
-        self.frozen = Gauge(
+        self.frozen = Counter(
             "otelsignals_gc_frozen_objects",
             "Objects moved out of the collector's reach (start-up objects and long-lived state).",
             registry=registry,
@@ -55,11 +56,10 @@ class GcPolicy:
         if not self.enabled:
             return
         gc.collect()
-        gc.freeze()
+        self._freeze()
         _, older, oldest = self._previous_thresholds
         gc.set_threshold(YOUNG_THRESHOLD, older, oldest)
         self._last_freeze = time.monotonic()
-        self.frozen.set(gc.get_freeze_count())
 
     def tick(self) -> None:
         """From the pipeline's ticker: freeze what survived since the last time, if it is time."""
@@ -72,8 +72,12 @@ class GcPolicy:
         # Only survivors are frozen: garbage of the last moments is collected first (young
         # generations only: short).
         gc.collect(1)
+        self._freeze()
+
+    def _freeze(self) -> None:
+        # What is in reach now is what was not frozen before: counted before it goes.
+        self.frozen.inc(sum(len(gc.get_objects(generation)) for generation in range(3)))
         gc.freeze()
-        self.frozen.set(gc.get_freeze_count())
 
     def stop(self) -> None:
         if self._timed in gc.callbacks:
