@@ -21,6 +21,7 @@ run: $(STAMP)
 test: $(STAMP)
 	scripts/test-deps
 	$(BIN)/ruff check otelsignals tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -449,7 +449,8 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
     if isinstance(value, _EnvText):
         value = _env_value(hint, value)
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value if value is not None else {}, key + ".")
+        # A type hint is a class: is_dataclass() narrows to "instance or class" only.
+        return _build(typing.cast(type, hint), value if value is not None else {}, key + ".")
     try:
         if hint is Duration:
             return parse_duration(value)

@@ -270,9 +270,9 @@ class ConversationState:
         # The index may hold a few more entries than the body (provisional results are shown
         # before they are indexed); it is cut to the same length as what is kept.
         kept = self.body_fingerprints[-(len(self.conversation.messages)) :]
-        dropped = len(self.body_fingerprints) - len(kept)
-        self.body_trimmed += dropped
-        self.last_spoken = max(-1, self.last_spoken - dropped)
+        dropped_fingerprints = len(self.body_fingerprints) - len(kept)
+        self.body_trimmed += dropped_fingerprints
+        self.last_spoken = max(-1, self.last_spoken - dropped_fingerprints)
         self.provisional = [m for m in self.provisional if any(m is k for k in self.conversation.messages)]
         self.body_fingerprints, self.body_positions = [], {}
         first = self.first_body_fingerprint

@@ -479,7 +479,7 @@ def link_tool_names(messages: list[Message], start: int = 0) -> None:
     names: dict[str, str] = {}
     for message in reversed(messages):
         for call in message.tool_calls:
-            if call.id in wanted and call.name and call.id not in names:
+            if call.id is not None and call.id in wanted and call.name and call.id not in names:
                 names[call.id] = call.name
         if len(names) == len(wanted):
             break

@@ -541,6 +541,7 @@ def indexed_groups(
         fold = _resume(previous, origin, locate, fill) if previous and not previous.stolen else None
         if fold is None:
             fold = _fold(origin.decoded.pairs, 0, locate, fill)
+            assert fold is not None  # a fold from scratch always completes
         origin.decoded.groups[name] = fold
     assert fold is not None  # a fold from scratch always completes
     slots, entries = fold.slots, fold.entries

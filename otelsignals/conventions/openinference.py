@@ -625,7 +625,7 @@ def _body_tool_calls(item: dict[str, Any]) -> list[ToolCall]:
     for call in tool_calls if isinstance(tool_calls, list) else ():
         if not isinstance(call, dict):
             continue
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        function = raw if isinstance(raw := call.get("function"), dict) else {}
         calls.append(
             ToolCall(
                 name=text_value(function.get("name")) or "",

@@ -231,7 +231,7 @@ def _messages(value: Any, span_id: bytes) -> list[Message]:
 
 
 def _message(item: dict[str, Any], span_id: bytes) -> list[Message]:
-    role = _ROLES.get(item.get("role")) if isinstance(item.get("role"), str) else None
+    role = _ROLES.get(raw_role) if isinstance(raw_role := item.get("role"), str) else None
     if role is None:
         return []
     content = item.get("content")

@@ -16,7 +16,7 @@ def quality_report(states: Iterable[ConversationState], baseline: int) -> list[s
     buckets = Counter(result.quality for _, result in scored)
     for name, _ in BUCKETS:
         lines.append(f"  {name:<10} {buckets[name]:>3}  {'█' * buckets[name]}")
-    signals = Counter()
+    signals: Counter[str] = Counter()
     for state in states:
         signals.update(state.leaf_counts)
     lines.append("top signals")

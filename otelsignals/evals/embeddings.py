@@ -27,7 +27,7 @@ import urllib.request
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -193,7 +193,8 @@ def _load_static_model(root: Path, max_vocab: int | None) -> _StaticModel:
         try:
             import pyarrow.parquet as pq
 
-            words = pq.read_table(root / _VOCAB_FILE).column(0).to_pylist()
+            # The vocabulary file has one column, of non-null strings.
+            words = cast("list[str]", pq.read_table(root / _VOCAB_FILE).column(0).to_pylist())
             vectors = np.load(root / _VECTORS_FILE, mmap_mode="r")
         except (OSError, ValueError, ImportError) as exc:
             raise EmbeddingError(f"cannot load the embedding model from {root}: {exc}") from exc

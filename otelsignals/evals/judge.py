@@ -308,7 +308,7 @@ def _parse_json_reply(content: Any) -> Any:
         text = fenced.group(1)
     try:
         return json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise ValueError(f"the reply was not valid JSON ({exc.msg} at position {exc.pos})") from None
 
 
@@ -385,7 +385,7 @@ def _tool_line(tool: Any) -> str:
     if isinstance(tool, str):
         return f"- {tool}"
     if isinstance(tool, Mapping):
-        spec = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        spec = raw if isinstance(raw := tool.get("function"), Mapping) else tool
         name = spec.get("name", "?")
         description = spec.get("description") or ""
         params = spec.get("parameters") or spec.get("input_schema")

@@ -134,7 +134,12 @@ class EvalRuns:
         judged = [m for m in request["metrics"] if m in JUDGE_METRICS]
         if judged and not self.evals.judge_url:
             raise EvalRunError(f"metrics {judged} need an LLM judge: set evals.judge_url")
-        run = {"id": uuid.uuid4().hex, "status": "running", "request": request, "created_at": time.time()}
+        run: dict[str, Any] = {
+            "id": uuid.uuid4().hex,
+            "status": "running",
+            "request": request,
+            "created_at": time.time(),
+        }
         await self._save(run)
         await self.prune()
         self._running[run["id"]] = asyncio.create_task(self._run(run), name=f"eval-run-{run['id']}")

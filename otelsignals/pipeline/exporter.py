@@ -182,7 +182,7 @@ class Exporter:
         retry = self.config.retry
         durable = bool(self.config.queue.directory)
         started = time.monotonic()
-        step = min(retry.initial_interval, retry.max_interval)
+        step: float = min(retry.initial_interval, retry.max_interval)
         while True:
             result = await self.sender.send(batch.signal, batch.body)
             if result.ok:

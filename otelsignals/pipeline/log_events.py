@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from otelsignals.conventions.decoding import EventView, any_value, key_values
 
@@ -95,7 +96,7 @@ class LogEventBuffer:
             self._on_forget(forgotten)
 
 
-def _event_name_attribute(record) -> str:  # type: ignore[no-untyped-def]
+def _event_name_attribute(record: LogRecord) -> str:
     """Older SDKs put the event name in an ``event.name`` attribute."""
     for attribute in record.attributes:
         if attribute.key == "event.name":

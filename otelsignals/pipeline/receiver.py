@@ -30,6 +30,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import grpc
 import orjson
@@ -37,6 +38,10 @@ from aiohttp import web
 from google.protobuf import duration_pb2, json_format
 from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from prometheus_client import Counter, Gauge
 
 from otelsignals.config import Config, ConfigError, ReceiverConfig, split_host_port
@@ -47,7 +52,13 @@ from otelsignals.otlp.json_codec import (
     decode_metrics_request,
     decode_trace_request,
 )
-from otelsignals.pipeline.senders import GRPC_METHODS, HTTP_PATHS, REQUEST_TYPES, RESPONSE_TYPES
+from otelsignals.pipeline.senders import (
+    GRPC_METHODS,
+    HTTP_PATHS,
+    REQUEST_TYPES,
+    RESPONSE_TYPES,
+    ExportRequest,
+)
 from otelsignals.pipeline.service import Pipeline
 
 logger = logging.getLogger("otelsignals.receiver")
@@ -60,7 +71,7 @@ _INFLATE_STEP = 1 << 20
 # Above this compressed size (at most ~16 MiB inflated, a few ms), inflating runs in a worker thread
 # (zlib releases the GIL) so the event loop keeps answering other clients.
 _INFLATE_INLINE_MAX = 16 * 1024
-_JSON_DECODERS = {
+_JSON_DECODERS: dict[str, Callable[[bytes], ExportRequest]] = {
     "traces": decode_trace_request,
     "metrics": decode_metrics_request,
     "logs": decode_logs_request,
@@ -151,9 +162,11 @@ class Intake:
             )
             telemetry.received_requests.labels(transport, signal, "accepted").inc()
             return Answer(RESPONSE_TYPES[signal](), 0)
-        outcome = self.pipeline.ingest_traces(request, None if is_json else body)
+        # parse() decodes a "traces" body with ExportTraceServiceRequest (REQUEST_TYPES, _JSON_DECODERS).
+        traces = cast(ExportTraceServiceRequest, request)
+        outcome = self.pipeline.ingest_traces(traces, None if is_json else body)
         telemetry.received_spans.labels(transport).inc(outcome.accepted_spans)
-        response = RESPONSE_TYPES["traces"]()
+        response = ExportTraceServiceResponse()  # RESPONSE_TYPES["traces"]
         if outcome.rejected_spans:
             response.partial_success.rejected_spans = outcome.rejected_spans
             response.partial_success.error_message = outcome.message
@@ -164,7 +177,7 @@ class Intake:
             telemetry.received_requests.labels(transport, signal, "accepted").inc()
         return Answer(response, outcome.accepted_spans)
 
-    def parse(self, signal: str, body: bytes, is_json: bool) -> Message:
+    def parse(self, signal: str, body: bytes, is_json: bool) -> ExportRequest:
         request_type = REQUEST_TYPES[signal]
         if is_json:
             # The OTLP codec, not protobuf's json_format: OTLP/JSON ids are hex, not base64.
@@ -329,6 +342,11 @@ def grpc_server_options(receiver: ReceiverConfig, max_connections: int) -> list[
     return options
 
 
+# The request and response types of the intercepted methods' handlers (generic in grpc's stubs).
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+
+
 class _GrpcAuthentication(grpc.aio.ServerInterceptor):
     """Refuses export calls without the token from their metadata alone: the refusal handler is a
     client-streaming one that never asks for the request message, so it is neither handed to Python
@@ -341,9 +359,11 @@ class _GrpcAuthentication(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[_Request, _Response] | None]
+        ],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[_Request, _Response] | None:
         signal = self.signals.get(handler_call_details.method)
         if signal is None:
             return await continuation(handler_call_details)
@@ -387,7 +407,8 @@ async def start_grpc_server(
     )
     for signal, method in GRPC_METHODS.items():
         service, name = method.strip("/").split("/")
-        handler = grpc.unary_unary_rpc_method_handler(
+        # No (de)serializers: the handler takes and returns the encoded bytes.
+        handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(
             _grpc_handler(intake, signal), request_deserializer=None, response_serializer=None
         )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {name: handler}),))

@@ -11,9 +11,11 @@ from __future__ import annotations
 import base64
 import gzip
 import re
+import ssl
 from dataclasses import dataclass
+from io import BufferedWriter
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 import aiohttp
 import grpc
@@ -43,12 +45,16 @@ GRPC_METHODS = {
     "logs": "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
 }
 HTTP_PATHS = {"traces": "/v1/traces", "metrics": "/v1/metrics", "logs": "/v1/logs"}
-RESPONSE_TYPES = {
+ExportRequest: TypeAlias = ExportTraceServiceRequest | ExportMetricsServiceRequest | ExportLogsServiceRequest
+ExportResponse: TypeAlias = (
+    ExportTraceServiceResponse | ExportMetricsServiceResponse | ExportLogsServiceResponse
+)
+RESPONSE_TYPES: dict[str, type[ExportResponse]] = {
     "traces": ExportTraceServiceResponse,
     "metrics": ExportMetricsServiceResponse,
     "logs": ExportLogsServiceResponse,
 }
-REQUEST_TYPES = {
+REQUEST_TYPES: dict[str, type[ExportRequest]] = {
     "traces": ExportTraceServiceRequest,
     "metrics": ExportMetricsServiceRequest,
     "logs": ExportLogsServiceRequest,
@@ -118,7 +124,8 @@ class GrpcSender:
         self._compression = grpc.Compression.Gzip if config.compression == "gzip" else None
         self._metadata = tuple((k.lower(), v) for k, v in config.headers.items())
         self._timeout = config.timeout
-        self._calls = {
+        # No (de)serializers: the calls send and return the encoded bytes.
+        self._calls: dict[str, grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]] = {
             signal: self._channel.unary_unary(method, request_serializer=None, response_deserializer=None)
             for signal, method in GRPC_METHODS.items()
         }
@@ -148,7 +155,9 @@ def _grpc_retry_delay(err: grpc.aio.AioRpcError) -> float | None:
         try:
             if key == "grpc-status-details-bin":
                 for detail in status_pb2.Status.FromString(raw).details:
-                    if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                    # types-protobuf: Any.Is() takes the pure-Python Descriptor only, while
+                    # Message.DESCRIPTOR is typed as it or the upb one (what it is at run time).
+                    if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):  # type: ignore[arg-type]
                         info = error_details_pb2.RetryInfo()
                         detail.Unpack(info)
                         return max(0.0, info.retry_delay.ToNanoseconds() / 1e9)
@@ -172,11 +181,9 @@ class HttpSender:
         if self._gzip:
             self._headers["Content-Encoding"] = "gzip"
         self._timeout = aiohttp.ClientTimeout(total=config.timeout)
-        self._ssl: object = None
+        self._ssl: ssl.SSLContext | bool = True  # True: aiohttp's default checks
         tls = config.tls
         if base.startswith("https://"):
-            import ssl
-
             context = ssl.create_default_context(cafile=tls.ca_file or None)
             if tls.cert_file:
                 context.load_cert_chain(tls.cert_file, tls.key_file or None)
@@ -230,27 +237,27 @@ class FileSender:
             "metrics": Path(f"{stem}.metrics.jsonl"),
             "logs": Path(f"{stem}.logs.jsonl"),
         }
-        self._files: dict[str, object] = {}
+        self._files: dict[str, BufferedWriter] = {}
 
     async def send(self, signal: str, body: bytes) -> SendResult:
         try:
             request = REQUEST_TYPES[signal].FromString(body)
-            if signal == "traces":
+            if isinstance(request, ExportTraceServiceRequest):  # signal == "traces"
                 line = encode_trace_request(request)
             else:
                 line = orjson.dumps(_hex_ids(json_format.MessageToDict(request)))
             handle = self._files.get(signal)
             if handle is None:
                 handle = self._files[signal] = self.paths[signal].open("ab")
-            handle.write(line + b"\n")  # type: ignore[attr-defined]
-            handle.flush()  # type: ignore[attr-defined]
+            handle.write(line + b"\n")
+            handle.flush()
         except OSError as exc:
             return SendResult(False, True, "file_error", str(exc))
         return SendResult(True)
 
     async def close(self) -> None:
         for handle in self._files.values():
-            handle.close()  # type: ignore[attr-defined]
+            handle.close()
         self._files.clear()
 
 

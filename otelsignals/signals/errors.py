@@ -912,7 +912,7 @@ def classify_failure(
     key = (status_code, error_type, _fingerprint(error_message), _fingerprint(content), source, tool_name)
     found = _CLASSIFIED.get(key, _MISSING)
     if found is not _MISSING:
-        return found  # type: ignore[return-value]
+        return found
     try:
         classification = _classify(status_code, error_type, error_message, content, source, tool_name)
     except Exception:  # a detector must never take the pipeline down

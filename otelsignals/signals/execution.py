@@ -905,7 +905,8 @@ def _tool_oscillation_step(
     digest = _digest(canonical)
     run = int(state.get("run") or 0)
     last, other = state.get("last"), state.get("other")
-    args: dict[str, Any] = state.get("args") or {}
+    # Keyed by tool name; ``last`` is None only before the first call (run == 0).
+    args: dict[str | None, Any] = state.get("args") or {}
     if run == 0 or name == last:
         state.update(last=name, other=None, run=1, args={name: digest}, same=True)
         return None

@@ -45,9 +45,10 @@ import operator
 import string
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import yaml
 from rapidfuzz import fuzz, process
@@ -536,15 +537,20 @@ def _detect_phrases(ctx: DetectionContext, signal: str, *, after_assistant: bool
     return found
 
 
-def _recent(ctx: DetectionContext, key: str, role: Role, size: int, prepare: Any) -> deque[tuple[int, str]]:
+_Prepared = TypeVar("_Prepared")  # what _recent keeps of each message: text, keys, answer
+
+
+def _recent(
+    ctx: DetectionContext, key: str, role: Role, size: int, prepare: Callable[[str], _Prepared]
+) -> deque[tuple[int, _Prepared]]:
     """The remembered last ``size`` messages of ``role`` as (absolute index, prepared text).
 
     Seeded from at most SEED_LOOKBACK messages before ``new_from`` when the memory is new.
     """
-    recent = ctx.memory.get(key)
+    recent: deque[tuple[int, _Prepared]] | None = ctx.memory.get(key)
     if recent is None:
         recent = deque(maxlen=size)
-        earlier: list[tuple[int, str]] = []
+        earlier: list[tuple[int, _Prepared]] = []
         for i in range(ctx.new_from - 1, max(ctx.new_from - SEED_LOOKBACK, 0) - 1, -1):
             message = ctx.messages[i]
             if message.role is role and message.content and len(earlier) < size:
@@ -1504,13 +1510,13 @@ def detect_negative_stance(ctx: DetectionContext) -> list[SignalInstance]:
     for i, text, _ in _user_texts(ctx):
         analysis = analyse_text(text)
         caps = _caps_cue(text, analysis) or _caps_run_cue(text, analysis)
-        cues = [
+        candidates = [
             _phrase_cue(analysis),
             caps,
             _punctuation_cue(text, analysis),
             _rhetorical_cue(text, analysis),
         ]
-        cues = [cue for cue in cues if cue is not None]
+        cues = [cue for cue in candidates if cue is not None]
         if cues and not analysis.aimed_elsewhere:
             found.append(_stance_instance(ctx.absolute_index(i), text, cues))
     return found

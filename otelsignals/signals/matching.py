@@ -525,8 +525,8 @@ class PhraseMatcher:
                 words, _, _ = phrase_tokens(phrase)
                 vocabulary.update(words)
                 self._whole.setdefault(" ".join(words), []).append((index, phrase))
-        for key, value in keys.items():
-            self._automaton.add_word(key, value)
+        for text, value in keys.items():
+            self._automaton.add_word(text, value)
         self._automaton.make_automaton()
         self._speller = _Speller(vocabulary | self.negators, protected_words)
 
