@@ -553,6 +553,9 @@ def build_workload(conversations: int, active: int, seed: int) -> Workload:
 # ----------------------------------------------------------------------------------------------
 # The downstream sink (a subprocess): when did each trace's last span arrive
 # ----------------------------------------------------------------------------------------------
+SESSION_SPAN = "otelsignals.session"
+
+
 def run_sink(conn: multiprocessing.connection.Connection) -> None:
     from concurrent import futures
 
@@ -568,6 +571,8 @@ def run_sink(conn: multiprocessing.connection.Connection) -> None:
         for resource_spans in request.resource_spans:
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
+                    if span.name == SESSION_SPAN:
+                        continue  # the sidecar's own summary of a closed session, not a sent span
                     seen[span.trace_id] = seen.get(span.trace_id, 0) + 1
                     total += 1
         with lock:

@@ -51,15 +51,15 @@ class GcPolicy:
         return self.freeze_interval > 0
 
     def start(self) -> None:
-        """Call once the process has loaded what it keeps for its lifetime (models, phrase data)."""
+        """Call once the process has loaded what it keeps for its lifetime (models, phrase data).
+        The start-up collection is not timed: it happens before the process takes any data."""
+        if self.enabled:
+            gc.collect()
+            self._freeze()
+            _, older, oldest = self._previous_thresholds
+            gc.set_threshold(YOUNG_THRESHOLD, older, oldest)
+            self._last_freeze = time.monotonic()
         gc.callbacks.append(self._timed)
-        if not self.enabled:
-            return
-        gc.collect()
-        self._freeze()
-        _, older, oldest = self._previous_thresholds
-        gc.set_threshold(YOUNG_THRESHOLD, older, oldest)
-        self._last_freeze = time.monotonic()
 
     def tick(self) -> None:
         """From the pipeline's ticker: freeze what survived since the last time, if it is time."""

@@ -23,7 +23,13 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tests.support.clients import encode_spans, expected_span_bytes, export_http, make_spans
+from tests.support.clients import (
+    assert_refused_beyond,
+    encode_spans,
+    expected_span_bytes,
+    export_http,
+    make_spans,
+)
 from tests.support.otlp_sink import OtlpSink
 from tests.support.sidecar import SidecarProcess
 
@@ -189,18 +195,8 @@ def test_slow_headers_are_cut_off(running):
 
 def test_connections_beyond_the_limit_get_503(running):
     sidecar, _ = running
-    held = [socket.create_connection(("127.0.0.1", sidecar.http_port)) for _ in range(60)]
-    try:
-        time.sleep(0.2)
-        extra = socket.create_connection(("127.0.0.1", sidecar.http_port), timeout=5)
-        with contextlib.closing(extra):
-            answer = extra.recv(4096)
-        assert answer.startswith(b"HTTP/1.1 503") and b"max_connections" in answer
-    finally:
-        for sock in held:
-            sock.close()
+    assert_refused_beyond(sidecar.http_port, 60, "receiver.max_connections")
     assert sidecar.metric("otelsignals_receiver_rejected_requests_total", reason="too_many_connections") >= 1
-    time.sleep(0.2)
     assert export_http(sidecar.http_url, make_spans(1, 1)) is SpanExportResult.SUCCESS
 
 

@@ -26,7 +26,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otelsignals.config import ConfigError, load_config, validate
-from tests.support.clients import encode_spans, expected_span_bytes, make_spans
+from tests.support.clients import assert_refused_beyond, encode_spans, expected_span_bytes, make_spans
 from tests.support.otlp_sink import OtlpSink
 from tests.support.sidecar import SidecarProcess
 
@@ -448,17 +448,7 @@ def test_admin_api_cuts_off_slow_headers(admin_limited):
 
 def test_admin_api_refuses_connections_beyond_its_limit(admin_limited):
     sidecar = admin_limited
-    held = [socket.create_connection(("127.0.0.1", sidecar.admin_port)) for _ in range(20)]
-    try:
-        time.sleep(0.2)
-        extra = socket.create_connection(("127.0.0.1", sidecar.admin_port), timeout=5)
-        with contextlib.closing(extra):
-            answer = extra.recv(4096)
-        assert answer.startswith(b"HTTP/1.1 503") and b"admin.max_connections" in answer
-    finally:
-        for sock in held:
-            sock.close()
-    time.sleep(0.2)
+    assert_refused_beyond(sidecar.admin_port, 20, "admin.max_connections")
     assert healthz(sidecar) == 200
     assert sidecar.metric(REJECTED, transport="admin", reason="too_many_connections") >= 1
     # The receivers have limits of their own: the admin API's did not touch them.

@@ -136,3 +136,22 @@ def assert_unchanged_but_for_enrichment(
         else:
             assert received[key] == original
     return enriched
+
+
+def assert_refused_beyond(port: int, limit: int, config_key: str) -> None:
+    """Hold ``limit`` connections to ``port``; one more gets a 503 naming ``config_key`` and is closed."""
+    import contextlib
+    import socket
+    import time
+
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(limit)]
+    try:
+        time.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", port), timeout=5)
+        with contextlib.closing(extra):
+            answer = extra.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 503") and config_key.encode() in answer
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.2)
