@@ -840,6 +840,14 @@ def gc_worst_pause_ms(sidecar: Any) -> float:
             below = [bound for bound, count in buckets if count >= total]
             if total and below:
                 worst = max(worst, below[0] * 1000)
+        log(
+            "GC pauses by generation (count, worst bucket bound ms): "
+            + ", ".join(
+                f"{generation}: {int(buckets[-1][1])}, "
+                f"{next((b for b, c in buckets if c >= buckets[-1][1]), 0) * 1000:.0f}"
+                for generation, buckets in sorted(by_generation.items())
+            )
+        )
     return worst
 
 

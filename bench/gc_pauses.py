@@ -12,7 +12,7 @@ The 473 real agent conversations of ../shared/data/agent-trajectories (converted
 to_otlp.py) are analysed by the pipeline's Analyzer; their states are then copied under new keys
 until ``--conversations`` are open, as a sidecar holding that many sessions would. Then, for each
 setting (Python's default collector; the policy: start-up freeze, freezes every second, young
-threshold 10,000), the bench measures what a full collection costs now and the pauses the collector
+threshold 2,000), the bench measures what a full collection costs now and the pauses the collector
 takes on its own while another 2,000 traces are analysed. A full collection with the policy only
 examines what is younger than the last freeze, which is what a real process triggers.
 """

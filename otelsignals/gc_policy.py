@@ -9,7 +9,9 @@ reference counting when its session closes and the cyclic collector has nothing 
 - at start-up, and then every ``service.gc_freeze_interval``, what has survived a young
   collection is moved to the permanent generation (``gc.freeze()``, constant time), which later
   collections skip: each collection looks only at what is younger than the last freeze;
-- young collections run every 10,000 allocations rather than 700 (fewer, still short passes);
+- young collections run every 2,000 allocations rather than 700 (fewer, still short passes), and
+  before each freeze only the youngest generation is collected (a pass over at most a few thousand
+  objects: what is frozen unreachable would only be kept, not collected, and there is next to none);
 - every pause is timed: ``otelsignals_gc_pause_seconds{generation}``, and the objects frozen are
   counted (``otelsignals_gc_frozen_objects_total``; ``gc.get_freeze_count()`` walks them all, so it
   is not asked).
@@ -22,7 +24,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-YOUNG_THRESHOLD = 10_000
+YOUNG_THRESHOLD = 2_000
 _PAUSE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -69,9 +71,8 @@ class GcPolicy:
         if now - self._last_freeze < self.freeze_interval:
             return
         self._last_freeze = now
-        # Only survivors are frozen: garbage of the last moments is collected first (young
-        # generations only: short).
-        gc.collect(1)
+        # Garbage of the last moments is collected first (the youngest generation only: short).
+        gc.collect(0)
         self._freeze()
 
     def _freeze(self) -> None:
