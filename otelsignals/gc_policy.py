@@ -55,6 +55,7 @@ class GcPolicy:
     def start(self) -> None:
         """Call once the process has loaded what it keeps for its lifetime (models, phrase data).
         The start-up collection is not timed: it happens before the process takes any data."""
+        self._previous_thresholds = gc.get_threshold()
         if self.enabled:
             gc.collect()
             self._freeze()

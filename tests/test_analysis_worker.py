@@ -182,3 +182,28 @@ def test_receivers_answer_while_the_analysis_is_busy_and_refuse_past_its_backlog
     while (not out.exists() or b"traceId" not in out.read_bytes()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert spans[0].context.trace_id.to_bytes(16, "big").hex() in out.read_text()
+
+
+def test_a_failing_job_falls_back_and_jobs_left_at_shutdown_are_handed_back():
+    async def scenario() -> tuple[list[str], list[str]]:
+        worker = await _started()
+        delivered: list[str] = []
+
+        def broken():
+            raise ValueError("a bug")
+
+        worker.submit(broken, 10, fallback=lambda: delivered.append("forwarded as it came"))
+        assert await worker.drain(5.0)
+        gate = threading.Event()
+        worker.submit(lambda: gate.wait(5) and None, 10)
+        worker.submit(lambda: delivered.append("never analysed") and None, 20, fallback=lambda: None)
+        await asyncio.sleep(0.05)
+        left = worker.abandon()  # shutdown's patience is over: the job not started comes back
+        gate.set()
+        assert await worker.drain(5.0) and worker.backlog_bytes == 0
+        worker.stop()
+        return delivered, [type(f).__name__ for f in left]
+
+    delivered, left = asyncio.run(scenario())
+    assert delivered == ["forwarded as it came"]
+    assert left == ["function"]

@@ -186,3 +186,18 @@ def test_retention_settings_are_validated(variable, value):
     with pytest.raises(ConfigError) as raised:
         validate(load_config(None, environ={variable: value}))
     assert raised.value.key == "evals." + variable.rsplit("__", 1)[1].lower()
+
+
+def test_withholding_keeps_enumerations_and_numbers_only():
+    from otelsignals.pipeline.eval_runs import withhold_text
+
+    result = {
+        "name": "task_completion",
+        "score": 0.5,
+        "reason": "the user Alice asked for a refund",
+        "metadata": {"verdict": "partial", "outcome": "Alice's card 4111 was refunded", "task": "refund"},
+    }
+    withheld = withhold_text(result)
+    assert withheld["name"] == "task_completion" and withheld["score"] == 0.5
+    assert withheld["metadata"]["verdict"] == "partial"
+    assert "Alice" not in json.dumps(withheld) and "4111" not in json.dumps(withheld)

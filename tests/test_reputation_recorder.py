@@ -43,3 +43,27 @@ def test_a_burst_is_written_in_batches_with_one_window_read_per_agent_and_batch(
         expected = reputation(mine[-500:], len(mine), config, agent_id=agent)
         assert recorder.current(agent) == expected
     store.close()
+
+
+class RefusingStore(SqliteStore):
+    """A real SQLite store that refuses one agent's evaluations (as PostgreSQL refuses a NUL byte)."""
+
+    def record_many(self, evaluations) -> None:  # type: ignore[no-untyped-def]
+        if any(e.agent_id == "refused" for e in evaluations):
+            raise ValueError("invalid agent id")
+        super().record_many(evaluations)
+
+
+def test_one_refused_evaluation_does_not_cost_its_batch(tmp_path: Path) -> None:
+    store = RefusingStore(str(tmp_path / "rep.db"), window_size=500)
+    telemetry = Telemetry()
+    recorder = ReputationRecorder(store, ReputationSettings(), telemetry)
+    for i in range(100):
+        agent = "refused" if i == 50 else "fine"
+        recorder.submit_evaluation(Evaluation(agent, True, 100.0, 1_700_000_000.0 + i))
+    recorder.start()
+    recorder.stop(timeout=30)
+    assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 99
+    assert telemetry.registry.get_sample_value("otelsignals_reputation_store_errors_total") == 1
+    assert store.window("fine")[1] == 99
+    store.close()

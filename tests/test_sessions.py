@@ -133,3 +133,18 @@ def test_the_analyzer_keeps_its_sessions_under_the_byte_bound_and_says_so():
     assert len(analyzer.sessions) + evicted >= len(conversations)
     gauge = telemetry.registry.get_sample_value("otelsignals_sessions_bytes")
     assert gauge == analyzer.sessions.bytes > 0
+
+
+def test_text_filled_into_a_counted_message_is_counted():
+    from otelsignals.model import ToolResult
+    from otelsignals.pipeline.sessions import BYTES_PER_TEXT_CHARACTER
+
+    store = SessionStore(3600, 100, max_bytes=0)
+    _say(store, "a", "")
+    before = store.bytes
+    state = store.get("a")
+    assert state is not None
+    # A tool output joins a message read earlier (as a tool span arriving after its chat span).
+    state.conversation.messages[0].tool_result = ToolResult(content="r" * 1000)
+    store.resize("a")
+    assert store.bytes == before + int(BYTES_PER_TEXT_CHARACTER * 1000)

@@ -28,6 +28,8 @@ logger = logging.getLogger("otelsignals.analysis_worker")
 T = TypeVar("T")
 # What runs on the worker; it may return what then runs on the event loop.
 Job = Callable[[], Callable[[], None] | None]
+# What the event loop does instead when a job cannot run (it raised, or shutdown came first).
+Fallback = Callable[[], None]
 
 # Results reach the event loop at least this often while a long backlog is being worked through.
 _DELIVERY_INTERVAL = 0.02
@@ -37,7 +39,7 @@ class AnalysisWorker:
     def __init__(self, max_bytes: int, registry: CollectorRegistry) -> None:
         self.max_bytes = max_bytes
         self.lock = threading.Lock()
-        self._jobs: collections.deque[tuple[Job, int]] = collections.deque()
+        self._jobs: collections.deque[tuple[Job, int, Fallback | None]] = collections.deque()
         self._wakeup = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -60,14 +62,24 @@ class AnalysisWorker:
         # A single request larger than the whole bound is still taken when nothing waits.
         return self.backlog_bytes == 0 or self.backlog_bytes + incoming_bytes <= self.max_bytes
 
-    def submit(self, job: Job, size: int = 0) -> None:
-        """Queue ``job`` (from the event loop); ``size`` is what it holds in memory until delivered."""
+    def submit(self, job: Job, size: int = 0, fallback: Fallback | None = None) -> None:
+        """Queue ``job`` (from the event loop); ``size`` is what it holds in memory until delivered;
+        ``fallback`` runs on the event loop instead if the job raises or never runs."""
         self.backlog_bytes += size
         self._backlog_jobs += 1
         self._backlog_gauge.set(self.backlog_bytes)
         with self._wakeup:
-            self._jobs.append((job, size))
+            self._jobs.append((job, size, fallback))
             self._wakeup.notify()
+
+    def abandon(self) -> list[Fallback]:
+        """At shutdown, once waiting is over: the jobs not started are taken back; their fallbacks
+        (forwarding the traces unanalysed) are for the caller to run, on the event loop."""
+        with self._wakeup:
+            left = list(self._jobs)
+            self._jobs.clear()
+        self._deliver([], sum(size for _, size, _ in left), len(left))
+        return [fallback for _, _, fallback in left if fallback is not None]
 
     @property
     def idle(self) -> bool:
@@ -111,13 +123,13 @@ class AnalysisWorker:
                 with self._wakeup:
                     if not self._jobs:
                         break
-                    job, size = self._jobs.popleft()
+                    job, size, fallback = self._jobs.popleft()
                 with self.lock:
                     try:
                         callback = job()
                     except Exception:  # a job's own errors are counted by the job; this is a bug
                         logger.exception("an analysis job failed")
-                        callback = None
+                        callback = fallback
                 if callback is not None:
                     callbacks.append(callback)
                 done_bytes += size

@@ -58,7 +58,6 @@ _NAMES_ONLY = frozenset(
         "error_kind",
         "stage_names",
         "verdict",
-        "outcome",
         "tool",
     }
 )

@@ -131,14 +131,32 @@ class ReputationRecorder:
     def _write(self, evaluations: list[Evaluation]) -> None:
         try:
             self.store.record_many(evaluations)
-            for agent_id in dict.fromkeys(e.agent_id for e in evaluations):
+            written = evaluations
+        except Exception:  # one bad evaluation must not cost the batch: one by one, to know which
+            written = [e for e in evaluations if self._write_one(e)]
+        if not written:
+            return
+        self.telemetry.reputation_recorded.inc(len(written))
+        for agent_id in dict.fromkeys(e.agent_id for e in written):
+            try:
                 window, total = self.store.window(agent_id)
-                self._latest[agent_id] = reputation(window, total, self.config, agent_id=agent_id)
-            self.telemetry.reputation_recorded.inc(len(evaluations))
-        except Exception as exc:  # the store is outside us; keep serving and say so once
-            self.telemetry.reputation_errors.inc(len(evaluations))
-            self.telemetry.logged_once.warning(
-                "reputation_store_error",
-                f"reputation store write failed: {exc}",
-                error=type(exc).__name__,
-            )
+            except Exception as exc:
+                self._store_failed(exc, 0)
+                continue
+            self._latest[agent_id] = reputation(window, total, self.config, agent_id=agent_id)
+
+    def _write_one(self, evaluation: Evaluation) -> bool:
+        try:
+            self.store.record_many([evaluation])
+        except Exception as exc:
+            self._store_failed(exc, 1)
+            return False
+        return True
+
+    def _store_failed(self, exc: Exception, evaluations: int) -> None:
+        """The store is outside us: keep serving, count what was not recorded, say so once."""
+        if evaluations:
+            self.telemetry.reputation_errors.inc(evaluations)
+        self.telemetry.logged_once.warning(
+            "reputation_store_error", f"reputation store failed: {exc}", error=type(exc).__name__
+        )

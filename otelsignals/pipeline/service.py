@@ -150,10 +150,15 @@ class Pipeline:
                 await self._ticker
         self.assembler.flush()
         if not await self.analysis.drain(self.config.service.shutdown_timeout):
+            unanalysed = self.analysis.abandon()
+            for forward in unanalysed:
+                forward()
             logger.warning(
-                "shutdown: analysis did not finish in time; the disk queue keeps what was not sent"
+                "shutdown: the analysis did not finish in time; the traces it had not reached are "
+                "forwarded unanalysed",
+                extra={"fields": {"traces": len(unanalysed)}},
             )
-        self.analysis.stop()
+        await asyncio.to_thread(self.analysis.stop)
         # Open sessions are not closed by a restart (another replica, or this one after the restart,
         # may continue them): no session span is emitted for them here.
         await self.exporter.stop(self.config.service.shutdown_timeout)
@@ -242,7 +247,11 @@ class Pipeline:
                 trace.reason
             )
         released.inc()
-        self.analysis.submit(lambda: self._analyse(trace), trace.size)
+        self.analysis.submit(
+            lambda: self._analyse(trace),
+            trace.size,
+            fallback=lambda: self.exporter.add_spans(trace.spans, trace.size),
+        )
 
     def _analyse(self, trace: ReleasedTrace) -> Callable[[], None]:
         """On the analysis thread: analyse and enrich ``trace``, and say what the event loop does

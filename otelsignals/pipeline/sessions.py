@@ -23,14 +23,27 @@ BYTES_PER_MESSAGE = 300
 
 def estimated_bytes(messages: Sequence[Message]) -> int:
     """The memory ``messages`` hold in a conversation's state, estimated (see above)."""
+    return _estimate(_text_characters(messages) + _argument_characters(messages), len(messages))
+
+
+def _estimate(characters: int, messages: int) -> int:
+    return int(BYTES_PER_TEXT_CHARACTER * characters) + BYTES_PER_MESSAGE * messages
+
+
+def _text_characters(messages: Sequence[Message]) -> int:
+    """Message and tool-result text: cheap to count, and filled in later for some messages (a tool
+    output joins its call's result), so counted again on every resize."""
     characters = 0
     for message in messages:
         characters += len(message.content or "")
-        for call in message.tool_calls:
-            characters += _length(call.arguments)
         if message.tool_result is not None:
             characters += len(message.tool_result.content or "")
-    return int(BYTES_PER_TEXT_CHARACTER * characters) + BYTES_PER_MESSAGE * len(messages)
+    return characters
+
+
+def _argument_characters(messages: Sequence[Message]) -> int:
+    """Tool-call arguments as JSON text: set once when a call is read, so counted once."""
+    return sum(_length(call.arguments) for message in messages for call in message.tool_calls)
 
 
 def _length(arguments: object) -> int:
@@ -46,10 +59,12 @@ def _length(arguments: object) -> int:
 
 @dataclass
 class _Size:
-    """What was counted of a state: its messages up to ``counted``, from ``offset`` on."""
+    """What was counted of a state: the arguments of its messages up to ``counted``, from
+    ``offset`` on, and the estimate then."""
 
     offset: int = 0
     counted: int = 0
+    argument_characters: int = 0
     bytes: int = 0
 
 
@@ -105,12 +120,14 @@ class SessionStore:
         size = self._sizes.setdefault(key, _Size())
         before = size.bytes
         if offset == size.offset and len(messages) >= size.counted:
-            size.bytes += estimated_bytes(messages[size.counted :])  # only what this trace added
+            size.argument_characters += _argument_characters(messages[size.counted :])
         else:  # trimmed: counted again
-            size.bytes = estimated_bytes(messages)
+            size.argument_characters = _argument_characters(messages)
         size.offset, size.counted = offset, len(messages)
+        size.bytes = _estimate(_text_characters(messages) + size.argument_characters, len(messages))
         self.bytes += size.bytes - before
-        # The state just used is the last one evicted: it may alone be over the bound.
+        # The state just changed is the last one evicted (it may alone be over the bound).
+        self._states.move_to_end(key)
         while self.max_bytes and self.bytes > self.max_bytes and len(self._states) > 1:
             self._evict_oldest("bytes")
 

@@ -63,6 +63,9 @@ class TraceJudge:
         self._on_event_loop(lambda: self._start(analysis.conversation_id, analysis.trace_id.hex(), snapshot))
 
     def _start(self, session_id: str, trace_id: str, conversation: Conversation) -> None:
+        if len(self._pending) >= MAX_PENDING:  # submit() counted from another thread: check again
+            self.telemetry.judge_skipped.inc()
+            return
         task = asyncio.create_task(self._judge(session_id, trace_id, conversation))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
