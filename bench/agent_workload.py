@@ -84,6 +84,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from otelsignals.pipeline.enricher import write_attribute  # noqa: E402
+
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 TRACES_METHOD = f"/{SERVICE}/Export"
 GRPC_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
@@ -515,19 +517,7 @@ def _join(messages: list[bytes]) -> bytes:
 
 def _set_attributes(target: Any, items: list[tuple[str, Any]]) -> None:
     for key, value in items:
-        kv = target.attributes.add()
-        kv.key = key
-        if isinstance(value, str):
-            kv.value.string_value = value
-        elif isinstance(value, bool):
-            kv.value.bool_value = value
-        elif isinstance(value, int):
-            kv.value.int_value = value
-        elif isinstance(value, float):
-            kv.value.double_value = value
-        else:
-            for item in value:
-                kv.value.array_value.values.add().string_value = str(item)
+        write_attribute(target.attributes.add(), key, list(value) if isinstance(value, tuple) else value)
 
 
 @dataclass
