@@ -65,6 +65,7 @@ from otelsignals.signals.matching import (
     Token,
     phrase_tokens,
     snippet,
+    tokenise,
 )
 
 # --- thresholds -----------------------------------------------------------------------------------
@@ -731,7 +732,7 @@ def _conversation_words(ctx: DetectionContext, i: int) -> frozenset[str]:
         elif message.role is Role.ASSISTANT and not assistant_seen:
             assistant_seen = True
             if not content.rstrip().endswith("?"):
-                words.update(t.norm for t in analyse_text(content).scan.tokens)
+                words.update(t.norm for t in tokenise(content))
     return frozenset(words)
 
 
@@ -846,9 +847,7 @@ def _previous_assistant_words(ctx: DetectionContext, i: int) -> frozenset[str]:
     for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
         message = ctx.messages[j]
         if message.role is Role.ASSISTANT and message.content:
-            return frozenset(
-                t.norm for t in analyse_text(message.content[:REPETITION_COMPARE_CHARS]).scan.tokens
-            )
+            return frozenset(t.norm for t in tokenise(message.content[:REPETITION_COMPARE_CHARS]))
     return frozenset()
 
 
@@ -1370,7 +1369,7 @@ def detect_dragging(ctx: DetectionContext) -> list[SignalInstance]:
 
 def comparable_text(text: str) -> str:
     """Normalised (casefolded, punctuation-free) first REPETITION_COMPARE_CHARS characters."""
-    return " ".join(t.norm for t in analyse_text(text[:REPETITION_COMPARE_CHARS]).scan.tokens)
+    return " ".join(t.norm for t in tokenise(text[:REPETITION_COMPARE_CHARS]))
 
 
 class _Answer(NamedTuple):
@@ -1386,7 +1385,8 @@ def comparable_answer(text: str) -> _Answer:
 
 @functools.lru_cache(maxsize=1024)  # keys are at most REPETITION_COMPARE_CHARS long: bounded memory
 def _comparable_answer(text: str) -> _Answer:
-    tokens = analyse_text(text).scan.tokens
+    # Only the words: an assistant message needs no phrase scan (nor its spelling correction).
+    tokens = tokenise(text)
     spans = _sentences(tokens)
     sentences = tuple(" ".join(t.norm for t in tokens[a:b]) for a, b in spans)
     if not spans or spans[-1][1] == len(tokens):  # every sentence read: the text is their join
