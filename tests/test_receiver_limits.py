@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.support.clients import (
     assert_refused_beyond,
+    closed_by_peer,
     encode_spans,
     expected_span_bytes,
     export_http,
@@ -152,16 +153,6 @@ def test_gzip_and_deflate_grpc_requests_arrive_intact(running):
 
 
 # -- 2. connections ------------------------------------------------------------------------------------
-
-
-def closed_by_peer(sock: socket.socket) -> bool:
-    sock.settimeout(0)
-    try:
-        return sock.recv(4096) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 def test_idle_connections_are_closed_and_good_clients_served(running):

@@ -26,7 +26,13 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otelsignals.config import ConfigError, load_config, validate
-from tests.support.clients import assert_refused_beyond, encode_spans, expected_span_bytes, make_spans
+from tests.support.clients import (
+    assert_refused_beyond,
+    closed_by_peer,
+    encode_spans,
+    expected_span_bytes,
+    make_spans,
+)
 from tests.support.otlp_sink import OtlpSink
 from tests.support.sidecar import SidecarProcess
 
@@ -388,16 +394,6 @@ def test_cli_run_with_a_missing_certificate_exits_2_naming_the_key(tmp_path, cer
 
 
 # -- admin API limits --------------------------------------------------------------------------------
-def closed_by_peer(sock: socket.socket) -> bool:
-    sock.settimeout(0)
-    try:
-        return sock.recv(4096) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-
-
 def healthz(sidecar: SidecarProcess) -> int:
     with urllib.request.urlopen(f"{sidecar.admin_url}/healthz", timeout=5) as response:
         return response.status

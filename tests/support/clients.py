@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 
 import orjson
@@ -141,7 +142,6 @@ def assert_unchanged_but_for_enrichment(
 def assert_refused_beyond(port: int, limit: int, config_key: str) -> None:
     """Hold ``limit`` connections to ``port``; one more gets a 503 naming ``config_key`` and is closed."""
     import contextlib
-    import socket
     import time
 
     held = [socket.create_connection(("127.0.0.1", port)) for _ in range(limit)]
@@ -155,3 +155,14 @@ def assert_refused_beyond(port: int, limit: int, config_key: str) -> None:
         for sock in held:
             sock.close()
     time.sleep(0.2)
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the server has closed ``sock`` (with nothing left to read)."""
+    sock.settimeout(0)
+    try:
+        return sock.recv(4096) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
