@@ -404,7 +404,9 @@ def admin_limited(tmp_path, sink):
     sidecar = SidecarProcess(
         tmp_path,
         {"endpoint": sink.grpc_endpoint},
-        receiver={"idle_timeout": "1s", "header_timeout": "1s"},
+        # The header timeout is shorter than the idle one, so that a slow request is cut by the
+        # former, never first by the latter (both would close it; only one counts as header_timeout).
+        receiver={"idle_timeout": "1s", "header_timeout": "500ms"},
     )
     sidecar.config["admin"]["max_connections"] = 20
     with sidecar:
