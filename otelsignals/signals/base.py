@@ -73,6 +73,18 @@ class DetectionContext:
 Detector = Callable[[DetectionContext], list[SignalInstance]]
 
 
+@dataclass(frozen=True)
+class DetectorSpec:
+    """A detector as its category module declares it (the ``DETECTORS`` tuple the registry in
+    :mod:`otelsignals.signals.detect` reads): the leaf types it finds and whether it needs message text.
+    Without text (OTel's default is not to record it) a content detector is reported skipped; a
+    structural one (tool executions, model-call failures, turn counts) still runs."""
+
+    leaves: tuple[str, ...]
+    detect: Detector
+    needs_content: bool = True
+
+
 # ---------------------------------------------------------------------------------------------
 # Metadata privacy (module docstring)
 

@@ -1,53 +1,67 @@
 """Runs every detector on what a trace added to its conversation.
 
-Detectors are registered explicitly, each with whether it needs message text: when the
-instrumentation did not record content (OTel's default), the structural detectors (tool
-executions, model-call failures, turn counts) still run and the content ones are reported skipped.
+The registry is built from the taxonomy: each category ``<layer>.<category>`` has one module,
+``otelsignals.signals.<category>``, whose ``DETECTORS`` tuple declares its detectors and the leaf
+types each finds (:class:`~otelsignals.signals.base.DetectorSpec`). Every leaf of the taxonomy must be
+declared by exactly one detector of its own category, or the import fails. Detectors run in the
+taxonomy's order. When the instrumentation did not record message text (OTel's default), the
+detectors that need it are reported skipped, by category.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 from otelsignals.model import SignalInstance
-from otelsignals.signals import environment, errors, execution, handoff, interaction
+from otelsignals.signals import errors, handoff, phrase_analysis
 from otelsignals.signals import taxonomy as t
-from otelsignals.signals.base import DetectionContext, Detector
+from otelsignals.signals.base import DetectionContext, Detector, DetectorSpec
 
 
 @dataclass(frozen=True)
 class Registered:
-    group: str  # what is reported as skipped, e.g. "interaction.misalignment"
+    group: str  # the category, reported as skipped without text, e.g. "interaction.misalignment"
     detector: Detector
     needs_content: bool
 
 
-DETECTORS: tuple[Registered, ...] = (
-    Registered(t.MISALIGNMENT, interaction.detect_correction, needs_content=True),
-    Registered(t.MISALIGNMENT, interaction.detect_rephrase, needs_content=True),
-    Registered(t.MISALIGNMENT, interaction.detect_clarification, needs_content=True),
-    # Dragging only counts user turns, which are known even when their text was not recorded.
-    Registered(t.STAGNATION, interaction.detect_dragging, needs_content=False),
-    Registered(t.STAGNATION, interaction.detect_repetition, needs_content=True),
-    Registered(t.DISENGAGEMENT, interaction.detect_escalation, needs_content=True),
-    Registered(t.DISENGAGEMENT, interaction.detect_quit, needs_content=True),
-    Registered(t.DISENGAGEMENT, interaction.detect_negative_stance, needs_content=True),
-    Registered(t.SATISFACTION, interaction.detect_gratitude, needs_content=True),
-    Registered(t.SATISFACTION, interaction.detect_confirmation, needs_content=True),
-    Registered(t.SATISFACTION, interaction.detect_success, needs_content=True),
-    # A transfer tool call is structure; its announcement in text is read when content is there.
-    Registered(t.HANDOFF_CATEGORY, handoff.detect_handoff, needs_content=False),
-    # Tool executions and model-call failures come from span status, error.type, HTTP codes and
-    # exception events: structure, not content.
-    *(Registered(t.FAILURE, d, needs_content=False) for d in execution.EXECUTION_DETECTORS[:5]),
-    *(Registered(t.LOOPS, d, needs_content=False) for d in execution.EXECUTION_DETECTORS[5:]),
-    *(Registered(t.EXHAUSTION, d, needs_content=False) for d in environment.ENVIRONMENT_DETECTORS),
-)
+def category_module_name(category: str) -> str:
+    """``interaction.misalignment`` → ``otelsignals.signals.misalignment``."""
+    return f"{__package__}.{category.rsplit('.', 1)[1]}"
+
+
+def registered_for(category: str, specs: tuple[DetectorSpec, ...]) -> list[Registered]:
+    """The category's detectors in the taxonomy's leaf order; raises when a leaf of the category is
+    declared by no detector or by several, or a detector declares a leaf of another category."""
+    leaves = [leaf for leaf in t.LEAF_TYPES if t.category_of(leaf) == category]
+    declared = [leaf for spec in specs for leaf in spec.leaves]
+    if sorted(declared) != sorted(leaves):
+        missing = sorted(set(leaves) - set(declared))
+        foreign = sorted(set(declared) - set(leaves))
+        twice = sorted({leaf for leaf in declared if declared.count(leaf) > 1})
+        raise ValueError(
+            f"{category_module_name(category)}.DETECTORS must declare each leaf of {category} once: "
+            f"missing {missing}, not of this category {foreign}, declared twice {twice}"
+        )
+    ordered = sorted(specs, key=lambda spec: min(leaves.index(leaf) for leaf in spec.leaves))
+    return [Registered(category, spec.detect, spec.needs_content) for spec in ordered]
+
+
+def build_registry() -> tuple[Registered, ...]:
+    registry: list[Registered] = []
+    for category in t.CATEGORIES:
+        module = importlib.import_module(category_module_name(category))
+        registry += registered_for(category, module.DETECTORS)
+    return tuple(registry)
+
+
+DETECTORS: tuple[Registered, ...] = build_registry()
 
 
 def warm_up() -> None:
     """Load and compile the phrase libraries now, so the first analysed trace does not pay for it."""
-    interaction.phrase_library()
+    phrase_analysis.phrase_library()
     errors.library()
     handoff.library()
 
@@ -66,3 +80,8 @@ def detect(context: DetectionContext) -> tuple[list[SignalInstance], list[str]]:
     found = handoff.settle(found, context.prior_counts)
     found.sort(key=lambda signal: (signal.message_index, signal.type))
     return found, skipped
+
+
+def detectors_of(*categories: str) -> tuple[Detector, ...]:
+    """The registered detectors of ``categories``, in run order (for running one layer alone)."""
+    return tuple(entry.detector for entry in DETECTORS if entry.group in categories)

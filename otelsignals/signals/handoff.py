@@ -33,7 +33,7 @@ import yaml
 
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.base import DetectionContext
+from otelsignals.signals.base import DetectionContext, DetectorSpec
 from otelsignals.signals.matching import PhraseGroup, PhraseMatcher, snippet
 
 CONF_TOOL = 0.95
@@ -173,3 +173,10 @@ def settle(found: list[SignalInstance], prior_counts: Mapping[str, int]) -> list
             if not after:
                 dropped.update(id(signal) for signal in requests)
     return [signal for signal in found if id(signal) not in dropped]
+
+
+DETECTORS: tuple[DetectorSpec, ...] = (
+    DetectorSpec(
+        (tx.HANDOFF,), detect_handoff, needs_content=False
+    ),  # a transfer tool call is structure; its announcement is read when text is there
+)

@@ -9,8 +9,7 @@ import pytest
 from otelsignals.model import Conversation, LlmCall, Message, Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext
-from otelsignals.signals.environment import ENVIRONMENT_DETECTORS
-from otelsignals.signals.execution import EXECUTION_DETECTORS
+from otelsignals.signals.detect import detectors_of
 from tests.signals.test_execution import (
     assistant,
     call,
@@ -25,7 +24,8 @@ from tests.signals.test_execution import (
     user,
 )
 
-ALL = (*EXECUTION_DETECTORS, *ENVIRONMENT_DETECTORS)
+ENVIRONMENT_DETECTORS = detectors_of(tx.EXHAUSTION)
+ALL = (*detectors_of(tx.FAILURE, tx.LOOPS), *ENVIRONMENT_DETECTORS)
 
 
 def llm(

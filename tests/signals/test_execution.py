@@ -16,17 +16,12 @@ import pytest
 from otelsignals.model import Conversation, LlmCall, Message, Role, SignalInstance, ToolCall, ToolResult
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext
-from otelsignals.signals.environment import ENVIRONMENT_DETECTORS
-from otelsignals.signals.execution import (
-    DRIFT_LOWER_BOUND,
-    EXECUTION_DETECTORS,
-    adjusted,
-    arguments_similarity,
-    is_query_call,
-    text_similarity,
-)
+from otelsignals.signals.detect import detectors_of
+from otelsignals.signals.failure import is_query_call
+from otelsignals.signals.loops import DRIFT_LOWER_BOUND, adjusted, arguments_similarity, text_similarity
 
-ALL = (*EXECUTION_DETECTORS, *ENVIRONMENT_DETECTORS)
+EXECUTION_DETECTORS = detectors_of(tx.FAILURE, tx.LOOPS)
+ALL = (*EXECUTION_DETECTORS, *detectors_of(tx.EXHAUSTION))
 _ids = itertools.count(1)
 
 

@@ -6,11 +6,15 @@ import pytest
 from rapidfuzz import fuzz
 
 from otelsignals.model import Conversation, Message, Role
-from otelsignals.signals import interaction as it
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext
-from otelsignals.signals.interaction import INTERACTION_DETECTORS
+from otelsignals.signals.detect import detectors_of
+from otelsignals.signals.phrase_analysis import asked
+from otelsignals.signals.rephrase import REPHRASE_SIMILARITY, detect_rephrase, sentence_keys, stem
+from otelsignals.signals.stagnation import REPETITION_SIMILARITY, efficiency
 from tests.signals.conversations import OPENING, Turn, key, of_type, run_incrementally, run_once
+
+INTERACTION_DETECTORS = detectors_of(tx.MISALIGNMENT, tx.STAGNATION, tx.DISENGAGEMENT, tx.SATISFACTION)
 
 U, A, T = "user", "assistant", "tool"
 
@@ -294,7 +298,7 @@ def test_rephrase_calibration(earlier: str, later: str, restated: bool) -> None:
         assert_fires(tx.REPHRASE, turns)
         (instance,) = only(tx.REPHRASE, turns)
         assert instance.metadata["pattern"] == "near_duplicate" and instance.metadata["similar_to"] == 2
-        assert instance.metadata["ratio"] >= it.REPHRASE_SIMILARITY / 100
+        assert instance.metadata["ratio"] >= REPHRASE_SIMILARITY / 100
     else:
         assert only(tx.REPHRASE, turns) == []
 
@@ -555,12 +559,12 @@ def test_insistence_near_miss(turns: list[Turn]) -> None:
 def test_insistence_remembers_the_task_across_calls_and_rebuilds_it() -> None:
     turns = INSISTENCE_POSITIVES[6]
     for step in (1, 2, 5):
-        (instance,) = of_type(run_incrementally([it.detect_rephrase], turns, step=step), tx.REPHRASE)
+        (instance,) = of_type(run_incrementally([detect_rephrase], turns, step=step), tx.REPHRASE)
         assert instance.message_index == len(turns) - 1 and instance.metadata["pattern"] == "insistence"
     # memory lost before the last message: the task is found again by the bounded look-back
     convo = Conversation("c", [Message(Role(role), text) for role, text in turns])
     ctx = DetectionContext(convo, new_from=len(turns) - 1, memory={})
-    (instance,) = it.detect_rephrase(ctx)
+    (instance,) = detect_rephrase(ctx)
     assert instance.metadata["similar_to"] == 2
 
 
@@ -636,8 +640,8 @@ def test_restatement_near_miss(turns: list[Turn]) -> None:
 
 
 def test_restatement_keys_canonicalise_inflection_times_and_synonyms() -> None:
-    assert it.sentence_keys("it has to leave after five") == it.sentence_keys("it has to depart after 5pm")
-    assert it.sentence_keys("I want to dispute it")[0][0] <= it.sentence_keys("I want to disputing it")[0][0]
+    assert sentence_keys("it has to leave after five") == sentence_keys("it has to depart after 5pm")
+    assert sentence_keys("I want to dispute it")[0][0] <= sentence_keys("I want to disputing it")[0][0]
 
 
 @pytest.mark.parametrize("turns", REPHRASE_POSITIVES)
@@ -787,9 +791,9 @@ def test_dragging_near_miss(baseline: int, user_turns: int, tools: bool) -> None
 
 
 def test_efficiency_formula() -> None:
-    assert it.efficiency(5, 5) == 1.0 and it.efficiency(0, 5) == 1.0
-    assert it.efficiency(6, 5) == pytest.approx(1 / 1.3)
-    assert it.efficiency(8, 5) > 0.5 > it.efficiency(9, 5)
+    assert efficiency(5, 5) == 1.0 and efficiency(0, 5) == 1.0
+    assert efficiency(6, 5) == pytest.approx(1 / 1.3)
+    assert efficiency(8, 5) > 0.5 > efficiency(9, 5)
 
 
 # --- stagnation.repetition -------------------------------------------------------------------------
@@ -874,8 +878,7 @@ def test_repetition_calibration(earlier: str, later: str, repeated: bool) -> Non
         (instance,) = found
         assert instance.message_index == 3 and instance.snippet and instance.snippet in later
         assert (
-            instance.metadata["similar_to"] == 1
-            and instance.metadata["ratio"] >= it.REPETITION_SIMILARITY / 100
+            instance.metadata["similar_to"] == 1 and instance.metadata["ratio"] >= REPETITION_SIMILARITY / 100
         )
         assert 0.6 <= instance.confidence <= 0.95
     else:
@@ -1239,7 +1242,7 @@ def test_success_near_miss(turns: list[Turn]) -> None:
 )
 def test_a_hit_in_a_question_is_asked(text: str, phrase: str, question: bool) -> None:
     start = text.index(phrase)
-    assert it.asked(text, start, start + len(phrase)) is question
+    assert asked(text, start, start + len(phrase)) is question
 
 
 def test_confidence_rule() -> None:
@@ -1549,10 +1552,10 @@ def test_echo_question_near_miss(turns: list[Turn]) -> None:
 
 
 def test_stemming_catches_inflected_restatements() -> None:
-    assert it.stem("counting") == it.stem("counts") == "count"
-    assert it.stem("exits") == it.stem("exiting") == "exit"
+    assert stem("counting") == stem("counts") == "count"
+    assert stem("exits") == stem("exiting") == "exit"
     assert (
-        it.stem("bus") == "bus" and it.stem("class") == "clas"
+        stem("bus") == "bus" and stem("class") == "clas"
     )  # short words untouched; crude but same both sides
 
 

@@ -5,24 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.interaction import (
-    analyse_text,
-    detect_clarification,
-    detect_confirmation,
-    detect_correction,
-    detect_escalation,
-    detect_gratitude,
-    detect_negative_stance,
-    detect_quit,
-    detect_rephrase,
-    detect_success,
-    parse_library,
-    phrase_library,
-)
+from otelsignals.signals.disengagement import detect_escalation, detect_negative_stance, detect_quit
 from otelsignals.signals.matching import phrase_tokens, split_wildcards
+from otelsignals.signals.misalignment import detect_clarification, detect_correction
+from otelsignals.signals.phrase_analysis import analyse_text, library_data, parse_library, phrase_library
+from otelsignals.signals.rephrase import detect_rephrase
+from otelsignals.signals.satisfaction import detect_confirmation, detect_gratitude, detect_success
 from tests.signals.conversations import OPENING, of_type, run_incrementally
 
 LIBRARY = phrase_library()
@@ -39,7 +29,6 @@ DETECTOR = {
 }
 POSITIVES = [(name, text) for name, spec in LIBRARY.groups.items() for text in spec.positives]
 NEAR_MISSES = [(name, text) for name, spec in LIBRARY.groups.items() for text in spec.near_misses]
-YAML_PATH = Path(__file__).parents[2] / "otelsignals" / "signals" / "phrases" / "interaction.yaml"
 
 
 def fire(signal: str, text: str) -> list:
@@ -92,7 +81,7 @@ def test_phrases_are_unique_within_a_group() -> None:
     ],
 )
 def test_bad_library_data_is_rejected(mutation: dict, message: str) -> None:
-    data = yaml.safe_load(YAML_PATH.read_text(encoding="utf-8"))
+    data = library_data()
     data["groups"]["gratitude"].update(mutation)
     with pytest.raises(ValueError, match=message.replace("[", r"\[")):
         parse_library(data)
@@ -171,7 +160,7 @@ def test_cue_near_miss_misses_its_list(cue: str, text: str) -> None:
 
 
 def test_unknown_cue_list_is_rejected() -> None:
-    data = yaml.safe_load(YAML_PATH.read_text(encoding="utf-8"))
+    data = library_data()
     data["cues"]["weather"] = {"phrases": ["rain"]}
     with pytest.raises(ValueError, match="cue list 'weather'"):
         parse_library(data)

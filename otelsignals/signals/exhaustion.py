@@ -25,9 +25,10 @@ from __future__ import annotations
 from typing import Any
 
 from otelsignals.model import LlmCall, SignalInstance
-from otelsignals.signals.base import DetectionContext, Detector
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext, DetectorSpec
 from otelsignals.signals.errors import classify_failure
-from otelsignals.signals.execution import tool_failure_signals
+from otelsignals.signals.failure import tool_failure_signals
 from otelsignals.signals.taxonomy import (
     API_ERROR,
     CONTEXT_OVERFLOW,
@@ -160,11 +161,11 @@ def detect_context_overflow(ctx: DetectionContext) -> list[SignalInstance]:
     return environment_signals(ctx, CONTEXT_OVERFLOW)
 
 
-ENVIRONMENT_DETECTORS: tuple[Detector, ...] = (
-    detect_api_error,
-    detect_timeout,
-    detect_rate_limit,
-    detect_network,
-    detect_malformed_response,
-    detect_context_overflow,
+DETECTORS: tuple[DetectorSpec, ...] = (
+    DetectorSpec((tx.API_ERROR,), detect_api_error, needs_content=False),
+    DetectorSpec((tx.TIMEOUT,), detect_timeout, needs_content=False),
+    DetectorSpec((tx.RATE_LIMIT,), detect_rate_limit, needs_content=False),
+    DetectorSpec((tx.NETWORK,), detect_network, needs_content=False),
+    DetectorSpec((tx.MALFORMED_RESPONSE,), detect_malformed_response, needs_content=False),
+    DetectorSpec((tx.CONTEXT_OVERFLOW,), detect_context_overflow, needs_content=False),
 )

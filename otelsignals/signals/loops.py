@@ -1,26 +1,6 @@
-"""Execution layer (SPEC §3): the agent's own tool failures and tool-call loops. Model-free.
+"""Execution loops (SPEC §3, ``execution.loops.*``): the agent calling tools in circles. Model-free.
 
-**Failures** (``execution.failure.*``) come from TOOL messages that failed — the span said so
-(``ToolResult.is_error``) or the content is unmistakably an error payload (see
-:func:`otelsignals.signals.errors.tool_failure`); :func:`~otelsignals.signals.errors.classify_failure`
-decides the leaf, and a leaf of the environment layer (429, 5xx, timeouts…) is left to
-:mod:`otelsignals.signals.environment`. No failed result goes silent: one nothing explains gets the
-documented default, ``invalid_args`` at 0.5 with ``reason: "unclassified"``; only a cancelled or
-interrupted call fires nothing. Every execution failure's metadata has ``reason`` (why the call was
-refused: ``insufficient_funds``, ``wrong_state``, ``not_found``, ``missing_field``…, else
-``http_status`` / ``exception`` / ``error_code`` / the group's name; see
-:mod:`otelsignals.signals.errors`). A successful result is never read for error words.
-``bad_query`` also fires, at confidence 0.6, on a *successful* result that found nothing
-(:func:`~otelsignals.signals.errors.empty_result_of`: ``[]``, ``{}``, ``""``, ``null``,
-``{"results": []}``, "No results found", "0 results"…) when the call was a query: its arguments
-have a query-like key (a word of its name in :data:`QUERY_KEY_WORDS` or starting with
-:data:`QUERY_KEY_PREFIXES`: ``query``, ``q``, ``filters``, ``searchTerm``, ``where``, ``sql``) with
-a value, or the tool's name has a search word (:data:`SEARCH_NAME_WORDS`: ``search_orders``,
-``findUser``) and it was called with arguments. ``list_todos()`` answering ``[]`` is no bad query,
-and neither is a query made only of the user's own words (the user's constraints found nothing; the
-agent did not narrow anything).
-
-**Loops** (``execution.loops.*``) look at the sequence of tool calls: the ASSISTANT messages'
+Loops look at the sequence of tool calls: the ASSISTANT messages'
 ``tool_calls``, or, for a call no assistant message carried (content not captured), the TOOL
 message's ``tool_result.name`` / ``arguments``. A USER message ends every run — a call the user asks
 for again after a good answer is not the agent looping — unless the last result failed or came back
@@ -66,39 +46,39 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
-from rapidfuzz.distance import OSA
 
-from otelsignals.model import Message, Role, SignalInstance, ToolResult
-from otelsignals.signals.base import DetectionContext, Detector
+from otelsignals.model import Message, Role, SignalInstance
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext, Detector, DetectorSpec
 from otelsignals.signals.errors import (
-    Classification,
     content_is_error,
     empty_result_of,
-    normalise,
     result_failed,
-    tool_failure,
 )
 from otelsignals.signals.taxonomy import (
-    AUTH_MISUSE,
-    BAD_QUERY,
-    INVALID_ARGS,
     OSCILLATION,
     PARAMETER_DRIFT,
     RETRY,
-    STATE_ERROR,
-    TOOL_NOT_FOUND,
+)
+from otelsignals.signals.tool_calls import (
+    ARGS_CHARS,
+    ARGS_KEPT,
+    argument_leaves,
+    argument_words,
+    canonical_arguments,
+    content_of,
+    name_words,
+    progress_done,
+    progress_start,
+    same_word,
+    shown_arguments,
 )
 
 LOOP_THRESHOLD = 3  # calls in a run for retry and parameter drift
 OSCILLATION_CYCLES = 3  # A→B cycles
 DRIFT_LOWER_BOUND = 80.0  # calibrated on DRIFT_PAIRS / ENUMERATION_PAIRS in tests/signals/test_execution.py
 MAX_CALLS = 64  # recent calls kept per conversation
-LOOKBACK = 32  # messages searched back for the assistant call of a tool result
-ARGS_CHARS = 200  # arguments shown in metadata and snippets
-USER_MESSAGES_READ = 3  # recent user messages whose words an empty query may consist of
-_ARGS_KEPT = 8000  # canonical arguments kept in memory for the similarity of the next call
 
-CONF_EMPTY_RESULT = 0.6
 CONF_RETRY = 0.9
 CONF_DRIFT = 0.7
 CONF_DRIFT_ADJUSTED = 0.6
@@ -114,329 +94,15 @@ ITEM_KEY_WORDS = frozenset(
     {"id", "ids", "uuid", "number", "num", "no", "page", "offset", "cursor", "index", "idx", "sku", "code"}
 )
 
-# A query-like argument: one of its name's words (snake_case or camelCase) is one of these or starts
-# with one of the prefixes: query, q, search_term, searchQuery, filters, where, sql, keywords…
-QUERY_KEY_WORDS = frozenset(
-    {
-        "q",
-        "qs",
-        "sql",
-        "where",
-        "pattern",
-        "regex",
-        "term",
-        "terms",
-        "jql",
-        "cql",
-        "kql",
-        "lucene",
-        "grep",
-        "glob",
-    }
-)
-QUERY_KEY_PREFIXES = ("quer", "search", "filter", "keyword")
-# A tool whose name has one of these words is a search when called with arguments.
-SEARCH_NAME_WORDS = frozenset({"search", "query", "find", "lookup", "filter", "grep", "sql"})
-_STOP_WORDS = frozenset(
-    {"a", "an", "the", "of", "in", "on", "at", "to", "for", "from", "by", "with", "and", "or", "is", "are"}
-    | {"my", "me", "i", "please", "near", "about"}
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# Shared helpers (also used by the environment layer)
-
-
-def _progress_start(ctx: DetectionContext, key: str) -> int:
-    """Local index of the first message to examine: ``new_from``, or past what this detector saw
-    (a re-analysed trace yields nothing twice)."""
-    start = ctx.new_from
-    done = ctx.memory.get(key)
-    if isinstance(done, int):
-        start = max(start, done - ctx.conversation.message_offset)
-    return max(0, min(start, len(ctx.messages)))
-
-
-def _progress_done(ctx: DetectionContext, key: str) -> None:
-    ctx.memory[key] = ctx.absolute_index(len(ctx.messages))
-
-
-def _content_of(message: Message) -> str | None:
-    result = message.tool_result
-    if result is not None and isinstance(result.content, str) and result.content:
-        return result.content
-    if isinstance(message.content, str):
-        return message.content
-    return result.content if result is not None and isinstance(result.content, str) else None
-
-
-def _assistant_call(ctx: DetectionContext, index: int, result: ToolResult | None) -> tuple[str | None, Any]:
-    """(name, arguments) of the assistant call a tool result answers, searched a bounded way back."""
-    call_id = result.call_id if result is not None else None
-    name = result.name if result is not None else None
-    for j in range(index - 1, max(-1, index - 1 - LOOKBACK), -1):
-        message = ctx.messages[j]
-        if message.role is Role.USER:
-            break
-        if message.role is not Role.ASSISTANT or not message.tool_calls:
-            continue
-        for call in message.tool_calls:
-            if call_id and call.id == call_id:
-                return call.name, call.arguments
-        if not call_id and name:
-            for call in message.tool_calls:
-                if call.name == name:
-                    return call.name, call.arguments
-        if not call_id and not name and len(message.tool_calls) == 1:
-            call = message.tool_calls[0]
-            return call.name, call.arguments
-    return name, None
-
-
-def tool_name_of(ctx: DetectionContext, index: int) -> str | None:
-    message = ctx.messages[index]
-    result = message.tool_result
-    if result is not None and result.name:
-        return result.name
-    return _assistant_call(ctx, index, result)[0]
-
-
-def iter_tool_failures(ctx: DetectionContext, start: int) -> Iterator[tuple[int, str | None, Classification]]:
-    """(local index, tool name, classification) of every failed TOOL message from ``start`` on.
-    Classified once per call of the detectors, however many leaves ask."""
-    key = ("tool_failures", start, len(ctx.messages))
-    cached = ctx.scratch.get(key)
-    if cached is None:
-        cached = ctx.scratch[key] = list(_classify_tool_failures(ctx, start))
-    return iter(cached)
-
-
-def _classify_tool_failures(
-    ctx: DetectionContext, start: int
-) -> Iterator[tuple[int, str | None, Classification]]:
-    for index in range(start, len(ctx.messages)):
-        message = ctx.messages[index]
-        if message.role is not Role.TOOL:
-            continue
-        result = message.tool_result
-        content = _content_of(message)
-        if not content and not result_failed(result):
-            continue
-        name = tool_name_of(ctx, index)
-        classification = tool_failure(result, content, name)
-        if classification is not None:
-            yield index, name, classification
-
-
-def failure_instance(
-    ctx: DetectionContext, index: int, tool: str | None, classification: Classification
-) -> SignalInstance:
-    """The instance of a failed tool result, with why it failed (``reason``: a named reason of
-    errors.yaml such as ``insufficient_funds`` or ``not_found``, else what decided, see
-    :class:`~otelsignals.signals.errors.Classification`; ``unclassified`` for the default leaf)."""
-    metadata: dict[str, Any] = {
-        "pattern": classification.pattern,
-        "reason": classification.reason,
-        "tool": tool,
-        "status_code": classification.status_code,
-        "error_type": classification.error_type,
-        "source": "tool",
-    }
-    return SignalInstance(
-        type=classification.leaf_type,
-        message_index=ctx.absolute_index(index),
-        confidence=classification.confidence,
-        snippet=classification.snippet,
-        metadata=metadata,
-    )
-
-
-def tool_failure_signals(ctx: DetectionContext, leaf: str) -> list[SignalInstance]:
-    """The new failed tool results that classify to ``leaf``, once each."""
-    key = f"{leaf}:next"
-    try:
-        start = _progress_start(ctx, key)
-        found = [
-            failure_instance(ctx, index, tool, classification)
-            for index, tool, classification in iter_tool_failures(ctx, start)
-            if classification.leaf_type == leaf
-        ]
-        _progress_done(ctx, key)
-        return found
-    except Exception:  # never take the pipeline down over one odd conversation
-        return []
-
-
-# ---------------------------------------------------------------------------------------------
-# Failures
-
-
-def detect_invalid_args(ctx: DetectionContext) -> list[SignalInstance]:
-    """Wrong type, missing or unexpected field: 400/422, ValidationError, "missing required"…"""
-    return tool_failure_signals(ctx, INVALID_ARGS)
-
-
-def detect_tool_not_found(ctx: DetectionContext) -> list[SignalInstance]:
-    """A call of a tool, function or endpoint that does not exist: "Unknown tool", -32601…"""
-    return tool_failure_signals(ctx, TOOL_NOT_FOUND)
-
-
-def detect_auth_misuse(ctx: DetectionContext) -> list[SignalInstance]:
-    """Credentials not passed or not valid: a tool's 401/403, "invalid API key"…"""
-    return tool_failure_signals(ctx, AUTH_MISUSE)
-
-
-def detect_state_error(ctx: DetectionContext) -> list[SignalInstance]:
-    """A tool called in the wrong state or order: 409/412/423, "already exists", "is closed"…"""
-    return tool_failure_signals(ctx, STATE_ERROR)
-
-
-def _as_arguments(value: Any) -> Any:
-    """Arguments as a value: JSON text parsed, anything else as given."""
-    if isinstance(value, str):
-        stripped = value.strip()
-        if stripped[:1] in ("{", "[") and len(stripped) <= 1_000_000:
-            try:
-                return orjson.loads(stripped)
-            except orjson.JSONDecodeError:
-                return value
-    return value
-
-
-def _has_value(value: Any) -> bool:
-    if value is None or value is False:
-        return False
-    if isinstance(value, str | list | dict | tuple):
-        return len(value) > 0 and (not isinstance(value, str) or bool(value.strip()))
-    return True
-
-
-def _name_words(name: str) -> list[str]:
-    """``searchTerm`` / ``search_term`` / ``search-term`` → ["search", "term"]."""
-    spaced = "".join(f" {ch}" if ch.isupper() else ch for ch in name[:200])
-    return normalise(spaced).split()
-
-
-def _query_key(key: str) -> bool:
-    return any(word in QUERY_KEY_WORDS or word.startswith(QUERY_KEY_PREFIXES) for word in _name_words(key))
-
-
-def is_query_call(tool: str | None, arguments: Any) -> bool:
-    """A query: a query-like argument with a value, or a search-verb tool called with arguments."""
-    arguments = _as_arguments(arguments)
-    if isinstance(arguments, dict):
-        for key, value in list(arguments.items())[:64]:
-            if isinstance(key, str) and _query_key(key) and _has_value(value):
-                return True
-            nested = (
-                isinstance(value, dict) and isinstance(key, str) and key.lower() in ("params", "parameters")
-            )
-            if nested and any(
-                isinstance(k, str) and _query_key(k) and _has_value(v) for k, v in value.items()
-            ):
-                return True
-    return bool(tool and _has_value(arguments) and set(_name_words(tool)) & SEARCH_NAME_WORDS)
-
-
-def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
-    """Whether every word of the call's text arguments was said by the user (in the last
-    :data:`USER_MESSAGES_READ` user messages): the user's own constraints found nothing, the agent did
-    not narrow the query. Ids, dates and numbers are left out; no words left → False."""
-    words: set[str] = set()
-    leaves = _leaves(_as_arguments(arguments))
-    for value in leaves.values():
-        values = value if isinstance(value, frozenset) else [value]
-        for text in values:
-            if not isinstance(text, str) or (" " not in text.strip() and _identifier(text)):
-                continue
-            words.update(word for word in _words(text) if not _identifier(word))
-    if not words:
-        return False
-    said: set[str] = set()
-    seen = 0
-    for j in range(index - 1, max(-1, index - 1 - LOOKBACK), -1):
-        message = ctx.messages[j]
-        if message.role is Role.USER and isinstance(message.content, str):
-            said.update(_words(message.content))
-            seen += 1
-            if seen >= USER_MESSAGES_READ:
-                break
-    return all(word in said or any(same_word(word, other) for other in said) for word in words)
-
-
-def detect_bad_query(ctx: DetectionContext) -> list[SignalInstance]:
-    """Failed queries (the classifier's bad_query) and successful queries that found nothing."""
-    key = f"{BAD_QUERY}:empty:next"
-    try:
-        found = tool_failure_signals(ctx, BAD_QUERY)
-        failed_at = {instance.message_index for instance in found}
-        start = _progress_start(ctx, key)
-        for index in range(start, len(ctx.messages)):
-            message = ctx.messages[index]
-            if message.role is not Role.TOOL or ctx.absolute_index(index) in failed_at:
-                continue
-            result = message.tool_result
-            if result_failed(result):
-                continue
-            content = _content_of(message)
-            kind = empty_result_of(content)
-            if kind is None or content_is_error(content):
-                continue
-            name, arguments = _assistant_call(ctx, index, result)
-            if result is not None and result.arguments is not None:
-                arguments = result.arguments
-            name = (result.name if result is not None and result.name else None) or name
-            if not is_query_call(name, arguments) or _users_own_words(ctx, index, arguments):
-                continue
-            found.append(
-                SignalInstance(
-                    type=BAD_QUERY,
-                    message_index=ctx.absolute_index(index),
-                    confidence=CONF_EMPTY_RESULT,
-                    snippet=(content or "").strip()[:ARGS_CHARS],
-                    metadata={
-                        "pattern": f"empty_result:{kind}",
-                        "tool": name,
-                        "arguments": _shown(_canonical(arguments)),
-                        "status_code": None,
-                        "source": "tool",
-                    },
-                )
-            )
-        _progress_done(ctx, key)
-        found.sort(key=lambda instance: instance.message_index)
-        return found
-    except Exception:
-        return []
-
 
 # ---------------------------------------------------------------------------------------------
 # Loops: the call sequence
-
-
-def _canonical(arguments: Any) -> str | None:
-    """Canonical JSON of a call's arguments (keys sorted); None when they were not captured."""
-    if arguments is None:
-        return None
-    value = _as_arguments(arguments)
-    if isinstance(value, str):
-        value = value.strip()
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
-    except (TypeError, orjson.JSONEncodeError):
-        return repr(value)
 
 
 def _digest(canonical: str | None) -> str | None:
     if canonical is None:
         return None
     return hashlib.blake2b(canonical.encode("utf-8", "replace"), digest_size=12).hexdigest()
-
-
-def _shown(canonical: str | None) -> str | None:
-    if canonical is None:
-        return None
-    return canonical if len(canonical) <= ARGS_CHARS else canonical[: ARGS_CHARS - 1] + "…"
 
 
 def _consume(pending: list[list[Any]], call_id: str | None, name: str | None) -> bool:
@@ -463,7 +129,7 @@ def unsatisfying(message: Message) -> bool:
     result = message.tool_result
     if result_failed(result):
         return True
-    content = _content_of(message)
+    content = content_of(message)
     return bool(content is not None and (content_is_error(content) or empty_result_of(content) is not None))
 
 
@@ -480,7 +146,7 @@ def _call_events(ctx: DetectionContext, state: dict[str, Any], start: int) -> It
             pending[:] = [[call.id, call.name] for call in message.tool_calls[:MAX_CALLS]]
             for call in message.tool_calls:
                 name = call.name if isinstance(call.name, str) and call.name else None
-                yield index, "call", (name, _canonical(call.arguments))
+                yield index, "call", (name, canonical_arguments(call.arguments))
         elif message.role is Role.TOOL:
             result = message.tool_result
             call_id = result.call_id if result is not None else None
@@ -489,7 +155,7 @@ def _call_events(ctx: DetectionContext, state: dict[str, Any], start: int) -> It
                 if result is None or not isinstance(name, str) or not name:
                     continue
                 # A call no assistant message carried (content not captured): known from its span.
-                yield index, "call", (name, _canonical(result.arguments))
+                yield index, "call", (name, canonical_arguments(result.arguments))
             yield index, "result", unsatisfying(message)
 
 
@@ -503,7 +169,7 @@ def _state(ctx: DetectionContext, key: str) -> dict[str, Any]:
 
 def _remember(state: dict[str, Any], index: int, name: str | None, canonical: str | None) -> None:
     calls: list[list[Any]] = state.setdefault("calls", [])
-    calls.append([index, name, _shown(canonical)])
+    calls.append([index, name, shown_arguments(canonical)])
     del calls[:-MAX_CALLS]
 
 
@@ -521,7 +187,7 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
     def detect(ctx: DetectionContext) -> list[SignalInstance]:
         try:
             state = _state(ctx, key)
-            start = _progress_start(ctx, f"{leaf}:next")
+            start = progress_start(ctx, f"{leaf}:next")
             found: dict[int, SignalInstance] = {}
             for index, kind, payload in _call_events(ctx, state, start):
                 if kind == "result":
@@ -538,7 +204,7 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
                     instance = step(ctx, state, index, payload, after_unsatisfying)
                 if instance is not None:
                     _emit(found, instance)
-            _progress_done(ctx, f"{leaf}:next")
+            progress_done(ctx, f"{leaf}:next")
             return sorted(found.values(), key=lambda instance: instance.message_index)
         except Exception:
             return []
@@ -583,36 +249,13 @@ def _retry_step(
             "tool": name,
             "run_length": run,
             "threshold": LOOP_THRESHOLD,
-            "arguments": _shown(canonical),
+            "arguments": shown_arguments(canonical),
         },
     )
 
 
 # ---------------------------------------------------------------------------------------------
 # Parameter drift
-
-
-def _words(text: str) -> list[str]:
-    return [word for word in normalise(text[:_ARGS_KEPT]).split() if word not in _STOP_WORDS]
-
-
-def _identifier(word: str) -> bool:
-    """Numbers, ids, dates, codes: two of them are different items, however alike they look."""
-    return any(ch.isdigit() for ch in word)
-
-
-def same_word(a: str, b: str) -> bool:
-    """A typo or inflection of the same word: one edit apart (insertion, deletion, substitution or
-    swap of neighbours: paris/pariss, restaurant/restaurants, sna/san) when the shorter has ≥ 4
-    letters; in shorter words only an added or dropped letter (jon/john), since one other letter in
-    a short word is usually another word (jan/jun, red/bed). Numbers and ids never match."""
-    if a == b:
-        return True
-    if _identifier(a) or _identifier(b) or min(len(a), len(b)) < 3:
-        return False
-    if OSA.distance(a, b, score_cutoff=1) > 1:
-        return False
-    return min(len(a), len(b)) >= 4 or len(a) != len(b)
 
 
 def text_similarity(a: str, b: str) -> float:
@@ -625,7 +268,7 @@ def text_similarity(a: str, b: str) -> float:
     when exactly one word was replaced by one other — another subject ("weather paris" → "weather
     tokyo", "ORD-10023" → "ORD-10024", country 'FR' → 'DE' in a long SQL query).
     """
-    set_a, set_b = set(_words(a)), set(_words(b))
+    set_a, set_b = set(argument_words(a)), set(argument_words(b))
     if set_a == set_b:
         return SCORE_SAME_WORDS
     only_a, only_b = set_a - set_b, set_b - set_a
@@ -652,7 +295,7 @@ def _reformulated(a: str, b: str) -> bool:
     """The same request in other words: words added or removed, or several replaced while at least
     half of the shorter one's words stay ("map SMB share fs01 on macOS…" → "map network drive mac smb
     fs01"). One word replaced by one other is another item, not a reformulation."""
-    set_a, set_b = set(_words(a)), set(_words(b))
+    set_a, set_b = set(argument_words(a)), set(argument_words(b))
     if not set_a or not set_b:
         return False
     only_a, only_b = set_a - set_b, set_b - set_a
@@ -668,29 +311,6 @@ def _reformulated(a: str, b: str) -> bool:
     return len(set_a & set_b) >= 0.5 * min(len(set_a), len(set_b))
 
 
-def _scalar(value: Any) -> bool:
-    return value is None or isinstance(value, str | int | float | bool)
-
-
-def _leaves(value: Any, path: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Flattened arguments: ``.filters.city`` → value; a list of scalars is one leaf, a frozenset
-    (``.amenities[]``), so dropping an item is a change of that leaf, not of every later index."""
-    out = {} if out is None else out
-    if len(out) >= 64:
-        return out
-    if isinstance(value, dict):
-        for key in sorted(value, key=str)[:64]:
-            _leaves(value[key], f"{path}.{key}", out)
-    elif isinstance(value, list) and value and all(_scalar(item) for item in value):
-        out[f"{path}[]"] = frozenset(str(item) for item in value[:64])
-    elif isinstance(value, list) and value and len(value) <= 64:
-        for position, item in enumerate(value):
-            _leaves(item, f"{path}[{position}]", out)
-    else:
-        out[path] = value
-    return out
-
-
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -698,7 +318,7 @@ def _number(value: Any) -> bool:
 def _item_key(path: str) -> bool:
     """A key whose numbers name items, not thresholds: ``id``, ``order_number``, ``page``, ``offset``."""
     last = path.rsplit(".", 1)[-1]
-    return bool(set(_name_words(last)) & ITEM_KEY_WORDS)
+    return bool(set(name_words(last)) & ITEM_KEY_WORDS)
 
 
 def _parsed(canonical: str) -> Any:
@@ -715,7 +335,7 @@ def adjusted(a: str | None, b: str | None) -> bool:
     list with items added or dropped; and the two share at least one leaf."""
     if a is None or b is None or a == b:
         return False
-    leaves_a, leaves_b = _leaves(_parsed(a)), _leaves(_parsed(b))
+    leaves_a, leaves_b = argument_leaves(_parsed(a)), argument_leaves(_parsed(b))
     shared = leaves_a.keys() & leaves_b.keys()
     if not shared:
         return False
@@ -753,7 +373,7 @@ def arguments_similarity(a: str | None, b: str | None) -> float:
         value_a, value_b = orjson.loads(a), orjson.loads(b)
     except orjson.JSONDecodeError:
         value_a, value_b = a, b
-    leaves_a, leaves_b = _leaves(value_a), _leaves(value_b)
+    leaves_a, leaves_b = argument_leaves(value_a), argument_leaves(value_b)
     shared = leaves_a.keys() & leaves_b.keys()
     if not shared:
         return 0.0
@@ -786,9 +406,9 @@ def _drift_step(
     if name is None or canonical is None:
         state.update(name=name, args=None, run=0, low=None, seen=[], adjusted=False)
         return None
-    kept = canonical[:_ARGS_KEPT]
+    kept = canonical[:ARGS_KEPT]
     if name != state.get("name") or state.get("args") is None:
-        state.update(name=name, args=kept, run=1, low=None, seen=[_shown(canonical)], adjusted=False)
+        state.update(name=name, args=kept, run=1, low=None, seen=[shown_arguments(canonical)], adjusted=False)
         return None
     if kept == state["args"]:
         return None  # an identical repeat is a retry: it neither extends nor breaks the drift
@@ -797,7 +417,7 @@ def _drift_step(
     step_adjusted = False
     if similarity < DRIFT_LOWER_BOUND:
         if not ((after_unsatisfying or run >= 2) and adjusted(state["args"], kept)):
-            state.update(args=kept, run=1, low=None, seen=[_shown(canonical)], adjusted=False)
+            state.update(args=kept, run=1, low=None, seen=[shown_arguments(canonical)], adjusted=False)
             return None
         step_adjusted = True
     low = state.get("low")
@@ -805,7 +425,7 @@ def _drift_step(
         args=kept,
         run=run + 1,
         low=similarity if low is None else min(low, similarity),
-        seen=([*(state.get("seen") or []), _shown(canonical)])[-LOOP_THRESHOLD:],
+        seen=([*(state.get("seen") or []), shown_arguments(canonical)])[-LOOP_THRESHOLD:],
         adjusted=bool(state.get("adjusted")) or step_adjusted,
     )
     run += 1
@@ -862,10 +482,12 @@ def _signature_oscillation_step(
     last, other = state.get("last"), state.get("other")
     if run == 0 or name != state.get("tool") or digest == last:
         # Another tool, or the same call again (a retry's business): a run may start here.
-        state.update(tool=name, last=digest, other=None, run=1, shown={digest: _shown(canonical)})
+        state.update(tool=name, last=digest, other=None, run=1, shown={digest: shown_arguments(canonical)})
         return None
     if run == 1 or digest != other:
-        state.update(last=digest, other=last, run=2, shown={last: shown.get(last), digest: _shown(canonical)})
+        state.update(
+            last=digest, other=last, run=2, shown={last: shown.get(last), digest: shown_arguments(canonical)}
+        )
         return None
     state.update(last=digest, other=last, run=run + 1)
     run += 1
@@ -957,13 +579,8 @@ detect_oscillation = _loop_detector(OSCILLATION, _oscillation_step)
 detect_oscillation.__name__ = detect_oscillation.__qualname__ = "detect_oscillation"
 
 
-FAILURE_DETECTORS: tuple[Detector, ...] = (
-    detect_invalid_args,
-    detect_bad_query,
-    detect_tool_not_found,
-    detect_auth_misuse,
-    detect_state_error,
+DETECTORS: tuple[DetectorSpec, ...] = (
+    DetectorSpec((tx.RETRY,), detect_retry, needs_content=False),
+    DetectorSpec((tx.PARAMETER_DRIFT,), detect_parameter_drift, needs_content=False),
+    DetectorSpec((tx.OSCILLATION,), detect_oscillation, needs_content=False),
 )
-LOOP_DETECTORS: tuple[Detector, ...] = (detect_retry, detect_parameter_drift, detect_oscillation)
-# The five failure detectors first, then the three loop detectors (detect.py relies on the order).
-EXECUTION_DETECTORS: tuple[Detector, ...] = FAILURE_DETECTORS + LOOP_DETECTORS

@@ -1,0 +1,328 @@
+"""interaction.disengagement (SPEC §3): the user asks for a person, gives up, or turns against the agent.
+
+- ``escalation`` and ``quit``: phrase groups in ``phrases/disengagement.yaml`` ("let me talk to a
+  human", "forget it").
+- ``negative_stance``: one instance per message from its cues, each adding EXTRA_CUE_BONUS: a phrase
+  (complaint, exasperation, sarcasm… groups), shouting (ALL CAPS, or a run of capitalised words that
+  are not names or keywords), a rhetorical question ("are you even listening?"), or a run of "!"/"?"
+  in a complaining sentence. Dropped when the message blames a third party or the world and nothing
+  in it points at the agent (``cues`` in ``phrases/interaction.yaml``).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from typing import Any
+
+from otelsignals.model import SignalInstance
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext, DetectorSpec
+from otelsignals.signals.matching import (
+    DEFAULT_NEGATORS,
+    Scan,
+    Token,
+    snippet,
+)
+from otelsignals.signals.phrase_analysis import (
+    COMPLAINTS,
+    TextAnalysis,
+    analyse_text,
+    best_match,
+    detect_phrases,
+    sentence_spans,
+    user_texts,
+)
+
+CAPS_RATIO = 0.7
+CAPS_MIN_LETTERS = 12
+CAPS_MIN_WORDS = 3
+CAPS_CONFIDENCE = 0.6
+CAPS_RUN_WORDS = 2  # partial shouting: this many consecutive ALL-CAPS words…
+CAPS_RUN_LETTERS = 3  # …of at least this many letters each ("I", "IT", "PR", "CI" never count)
+CAPS_RUN_CONFIDENCE = 0.55
+# Capitalised words that are names, keys or keywords, not raised voices: they break a run ("CAPS LOCK",
+# "LEFT JOIN", "ARG TARGETARCH", "AWS IAM"). Acronyms without a vowel (HTTP, VRR, SQL) never count anyway.
+# fmt: off
+CAPS_NOT_SHOUTING = frozenset([
+    "caps", "lock", "num", "scroll", "page", "print", "screen", "home", "end", "insert", "delete", "enter",
+    "shift", "ctrl", "alt", "tab", "esc", "select", "from", "where", "join", "left", "right", "inner",
+    "outer", "full", "cross", "order", "group", "into", "values", "update", "set", "create", "table",
+    "alter", "drop", "index", "null", "union", "exists", "limit", "case", "when", "arg", "run", "copy",
+    "env", "cmd", "workdir", "entrypoint", "expose", "label", "volume", "add", "user", "healthcheck",
+    "then", "else", "primary", "key", "get", "post", "put", "patch", "head", "options", "info", "warn",
+    "error", "debug", "trace", "fatal", "todo", "fixme", "note", "readme", "json", "yaml", "toml", "api",
+    "aws", "iam", "gcp", "azure", "nasa", "ieee", "ansi", "ascii", "utf", "usb", "hdmi", "ram", "rom",
+    "ssd", "hdd", "gpu", "cpu", "vpn", "dns", "ssh", "sso", "saml", "oauth", "auth", "ldap", "imap", "pop",
+    "asap", "fyi", "faq", "eta", "ceo", "cto", "cfo", "uuid", "ajax", "cors", "corp", "inc", "ltd", "llc",
+    "usa", "eur", "usd", "gbp", "aud", "cad", "jpy", "utc", "gmt", "pdf", "csv", "xml", "html", "php",
+    "ios", "mac", "wifi", "lan", "wan", "ota", "sim", "pin", "otp", "ups", "dhl", "dpd", "atm", "iban",
+    "tsa", "jfk", "lax", "lhr", "cdg", "ord", "sfo", "ams", "fra", "dub", "kix", "hnd", "nrt", "pnr",
+])
+# fmt: on
+PUNCTUATION_CONFIDENCE = 0.55
+# "!!!" is anger only in a sentence that complains ("why is it STILL charging me!!!", "it doesn't work!!!");
+# in any other sentence it is excitement ("it's for my son's 10th birthday!!!"). "???" and "?!?" always count.
+# fmt: off
+BANG_ANGER_WORDS = DEFAULT_NEGATORS | frozenset([
+    "still", "again", "why", "stop", "wrong", "enough", "seriously", "broken", "nothing", "anything",
+    "useless", "ridiculous", "already", "hate", "worst", "terrible", "awful", "wtf", "ugh", "fix", "nobody",
+])
+# fmt: on
+EXTRA_CUE_BONUS = 0.1  # negative stance: each further cue in the same message
+
+_PUNCTUATION_RUNS = tuple(a + b + c for a in "!?" for b in "!?" for c in "!?")
+
+
+# --- disengagement ---------------------------------------------------------------------------------
+
+
+def detect_escalation(ctx: DetectionContext) -> list[SignalInstance]:
+    """The user asks for a human, an agent, a manager or support."""
+    return detect_phrases(ctx, tx.ESCALATION, after_assistant=False)
+
+
+def detect_quit(ctx: DetectionContext) -> list[SignalInstance]:
+    """The user gives up, leaves, cancels or goes elsewhere."""
+    return detect_phrases(ctx, tx.QUIT, after_assistant=True)
+
+
+@dataclass(frozen=True)
+class _Cue:
+    pattern: str  # phrase | all_caps | excessive_punctuation
+    confidence: float
+    start: int
+    end: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def detect_negative_stance(ctx: DetectionContext) -> list[SignalInstance]:
+    """Complaints and frustration phrases, ALL CAPS, or excessive "!!!" / "???" / "?!?"."""
+    found: list[SignalInstance] = []
+    for i, text, _ in user_texts(ctx):
+        analysis = analyse_text(text)
+        caps = caps_cue(text, analysis) or caps_run_cue(text, analysis)
+        candidates = [
+            _phrase_cue(analysis),
+            caps,
+            _punctuation_cue(text, analysis),
+            _rhetorical_cue(text, analysis),
+        ]
+        cues = [cue for cue in candidates if cue is not None]
+        if cues and not analysis.aimed_elsewhere:
+            found.append(_stance_instance(ctx.absolute_index(i), text, cues))
+    return found
+
+
+def _stance_instance(index: int, text: str, cues: list[_Cue]) -> SignalInstance:
+    best = max(cues, key=lambda cue: cue.confidence)
+    confidence = round(min(0.95, best.confidence + EXTRA_CUE_BONUS * (len(cues) - 1)), 3)
+    metadata = {"pattern": best.pattern, **best.metadata, "cues": [cue.pattern for cue in cues]}
+    return SignalInstance(
+        tx.NEGATIVE_STANCE, index, confidence, snippet(text, best.start, best.end), metadata
+    )
+
+
+def _phrase_cue(analysis: TextAnalysis) -> _Cue | None:
+    best = best_match(tx.NEGATIVE_STANCE, analysis)
+    if best is None:
+        return None
+    confidence, match = best
+    metadata = {"group": match.group, "phrase": match.phrase, "fuzzy": match.fuzzy}
+    return _Cue("phrase", confidence, match.start, match.end, metadata)
+
+
+_DELETE_UPPER = dict.fromkeys(map(ord, string.ascii_uppercase))
+_DELETE_LOWER = dict.fromkeys(map(ord, string.ascii_lowercase))
+
+
+def _clearly_not_shouting(text: str) -> bool:
+    """A C-speed first look: with no quoted or code part to set aside, a text whose ASCII letters are
+    mostly lower case cannot pass the precise check below."""
+    if any(mark in text for mark in ('"', "`", ">", "\u201c")):
+        return False
+    upper = len(text) - len(text.translate(_DELETE_UPPER))
+    lower = len(text) - len(text.translate(_DELETE_LOWER))
+    return upper < CAPS_RATIO * (upper + lower) - 1
+
+
+def caps_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
+    """Shouting: ≥ 70 % upper-case letters over ≥ 12 letters and ≥ 3 words (quotes and code aside);
+    not when the message is satisfied ("THANK YOU SO MUCH")."""
+    if analysis.satisfied or _clearly_not_shouting(text):
+        return None
+    tokens = [t for t in analysis.scan.tokens if not t.quoted and not t.norm.isdigit()]
+    if len(tokens) < CAPS_MIN_WORDS:
+        return None
+    letters = "".join(text[t.start : t.end] for t in tokens)
+    upper = sum(map(str.isupper, letters))
+    cased = upper + sum(map(str.islower, letters))
+    if cased < CAPS_MIN_LETTERS or upper < CAPS_RATIO * cased:
+        return None
+    metadata = {"upper_ratio": round(upper / cased, 3), "letters": cased}
+    return _Cue("all_caps", CAPS_CONFIDENCE, tokens[0].start, tokens[-1].end, metadata)
+
+
+def caps_run_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
+    """Partial shouting: ≥ 2 consecutive whole words in capitals of ≥ 3 letters, separated by spaces
+    only ("I ALREADY PRUNED", "install it MYSELF NOW"). A word joined by "/", "_", "-" or digits is a
+    name or an identifier ("HDMI/VRR", "MAX_RETRIES"), a word without a vowel an acronym (VRR, SQL), and
+    a run of keys, keywords and common acronyms (CAPS LOCK, LEFT JOIN) no raised voice."""
+    if analysis.satisfied:
+        return None
+    # Cheap first look: most messages have fewer than two capitalised words at all.
+    capitalised = [word for word in text.split() if word.isupper()]
+    if sum(1 for word in capitalised if len(word) >= CAPS_RUN_LETTERS) < CAPS_RUN_WORDS:
+        return None
+    run: list[Token] = []
+    for token in analysis.scan.tokens:
+        if not _shouted_word(text, token):
+            run = []
+        elif run and text[run[-1].end : token.start].isspace():
+            run.append(token)
+        else:
+            run = [token]
+        if len(run) >= CAPS_RUN_WORDS:
+            metadata = {"words": len(run)}
+            return _Cue("all_caps", CAPS_RUN_CONFIDENCE, run[0].start, run[-1].end, metadata)
+    return None
+
+
+def _shouted_word(text: str, token: Token) -> bool:
+    word = text[token.start : token.end]
+    if token.quoted or len(word) < CAPS_RUN_LETTERS or not (word.isalpha() and word.isupper()):
+        return False
+    if token.norm in CAPS_NOT_SHOUTING:
+        return False
+    before = text[token.start - 1] if token.start else " "
+    after = text[token.end] if token.end < len(text) else " "
+    joined = before.isalnum() or before in "/_-$@#.=" or after.isalnum() or after in "/_-@#'=(["
+    return not joined and any(vowel in token.norm for vowel in "aeiouy")
+
+
+RHETORICAL_CONFIDENCE = 0.6
+# Sentence openings of a question the user answers themself: closed with "." or "!" instead of "?", it
+# is sarcasm ("why would I contact a restaurant I've never been to."); with "?" (or nothing) it may be a
+# real question ("why would I need a visa?") and does not count.
+_RHETORICAL_HEADS = (
+    ("why", "would", "i"),
+    ("why", "would", "we"),
+    ("why", "would", "anyone"),
+    ("why", "should", "i"),
+    ("why", "on", "earth"),
+    ("how", "would", "i", "know"),
+    ("how", "am", "i", "supposed"),
+    ("how", "is", "that", "helpful"),
+    ("how", "does", "that", "help"),
+)
+
+
+def _rhetorical_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
+    """A sentence opening with a _RHETORICAL_HEADS question and closed by "." or "!" (sarcasm)."""
+    tokens = analysis.scan.tokens
+    for start, end in sentence_spans(tokens):
+        words = tuple(t.norm for t in tokens[start : start + 4])
+        if tokens[start].quoted or not any(words[: len(head)] == head for head in _RHETORICAL_HEADS):
+            continue
+        after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+        closer = next((char for char in after if char in ".!?"), "")
+        if closer in (".", "!"):
+            metadata = {"head": " ".join(words[:3])}
+            return _Cue(
+                "rhetorical_question",
+                RHETORICAL_CONFIDENCE,
+                tokens[start].start,
+                tokens[end - 1].end,
+                metadata,
+            )
+    return None
+
+
+def _punctuation_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
+    """The first unquoted run of 3+ "!"/"?" ("!!!", "???", "?!?"); an all-"!" run in a satisfied
+    message, or outside a complaining sentence in a message without complaint, is enthusiasm."""
+    first = -1
+    for run in _PUNCTUATION_RUNS:
+        if run == "!!!" and analysis.satisfied:
+            continue
+        at = _unquoted_find(text, run, analysis.scan)
+        if run == "!!!" and not any(analysis.hits.get(signal) for signal in COMPLAINTS):
+            at = _angry_bangs(text, at, analysis.scan)
+        if at >= 0 and (first < 0 or at < first):
+            first = at
+    if first < 0:
+        return _double_punctuation_cue(text, analysis)
+    end = first
+    while end < len(text) and end - first < 50 and text[end] in "!?":
+        end += 1
+    return _Cue("excessive_punctuation", PUNCTUATION_CONFIDENCE, first, end, {"run": text[first:end]})
+
+
+SHORT_DOUBT_TOKENS = 3  # "usually?? …", "no?? …", "and the fries?? …": an echo thrown back in disbelief
+
+
+def _double_punctuation_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
+    """A doubled "??" or "!!" closing a sentence, in anger: "??" after a short echo the user goes on
+    from ("usually?? this happened in july as well"), "!!" closing a complaining or shouting sentence ("I
+    TOLD the bank I was travelling!!") or in a message that complains or corrects ("this is what I had in
+    the beginning!! it was my first message"). A long question ending "??" asks; a satisfied "!!"
+    rejoices."""
+    if analysis.satisfied or ("??" not in text and "!!" not in text):
+        return None
+    tokens = analysis.scan.tokens
+    complaining = any(analysis.hits.get(signal) for signal in COMPLAINTS)
+    for start, end in sentence_spans(tokens):
+        gap = tokens[end - 1].end
+        after = text[gap : tokens[end].start if end < len(tokens) else len(text)]
+        run = next((r for r in ("??", "!!") if r in after), "")
+        at = after.find(run) if run else -1
+        if at < 0 or tokens[start].quoted or after[at + 2 : at + 3] in ("!", "?") or "!" in after[:at]:
+            continue  # no doubled mark, or a longer run (counted above) or a mixed one
+        if run == "??":
+            angry = end - start <= SHORT_DOUBT_TOKENS and end < len(tokens)
+        else:
+            angry = complaining or any(
+                t.norm in BANG_ANGER_WORDS or _shouted_word(text, t) for t in tokens[start:end]
+            )
+        if angry:
+            return _Cue("excessive_punctuation", PUNCTUATION_CONFIDENCE, gap + at, gap + at + 2, {"run": run})
+    return None
+
+
+def _angry_bangs(text: str, at: int, scan: Scan) -> int:
+    """The first unquoted "!!!" from ``at`` on that closes a complaining sentence (BANG_ANGER_WORDS),
+    or -1. One forward pass over the tokens and the runs: linear in the text."""
+    tokens = scan.tokens
+    i, angry = 0, False
+    while at >= 0:
+        while i < len(tokens) and tokens[i].end <= at:
+            angry = (angry and not tokens[i].sentence_start) or tokens[i].norm in BANG_ANGER_WORDS
+            i += 1
+        if angry:
+            return at
+        end = at
+        while end < len(text) and text[end] == "!":
+            end += 1
+        at = _unquoted_find_from(text, "!!!", scan, end)
+    return -1
+
+
+def _unquoted_find_from(text: str, needle: str, scan: Scan, begin: int) -> int:
+    at = text.find(needle, begin)
+    while at >= 0:
+        span_end = scan.quoted_end(at)
+        if span_end is None:
+            return at
+        at = text.find(needle, span_end)
+    return -1
+
+
+def _unquoted_find(text: str, needle: str, scan: Scan) -> int:
+    return _unquoted_find_from(text, needle, scan, 0)
+
+
+DETECTORS: tuple[DetectorSpec, ...] = (
+    DetectorSpec((tx.ESCALATION,), detect_escalation),
+    DetectorSpec((tx.QUIT,), detect_quit),
+    DetectorSpec((tx.NEGATIVE_STANCE,), detect_negative_stance),
+)

@@ -1,0 +1,290 @@
+"""Execution failures (SPEC §3, ``execution.failure.*``): the agent's own tool failures. Model-free.
+
+**Failures** (``execution.failure.*``) come from TOOL messages that failed — the span said so
+(``ToolResult.is_error``) or the content is unmistakably an error payload (see
+:func:`otelsignals.signals.errors.tool_failure`); :func:`~otelsignals.signals.errors.classify_failure`
+decides the leaf, and a leaf of the environment layer (429, 5xx, timeouts…) is left to
+:mod:`otelsignals.signals.exhaustion`. No failed result goes silent: one nothing explains gets the
+documented default, ``invalid_args`` at 0.5 with ``reason: "unclassified"``; only a cancelled or
+interrupted call fires nothing. Every execution failure's metadata has ``reason`` (why the call was
+refused: ``insufficient_funds``, ``wrong_state``, ``not_found``, ``missing_field``…, else
+``http_status`` / ``exception`` / ``error_code`` / the group's name; see
+:mod:`otelsignals.signals.errors`). A successful result is never read for error words.
+``bad_query`` also fires, at confidence 0.6, on a *successful* result that found nothing
+(:func:`~otelsignals.signals.errors.empty_result_of`: ``[]``, ``{}``, ``""``, ``null``,
+``{"results": []}``, "No results found", "0 results"…) when the call was a query: its arguments
+have a query-like key (a word of its name in :data:`QUERY_KEY_WORDS` or starting with
+:data:`QUERY_KEY_PREFIXES`: ``query``, ``q``, ``filters``, ``searchTerm``, ``where``, ``sql``) with
+a value, or the tool's name has a search word (:data:`SEARCH_NAME_WORDS`: ``search_orders``,
+``findUser``) and it was called with arguments. ``list_todos()`` answering ``[]`` is no bad query,
+and neither is a query made only of the user's own words (the user's constraints found nothing; the
+agent did not narrow anything).
+
+The helpers that find a tool result's call are shared with :mod:`otelsignals.signals.loops` and
+:mod:`otelsignals.signals.exhaustion`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from otelsignals.model import Role, SignalInstance
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext, DetectorSpec
+from otelsignals.signals.errors import (
+    Classification,
+    content_is_error,
+    empty_result_of,
+    result_failed,
+    tool_failure,
+)
+from otelsignals.signals.taxonomy import (
+    AUTH_MISUSE,
+    BAD_QUERY,
+    INVALID_ARGS,
+    STATE_ERROR,
+    TOOL_NOT_FOUND,
+)
+from otelsignals.signals.tool_calls import (
+    ARGS_CHARS,
+    LOOKBACK,
+    argument_leaves,
+    argument_words,
+    as_arguments,
+    assistant_call,
+    canonical_arguments,
+    content_of,
+    has_value,
+    is_identifier,
+    name_words,
+    progress_done,
+    progress_start,
+    same_word,
+    shown_arguments,
+    tool_name_of,
+)
+
+USER_MESSAGES_READ = 3  # recent user messages whose words an empty query may consist of
+
+CONF_EMPTY_RESULT = 0.6
+
+# A query-like argument: one of its name's words (snake_case or camelCase) is one of these or starts
+# with one of the prefixes: query, q, search_term, searchQuery, filters, where, sql, keywords…
+QUERY_KEY_WORDS = frozenset(
+    {
+        "q",
+        "qs",
+        "sql",
+        "where",
+        "pattern",
+        "regex",
+        "term",
+        "terms",
+        "jql",
+        "cql",
+        "kql",
+        "lucene",
+        "grep",
+        "glob",
+    }
+)
+QUERY_KEY_PREFIXES = ("quer", "search", "filter", "keyword")
+# A tool whose name has one of these words is a search when called with arguments.
+SEARCH_NAME_WORDS = frozenset({"search", "query", "find", "lookup", "filter", "grep", "sql"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers (also used by the environment layer)
+
+
+def iter_tool_failures(ctx: DetectionContext, start: int) -> Iterator[tuple[int, str | None, Classification]]:
+    """(local index, tool name, classification) of every failed TOOL message from ``start`` on.
+    Classified once per call of the detectors, however many leaves ask."""
+    key = ("tool_failures", start, len(ctx.messages))
+    cached = ctx.scratch.get(key)
+    if cached is None:
+        cached = ctx.scratch[key] = list(_classify_tool_failures(ctx, start))
+    return iter(cached)
+
+
+def _classify_tool_failures(
+    ctx: DetectionContext, start: int
+) -> Iterator[tuple[int, str | None, Classification]]:
+    for index in range(start, len(ctx.messages)):
+        message = ctx.messages[index]
+        if message.role is not Role.TOOL:
+            continue
+        result = message.tool_result
+        content = content_of(message)
+        if not content and not result_failed(result):
+            continue
+        name = tool_name_of(ctx, index)
+        classification = tool_failure(result, content, name)
+        if classification is not None:
+            yield index, name, classification
+
+
+def failure_instance(
+    ctx: DetectionContext, index: int, tool: str | None, classification: Classification
+) -> SignalInstance:
+    """The instance of a failed tool result, with why it failed (``reason``: a named reason of
+    errors.yaml such as ``insufficient_funds`` or ``not_found``, else what decided, see
+    :class:`~otelsignals.signals.errors.Classification`; ``unclassified`` for the default leaf)."""
+    metadata: dict[str, Any] = {
+        "pattern": classification.pattern,
+        "reason": classification.reason,
+        "tool": tool,
+        "status_code": classification.status_code,
+        "error_type": classification.error_type,
+        "source": "tool",
+    }
+    return SignalInstance(
+        type=classification.leaf_type,
+        message_index=ctx.absolute_index(index),
+        confidence=classification.confidence,
+        snippet=classification.snippet,
+        metadata=metadata,
+    )
+
+
+def tool_failure_signals(ctx: DetectionContext, leaf: str) -> list[SignalInstance]:
+    """The new failed tool results that classify to ``leaf``, once each."""
+    key = f"{leaf}:next"
+    try:
+        start = progress_start(ctx, key)
+        found = [
+            failure_instance(ctx, index, tool, classification)
+            for index, tool, classification in iter_tool_failures(ctx, start)
+            if classification.leaf_type == leaf
+        ]
+        progress_done(ctx, key)
+        return found
+    except Exception:  # never take the pipeline down over one odd conversation
+        return []
+
+
+# ---------------------------------------------------------------------------------------------
+# Failures
+
+
+def detect_invalid_args(ctx: DetectionContext) -> list[SignalInstance]:
+    """Wrong type, missing or unexpected field: 400/422, ValidationError, "missing required"…"""
+    return tool_failure_signals(ctx, INVALID_ARGS)
+
+
+def detect_tool_not_found(ctx: DetectionContext) -> list[SignalInstance]:
+    """A call of a tool, function or endpoint that does not exist: "Unknown tool", -32601…"""
+    return tool_failure_signals(ctx, TOOL_NOT_FOUND)
+
+
+def detect_auth_misuse(ctx: DetectionContext) -> list[SignalInstance]:
+    """Credentials not passed or not valid: a tool's 401/403, "invalid API key"…"""
+    return tool_failure_signals(ctx, AUTH_MISUSE)
+
+
+def detect_state_error(ctx: DetectionContext) -> list[SignalInstance]:
+    """A tool called in the wrong state or order: 409/412/423, "already exists", "is closed"…"""
+    return tool_failure_signals(ctx, STATE_ERROR)
+
+
+def _query_key(key: str) -> bool:
+    return any(word in QUERY_KEY_WORDS or word.startswith(QUERY_KEY_PREFIXES) for word in name_words(key))
+
+
+def is_query_call(tool: str | None, arguments: Any) -> bool:
+    """A query: a query-like argument with a value, or a search-verb tool called with arguments."""
+    arguments = as_arguments(arguments)
+    if isinstance(arguments, dict):
+        for key, value in list(arguments.items())[:64]:
+            if isinstance(key, str) and _query_key(key) and has_value(value):
+                return True
+            nested = (
+                isinstance(value, dict) and isinstance(key, str) and key.lower() in ("params", "parameters")
+            )
+            if nested and any(
+                isinstance(k, str) and _query_key(k) and has_value(v) for k, v in value.items()
+            ):
+                return True
+    return bool(tool and has_value(arguments) and set(name_words(tool)) & SEARCH_NAME_WORDS)
+
+
+def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
+    """Whether every word of the call's text arguments was said by the user (in the last
+    :data:`USER_MESSAGES_READ` user messages): the user's own constraints found nothing, the agent did
+    not narrow the query. Ids, dates and numbers are left out; no words left → False."""
+    words: set[str] = set()
+    leaves = argument_leaves(as_arguments(arguments))
+    for value in leaves.values():
+        values = value if isinstance(value, frozenset) else [value]
+        for text in values:
+            if not isinstance(text, str) or (" " not in text.strip() and is_identifier(text)):
+                continue
+            words.update(word for word in argument_words(text) if not is_identifier(word))
+    if not words:
+        return False
+    said: set[str] = set()
+    seen = 0
+    for j in range(index - 1, max(-1, index - 1 - LOOKBACK), -1):
+        message = ctx.messages[j]
+        if message.role is Role.USER and isinstance(message.content, str):
+            said.update(argument_words(message.content))
+            seen += 1
+            if seen >= USER_MESSAGES_READ:
+                break
+    return all(word in said or any(same_word(word, other) for other in said) for word in words)
+
+
+def detect_bad_query(ctx: DetectionContext) -> list[SignalInstance]:
+    """Failed queries (the classifier's bad_query) and successful queries that found nothing."""
+    key = f"{BAD_QUERY}:empty:next"
+    try:
+        found = tool_failure_signals(ctx, BAD_QUERY)
+        failed_at = {instance.message_index for instance in found}
+        start = progress_start(ctx, key)
+        for index in range(start, len(ctx.messages)):
+            message = ctx.messages[index]
+            if message.role is not Role.TOOL or ctx.absolute_index(index) in failed_at:
+                continue
+            result = message.tool_result
+            if result_failed(result):
+                continue
+            content = content_of(message)
+            kind = empty_result_of(content)
+            if kind is None or content_is_error(content):
+                continue
+            name, arguments = assistant_call(ctx, index, result)
+            if result is not None and result.arguments is not None:
+                arguments = result.arguments
+            name = (result.name if result is not None and result.name else None) or name
+            if not is_query_call(name, arguments) or _users_own_words(ctx, index, arguments):
+                continue
+            found.append(
+                SignalInstance(
+                    type=BAD_QUERY,
+                    message_index=ctx.absolute_index(index),
+                    confidence=CONF_EMPTY_RESULT,
+                    snippet=(content or "").strip()[:ARGS_CHARS],
+                    metadata={
+                        "pattern": f"empty_result:{kind}",
+                        "tool": name,
+                        "arguments": shown_arguments(canonical_arguments(arguments)),
+                        "status_code": None,
+                        "source": "tool",
+                    },
+                )
+            )
+        progress_done(ctx, key)
+        found.sort(key=lambda instance: instance.message_index)
+        return found
+    except Exception:
+        return []
+
+
+DETECTORS: tuple[DetectorSpec, ...] = (
+    DetectorSpec((tx.INVALID_ARGS,), detect_invalid_args, needs_content=False),
+    DetectorSpec((tx.BAD_QUERY,), detect_bad_query, needs_content=False),
+    DetectorSpec((tx.TOOL_NOT_FOUND,), detect_tool_not_found, needs_content=False),
+    DetectorSpec((tx.AUTH_MISUSE,), detect_auth_misuse, needs_content=False),
+    DetectorSpec((tx.STATE_ERROR,), detect_state_error, needs_content=False),
+)

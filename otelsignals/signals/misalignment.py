@@ -1,0 +1,325 @@
+"""interaction.misalignment (SPEC §3): the user says the agent misunderstood, or does not understand it.
+
+- ``correction``: the user corrects the agent, by phrase ("that's wrong", "I said X, not Y"; groups
+  ``correction*`` in ``phrases/misalignment.yaml``), by a short contrast ("…, not tokyo") that rejects
+  something the conversation mentioned, or by telling the agent its approach is needlessly piecemeal
+  ("you don't need to check them one by one, just…").
+- ``rephrase``: the user restates an earlier request (:mod:`otelsignals.signals.rephrase`).
+- ``clarification``: the user does not understand the agent, by phrase ("what do you mean?",
+  "I'm confused") or by asking what a term of the agent's last answer means ("what's intune?").
+
+Phrase hits follow the shared rules of :mod:`otelsignals.signals.phrase_analysis` (quoting, negation,
+first message, confidence).
+"""
+
+from __future__ import annotations
+
+from otelsignals.model import Role, SignalInstance
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext, DetectorSpec
+from otelsignals.signals.matching import (
+    DEFAULT_NEGATORS,
+    Token,
+    snippet,
+    tokenise,
+)
+from otelsignals.signals.phrase_analysis import (
+    COMPARE_CHARS,
+    SEED_LOOKBACK,
+    STOP_WORDS,
+    TextAnalysis,
+    analyse_text,
+    clause_spans,
+    phrase_instance,
+    previous_assistant_words,
+    sentence_spans,
+    user_texts,
+)
+from otelsignals.signals.rephrase import detect_rephrase
+
+# --- misalignment ----------------------------------------------------------------------------------
+
+
+def detect_correction(ctx: DetectionContext) -> list[SignalInstance]:
+    """The user corrects or negates the assistant: "no, I meant…", "that's wrong", or sets the right
+    thing against a wrong one from the conversation ("we fly into osaka actually, not tokyo")."""
+    found: list[SignalInstance] = []
+    for i, text, follows in user_texts(ctx):
+        if not follows:
+            continue
+        analysis = analyse_text(text)
+        index = ctx.absolute_index(i)
+        instance = phrase_instance(tx.CORRECTION, index, text, analysis)
+        if instance is None and not analysis.satisfied:
+            instance = _contrast_instance(ctx, i, text, analysis) or _piecemeal_instance(
+                index, text, analysis
+            )
+        if instance is not None:
+            found.append(instance)
+    return found
+
+
+# --- a needlessly piecemeal approach: "you don't need to check them one by one, just…" ----------------
+# A clause telling the agent it need not, or should stop, doing something, with a piecemeal marker in the
+# same clause: "X by X" ("one by one", "store by store", "file by file"), "one at a time", "individually",
+# "separately", "each one", "one after another". The user corrects the approach. Not a question ("you
+# don't have to pay them one by one?", "…one at a time, right?"): that asks.
+PIECEMEAL_CONFIDENCE = 0.7
+_PIECEMEAL_HEADS = (
+    ("you", "dont", "need", "to"),
+    ("you", "dont", "have", "to"),
+    ("you", "do", "not", "need", "to"),
+    ("you", "do", "not", "have", "to"),
+    ("you", "shouldnt", "have", "to"),
+    ("no", "need", "to"),
+    ("theres", "no", "need", "to"),
+    ("why", "are", "you"),
+    ("stop",),
+    ("instead", "of"),
+)
+_PIECEMEAL_MARKERS = (
+    ("one", "at", "a", "time"),
+    ("individually",),
+    ("separately",),
+    ("each", "one"),
+    ("one", "after", "another"),
+    ("one", "after", "the", "other"),
+)
+_PIECEMEAL_WORDS = frozenset(["by", *(marker[0] for marker in _PIECEMEAL_MARKERS)])
+_STOP_BY = (("by",), ("at",), ("in",), ("over",), ("off",))  # "stop by the shop": a visit, not a halt
+_CLAUSE_LEADS = frozenset(["so", "but", "and", "just", "please", "ok", "okay", "look", "no"])
+QUESTION_TAG_WORDS = 2  # "…, right?", "…, don't I?": a clause followed only by this many words and "?"
+
+
+def _piecemeal_instance(index: int, text: str, analysis: TextAnalysis) -> SignalInstance | None:
+    """The first clause of the first MAX_SENTENCES sentences that opens with a _PIECEMEAL_HEADS head and
+    holds a piecemeal marker after it (see above)."""
+    tokens = analysis.scan.tokens
+    if _PIECEMEAL_WORDS.isdisjoint(t.norm for t in tokens):
+        return None  # the cheap first look: no marker word at all
+    for start, end in sentence_spans(tokens):
+        after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+        question = "?" in after
+        for a, b in clause_spans(tokens, start, end):
+            if question and end - b <= QUESTION_TAG_WORDS:
+                continue  # the clause is, or is tagged as, a question
+            head = _piecemeal_head(tokens, a, b)
+            if head is None:
+                continue
+            marker = _piecemeal_marker(tokens, head, b)
+            if marker is not None:
+                metadata = {"pattern": "piecemeal", "marker": marker}
+                span = snippet(text, tokens[a].start, tokens[b - 1].end)
+                return SignalInstance(tx.CORRECTION, index, PIECEMEAL_CONFIDENCE, span, metadata)
+    return None
+
+
+def _piecemeal_head(tokens: list[Token], a: int, b: int) -> int | None:
+    """The index after a _PIECEMEAL_HEADS head opening the clause tokens[a:b] (after at most one
+    _CLAUSE_LEADS word), else None."""
+    for at in (a, a + 1):
+        if at >= b or (at > a and tokens[a].norm not in _CLAUSE_LEADS) or tokens[at].quoted:
+            continue
+        words = tuple(t.norm for t in tokens[at : at + 5])
+        for head in _PIECEMEAL_HEADS:
+            if words[: len(head)] == head and not (head == ("stop",) and words[1:2] in _STOP_BY):
+                return at + len(head)
+    return None
+
+
+def _piecemeal_marker(tokens: list[Token], at: int, b: int) -> str | None:
+    for k in range(at, b):
+        norm = tokens[k].norm
+        if (
+            norm == "by"
+            and at < k < b - 1
+            and tokens[k - 1].norm.isalpha()
+            and tokens[k - 1].norm == tokens[k + 1].norm
+        ):
+            return f"{tokens[k - 1].norm} by {tokens[k + 1].norm}"
+        words = tuple(t.norm for t in tokens[k : min(k + 4, b)])
+        for marker in _PIECEMEAL_MARKERS:
+            if words[: len(marker)] == marker:
+                return " ".join(marker)
+    return None
+
+
+CONTRAST_CONFIDENCE = 0.7
+CONTRAST_MAX_WORDS = 3  # "…, not tokyo", "…, not the 7am one": a short rejected item
+# Words after a clause-opening "not" that make an idiom or a hedge, not a rejected item ("not bad").
+# fmt: off
+_CONTRAST_IDIOMS = frozenset([
+    "bad", "sure", "yet", "quite", "exactly", "much", "anymore", "necessarily", "always", "only", "even",
+    "everything", "all", "really", "ever", "once", "twice", "true", "problem", "worry", "worries", "least",
+])
+# fmt: on
+
+
+def _contrast_instance(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis
+) -> SignalInstance | None:
+    """A sentence "X…, not Y" (Y a short clause after a comma or dash, closing the sentence) is a
+    correction when the user marks it ("actually") or Y is the conversation's: the agent said it (in a
+    statement; after a question "the window, not the aisle" is a choice) or the user asked for it before
+    ("that's everyone active today, not Q1"). Plain "for my son, not me" or "not bad" never count."""
+    tokens = analysis.scan.tokens
+    context: frozenset[str] | None = None  # read lazily: most messages have no contrast at all
+    for start, end in sentence_spans(tokens):
+        rejected = _rejected_item(tokens, start, end)
+        if not rejected:
+            continue
+        marked = any(t.norm == "actually" for t in tokens[start:end])
+        if not marked and context is None:
+            context = _conversation_words(ctx, i)
+        if marked or rejected & (context or frozenset()):
+            metadata = {"pattern": "contrast", "rejected": " ".join(sorted(rejected)), "actually": marked}
+            span = snippet(text, tokens[start].start, tokens[end - 1].end)
+            return SignalInstance(tx.CORRECTION, ctx.absolute_index(i), CONTRAST_CONFIDENCE, span, metadata)
+    return None
+
+
+def _rejected_item(tokens: list[Token], start: int, end: int) -> frozenset[str]:
+    """Y's content words when tokens[start:end] is "X…, not Y" with X holding a content word (not only
+    "actually") and Y 1–CONTRAST_MAX_WORDS tokens closing the sentence; empty otherwise."""
+    for k in range(start + 1, end):
+        token = tokens[k]
+        if token.norm != "not" or not token.clause_start or token.quoted or end - k - 1 > CONTRAST_MAX_WORDS:
+            continue  # (the length check first keeps this linear: at most 3 candidates per sentence)
+        item = [t.norm for t in tokens[k + 1 : end]]
+        before = [t.norm for t in tokens[start:k] if t.norm not in STOP_WORDS and t.norm != "actually"]
+        words = {w for w in item if w not in STOP_WORDS and w not in DEFAULT_NEGATORS}
+        if 0 < len(item) <= CONTRAST_MAX_WORDS and before and words and not words & _CONTRAST_IDIOMS:
+            return frozenset(words)
+    return frozenset()
+
+
+def _conversation_words(ctx: DetectionContext, i: int) -> frozenset[str]:
+    """Words the contrast may reject: the previous assistant message's, when it states rather than asks,
+    and those of the user's earlier messages (both bounded by SEED_LOOKBACK and the compare length)."""
+    words: set[str] = set()
+    assistant_seen = False
+    for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
+        message = ctx.messages[j]
+        if not message.content:
+            continue
+        content = message.content[:COMPARE_CHARS]
+        if message.role is Role.USER:
+            words.update(t.norm for t in analyse_text(content).scan.tokens)
+        elif message.role is Role.ASSISTANT and not assistant_seen:
+            assistant_seen = True
+            if not content.rstrip().endswith("?"):
+                words.update(t.norm for t in tokenise(content))
+    return frozenset(words)
+
+
+def detect_clarification(ctx: DetectionContext) -> list[SignalInstance]:
+    """The user asks for clarification or shows confusion: "what do you mean", "huh?", or asks what a
+    term the assistant just used is ("what's TARGETARCH?", "what is intune?")."""
+    found: list[SignalInstance] = []
+    for i, text, follows in user_texts(ctx):
+        analysis = analyse_text(text)
+        instance = phrase_instance(
+            tx.CLARIFICATION, ctx.absolute_index(i), text, analysis, opening=not follows
+        )
+        if instance is None and follows:  # a term question needs the agent's words to ask about
+            instance = _term_question(ctx, i, text, analysis)
+        if instance is not None:
+            found.append(instance)
+    return found
+
+
+TERM_QUESTION_CONFIDENCE = 0.7
+TERM_QUESTION_MAX_WORDS = 2  # "what's intune?", "what is open jaw?": a term, not a new question
+# A bare "what" echoes the agent's words back ("what unpaid invoice?", "what fee?"): the user does not
+# know what the agent is talking about. Not when the words ask for something new ("what else?", "what
+# about the hotel?", "what happened?", "what time?" names no word of the agent's unless it used it).
+# fmt: off
+_ECHO_NOT_TERMS = frozenset([
+    "about", "else", "if", "happened", "happens", "now", "then", "next", "for", "abt", "has", "have", "had",
+    "kind", "sort", "type", "other", "others", "exactly", "way",
+])
+# fmt: on
+_TERM_QUESTION_HEADS = (
+    ("what",),
+    ("whats",),
+    ("what", "is"),
+    ("what", "are"),
+    ("what", "s"),
+    ("whats", "a"),
+    ("what", "is", "a"),
+    ("what", "is", "an"),
+    ("whats", "an"),
+)
+# "what does R01 mean?", "what does ACH stand for?": the same question, the term inside
+_MEANING_HEADS = (("what", "does"), ("what", "do"), ("whats",))
+_MEANING_TAILS = (
+    ("mean",),
+    ("stand", "for"),
+    ("mean", "here"),
+    ("mean", "exactly"),
+    ("mean", "exactly", "here"),
+    ("means", "exactly"),
+)
+# "what means 'service name'?" (non-native word order), "what's shared parental leave exactly?"
+_PLAIN_MEANING_HEADS = (("what", "means"), ("what", "mean"))
+_TERM_HEDGES = ("exactly", "here", "again")
+# a term quoted back from the agent's answer ("what does 're-applied to the term' mean")
+QUOTED_TERM_MAX_WORDS = 6
+_TERM_QUESTION_LONGEST = max(map(len, _TERM_QUESTION_HEADS)) + QUOTED_TERM_MAX_WORDS + 3
+
+
+def _term_question(ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis) -> SignalInstance | None:
+    """A sentence that is only "what's <term>?" (or "what does <term> mean?"), the term being 1–2 words
+    of the assistant message just before: the user does not know a word the agent used ("whats the
+    difference between…" is a longer, new question and "what's the weather?" names nothing the agent
+    said)."""
+    previous: frozenset[str] | None = None  # read lazily
+    tokens = analysis.scan.tokens
+    for start, sentence_end in sentence_spans(tokens):
+        token = tokens[start]
+        if token.quoted:
+            continue
+        # the first clause, when a question follows it ("what does X mean, will the 8k be moved?")
+        end = next(
+            (k for k in range(start + 1, sentence_end) if tokens[k].clause_start and not tokens[k].quoted),
+            sentence_end,
+        )
+        if end - start > _TERM_QUESTION_LONGEST:
+            continue
+        words = [t.norm for t in tokens[start:end]]
+        head = next((h for h in _TERM_QUESTION_HEADS[::-1] if tuple(words[: len(h)]) == h), None)
+        head = next((h for h in _PLAIN_MEANING_HEADS if tuple(words[: len(h)]) == h), head)
+        term = words[len(head) :] if head else []
+        for meaning in _MEANING_HEADS:
+            tail = next((t for t in _MEANING_TAILS if tuple(words[-len(t) :]) == t), None)
+            if tail and tuple(words[: len(meaning)]) == meaning:
+                head, term = meaning, words[len(meaning) : -len(tail)]
+                break
+        while len(term) > 1 and term[-1] in _TERM_HEDGES:
+            term = term[:-1]
+        if head == ("what",) and any(w in _ECHO_NOT_TERMS for w in term):
+            continue
+        closing = tokens[sentence_end].start if sentence_end < len(tokens) else len(text)
+        after = text[tokens[sentence_end - 1].end : closing]
+        first = start + (len(head) if head else 0)
+        quoted = bool(term) and all(t.quoted for t in tokens[first : first + len(term)])
+        limit = QUOTED_TERM_MAX_WORDS if quoted else TERM_QUESTION_MAX_WORDS
+        if not (0 < len(term) <= limit and "?" in after):
+            continue
+        previous = previous_assistant_words(ctx, i) if previous is None else previous
+        content = [w for w in term if w not in STOP_WORDS]
+        if content and all(w in previous for w in content) and (quoted or len(content) == len(term)):
+            pattern = "echo_question" if head == ("what",) else "term_question"
+            metadata = {"pattern": pattern, "term": " ".join(term)}
+            span = snippet(text, token.start, tokens[end - 1].end)
+            return SignalInstance(
+                tx.CLARIFICATION, ctx.absolute_index(i), TERM_QUESTION_CONFIDENCE, span, metadata
+            )
+    return None
+
+
+DETECTORS: tuple[DetectorSpec, ...] = (
+    DetectorSpec((tx.CORRECTION,), detect_correction),
+    DetectorSpec((tx.REPHRASE,), detect_rephrase),
+    DetectorSpec((tx.CLARIFICATION,), detect_clarification),
+)

@@ -1,0 +1,507 @@
+"""What the interaction detectors share: the phrase library, one scan per message, and the rules of a hit.
+
+The interaction layer (SPEC §3) has one module per category, each with its detectors and its phrase
+data: :mod:`~otelsignals.signals.misalignment` (with :mod:`~otelsignals.signals.rephrase`),
+:mod:`~otelsignals.signals.stagnation`, :mod:`~otelsignals.signals.disengagement`,
+:mod:`~otelsignals.signals.satisfaction`. Every detector is incremental: it looks at the messages from
+``ctx.new_from`` on and keeps what it must remember in ``ctx.memory`` (one dict per conversation).
+Only USER messages feed misalignment, disengagement and satisfaction; stagnation.repetition reads
+ASSISTANT messages and stagnation.dragging counts USER turns.
+
+Phrases come from ``phrases/<category>.yaml`` (data, with positive and near-miss examples per group)
+and ``phrases/interaction.yaml`` (negators, spelling lists and context cues all groups share), matched
+by one :class:`~otelsignals.signals.matching.PhraseMatcher` built on first use: :func:`analyse_text`
+scans a message once for every group and every detector reads that one scan. A hit counts when it is
+neither quoted nor (for groups that respect negation) negated.
+
+Misalignment, satisfaction and quit read most phrases only after an assistant turn: there is nothing to
+correct, clarify or be satisfied with yet, "thanks in advance" is not satisfaction, and a first
+message "cancel my subscription" is the task, not the user leaving. But the sidecar often sees a
+conversation only from the middle, so the phrase groups marked ``first_message`` (unambiguous
+statements: "I'm confused.", "forget it, I'll just go to the store", "that's exactly what I needed",
+"that fixed it") also fire on a user message with no assistant turn before it; context-dependent
+signals (a correction, a rephrase, a term question, gratitude) still need one. Escalation and
+negative stance fire on any user message.
+
+Context rules (cue lists in the YAML's ``cues`` section, matched by a second PhraseMatcher):
+negative stance is dropped when the message blames a third party or the world ("my flight got
+delayed again, so frustrating") and nothing in it points at the agent, the chat or the service
+("you keep…", "this chat"); a confirmation made of acknowledgements only ("got it", "I see",
+"understood", the ``acknowledgement`` groups) is dropped when the agent's last answer refused or gave
+bad news ("unfortunately…", "I can't…"): accepting bad news is not satisfaction.
+
+Confidence of a phrase hit (documented rule, :func:`phrase_confidence`): the group's base confidence
+from the YAML, minus 0.15 when a word matched through a typo, plus 0.05 when the phrase is the whole
+message, multiplied for messages longer than 40 tokens by ``max(0.6, (40 / tokens) ** 0.15)`` (the
+phrase is a small part of a long text), clamped to [0.05, 0.99]. The best hit of a leaf in a message
+gives its instance; there is at most one instance per (leaf, message).
+
+Metadata keys are declared in :mod:`otelsignals.signals.base`. ``phrase`` is the phrase as written
+in the library, never the user's words; the user's own words (``rejected``, ``term``, ``shared``,
+``brought_back``, a piecemeal ``marker``) are content, sent as ``blake2b:`` digests when
+``signals.snippets`` is off. A new key must be declared there.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import operator
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, TypeVar
+
+import yaml
+from cachetools import LRUCache
+
+from otelsignals.model import Role, SignalInstance
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext
+from otelsignals.signals.matching import (
+    DEFAULT_NEGATORS,
+    Match,
+    PhraseGroup,
+    PhraseMatcher,
+    Scan,
+    Token,
+    phrase_tokens,
+    snippet,
+    tokenise,
+)
+
+FUZZY_PENALTY = 0.15
+WHOLE_MESSAGE_BONUS = 0.05
+LONG_MESSAGE_TOKENS = 40
+LONG_MESSAGE_FLOOR = 0.6
+
+COMPARE_CHARS = 4000  # characters of a message compared with earlier ones: bounded cost per comparison
+ANALYSIS_CACHE_CHARS = 2_000_000  # message text held by the shared analysis cache
+SEED_LOOKBACK = 50  # messages looked back over when the memory is new but messages were analysed before
+
+# fmt: off
+STOP_WORDS = frozenset([
+    "a", "an", "the", "i", "me", "my", "we", "our", "you", "your", "it", "its", "this", "that", "these",
+    "those", "is", "are", "was", "were", "be", "been", "am", "do", "does", "did", "to", "of", "in", "on",
+    "at", "for", "with", "and", "or", "but", "so", "if", "then", "can", "could", "would", "should", "will",
+    "shall", "may", "might", "please", "pls", "just", "also", "too", "very", "really", "some", "any",
+    "there", "here", "what", "which", "who", "how", "when", "where", "why", "again", "now", "ok", "okay",
+    "hi", "hello", "hey"
+])
+# fmt: on
+SATISFACTION = (tx.GRATITUDE, tx.CONFIRMATION, tx.SUCCESS)
+# a message with one of these makes its "!!!" anger whatever the sentence ("get me a human!!!")
+COMPLAINTS = (tx.CORRECTION, tx.ESCALATION, tx.QUIT, tx.NEGATIVE_STANCE)
+
+# --- the phrase library ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    group: PhraseGroup
+    signal: str
+    positives: tuple[str, ...] = ()
+    near_misses: tuple[str, ...] = ()
+    unless_satisfied: bool = False  # dropped when a satisfaction group fires in the same message
+    statement_only: bool = False  # dropped when its clause is a question ("works now?", "all set?")
+    # dropped when a complaint (a negative-stance group not itself unless_satisfied) fires in the same
+    # message: "great, now it's even worse" is sarcasm
+    unless_complaining: bool = False
+    # a trouble cue ("it crashed", "which is down", "by mistake"): it counts (as its signal) only beside
+    # a bare praise word and no other satisfaction ("which is down. brilliant."), see _sarcastic
+    with_praise: bool = False
+    # also fires on a user message with no assistant turn before it (the first message as the sidecar
+    # sees it); other groups of misalignment, satisfaction and quit need an assistant turn first
+    first_message: bool = False
+    # dropped when its clause closes with a single "?" ("really?" is surprise; "really??" and
+    # "really." are not)
+    unless_plain_question: bool = False
+    # a bare acknowledgement ("got it", "I see"): confirmation only when the agent's last answer did
+    # not refuse or give bad news (see detect_confirmation)
+    acknowledgement: bool = False
+    opening_positives: tuple[str, ...] = ()  # sent as the first message: must fire the group
+    opening_near_misses: tuple[str, ...] = ()  # sent as the first message: must fire nothing of it
+
+
+@dataclass(frozen=True)
+class PhraseLibrary:
+    matcher: PhraseMatcher
+    groups: dict[str, GroupSpec] = field(default_factory=dict)
+    # words a sarcastic confirmation is made of ("great", "super helpful", "oh wonderful"): a confirmation
+    # hit all of whose words are praise words can be sarcasm (see _sarcastic)
+    praise_words: frozenset[str] = frozenset()
+    # context cues (the YAML's ``cues``): third_party, agent (in user text), bad_news (in the agent's)
+    cues: PhraseMatcher | None = None
+    cue_examples: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+
+    def signal_of(self, group: str) -> str:
+        return self.groups[group].signal
+
+    def cue_hits(self, text: str) -> frozenset[str]:
+        """Names of the cue lists with an unquoted, un-negated hit in ``text``."""
+        if self.cues is None:
+            return frozenset()
+        return frozenset(m.group for m in self.cues.find(text) if not (m.quoted or m.negated))
+
+
+def parse_library(data: dict[str, Any]) -> PhraseLibrary:
+    """Build the library from the YAML's parsed content; rejects unknown leaves and bad values."""
+    specs: dict[str, GroupSpec] = {}
+    for name, entry in data["groups"].items():
+        signal = entry["signal"]
+        if signal not in tx.LEAF_TYPES:
+            raise ValueError(f"phrase group {name!r}: unknown signal {signal!r}")
+        if entry.get("negation", "respect") not in ("respect", "ignore"):
+            raise ValueError(f"phrase group {name!r}: negation must be 'respect' or 'ignore'")
+        confidence = float(entry.get("confidence", 0.8))
+        if not 0.0 <= confidence <= 1.0:
+            raise ValueError(f"phrase group {name!r}: confidence {confidence} outside [0, 1]")
+        group = PhraseGroup(
+            name=name,
+            phrases=tuple(entry.get("phrases", ())),
+            negation=entry.get("negation", "respect") == "respect",
+            confidence=confidence,
+            exclude=tuple(entry.get("exclude", ())),
+            whole_message=tuple(entry.get("whole_message", ())),
+            starts_with=tuple(entry.get("starts_with", ())),
+        )
+        specs[name] = GroupSpec(
+            group,
+            signal,
+            tuple(entry.get("positives", ())),
+            tuple(entry.get("near_misses", ())),
+            bool(entry.get("unless_satisfied", False)),
+            bool(entry.get("statement_only", False)),
+            bool(entry.get("unless_complaining", False)),
+            bool(entry.get("with_praise", False)),
+            bool(entry.get("first_message", False)),
+            bool(entry.get("unless_plain_question", False)),
+            bool(entry.get("acknowledgement", False)),
+            tuple(entry.get("opening_positives", ())),
+            tuple(entry.get("opening_near_misses", ())),
+        )
+    matcher = PhraseMatcher(
+        (spec.group for spec in specs.values()),
+        negators=data.get("negators", DEFAULT_NEGATORS),
+        protected_words=data.get("protected_words", ()),
+        lead_ins=data.get("lead_ins", ()),
+        trailers=data.get("trailers", ()),
+    )
+    praise = frozenset(
+        word for phrase in data.get("praise_words", ()) for word in phrase_tokens(str(phrase))[0]
+    )
+    cue_groups: list[PhraseGroup] = []
+    examples: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    for name, entry in (data.get("cues") or {}).items():
+        if name not in _CUE_NAMES:
+            raise ValueError(f"cue list {name!r}: unknown (expected one of {sorted(_CUE_NAMES)})")
+        cue_groups.append(
+            PhraseGroup(
+                name=name,
+                phrases=tuple(entry.get("phrases", ())),
+                negation=entry.get("negation", "respect") == "respect",
+                exclude=tuple(entry.get("exclude", ())),
+            )
+        )
+        examples[name] = (tuple(entry.get("positives", ())), tuple(entry.get("near_misses", ())))
+    cues = (
+        PhraseMatcher(
+            cue_groups,
+            negators=data.get("negators", DEFAULT_NEGATORS),
+            protected_words=data.get("protected_words", ()),
+        )
+        if cue_groups
+        else None
+    )
+    return PhraseLibrary(matcher, specs, praise, cues, examples)
+
+
+THIRD_PARTY = "third_party"  # someone or something else caused the trouble ("the courier", "got delayed")
+AGENT = "agent"  # the user points at the agent, the chat or the service ("you keep…", "this chat")
+BAD_NEWS = "bad_news"  # an agent answer that refuses or gives bad news ("unfortunately", "I can't")
+_CUE_NAMES = frozenset([THIRD_PARTY, AGENT, BAD_NEWS])
+
+
+PHRASE_FILES = ("misalignment", "disengagement", "satisfaction")  # phrases/<name>.yaml: the groups
+
+
+def _load_yaml(name: str) -> Any:
+    source = resources.files("otelsignals.signals").joinpath("phrases", f"{name}.yaml")
+    # The C loader when PyYAML has it: the library is large and is loaded at start-up.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(source.read_text(encoding="utf-8"), Loader=loader)
+
+
+def library_data() -> dict[str, Any]:
+    """phrases/interaction.yaml (what all groups share) with the groups of every category file."""
+    data: dict[str, Any] = _load_yaml("interaction")
+    data["groups"] = {}
+    for name in PHRASE_FILES:
+        for group, entry in _load_yaml(name)["groups"].items():
+            if group in data["groups"]:
+                raise ValueError(f"phrase group {group!r} is defined twice (phrases/{name}.yaml)")
+            data["groups"][group] = entry
+    return data
+
+
+@functools.cache
+def phrase_library() -> PhraseLibrary:
+    """The interaction phrase library, loaded and compiled once."""
+    return parse_library(library_data())
+
+
+@dataclass(frozen=True)
+class TextAnalysis:
+    """One user message as the phrase detectors see it."""
+
+    scan: Scan
+    hits: dict[str, list[Match]]  # leaf type → accepted hits (not quoted, not negated)
+
+    @property
+    def satisfied(self) -> bool:
+        return any(self.hits.get(signal) for signal in SATISFACTION)
+
+    @functools.cached_property
+    def aimed_elsewhere(self) -> bool:
+        """The message blames a third party or the world and points at neither the agent, the chat nor
+        the service: its frustration is not a stance toward the agent."""
+        cues = phrase_library().cue_hits(self.scan.text)
+        return THIRD_PARTY in cues and AGENT not in cues
+
+
+# Recent analyses by message text, bounded by the characters held (not by count), so that the
+# detectors reading one message share one scan even when messages are 100 KB long.
+_CACHE: LRUCache[str, TextAnalysis] = LRUCache(ANALYSIS_CACHE_CHARS, getsizeof=lambda a: len(a.scan.text))
+_CACHE_LOCK = threading.Lock()
+
+
+def _complains(spec: GroupSpec) -> bool:
+    return spec.signal == tx.NEGATIVE_STANCE and not spec.unless_satisfied
+
+
+def analyse_text(text: str) -> TextAnalysis:
+    """Scan a message once for every phrase group (cached: several detectors read each message)."""
+    with _CACHE_LOCK:
+        cached = _CACHE.get(text)
+    if cached is not None:
+        return cached
+    library = phrase_library()
+    groups = library.groups
+    scan = library.matcher.scan(text)
+    accepted = [
+        m
+        for m in scan.matches
+        if not (
+            m.quoted
+            or m.negated
+            or (groups[m.group].statement_only and asked(text, m.start, m.end))
+            or (groups[m.group].unless_plain_question and plainly_asked(text, m.start, m.end))
+        )
+    ]
+    trouble = [m for m in accepted if groups[m.group].with_praise]
+    if trouble:
+        accepted = [m for m in accepted if not groups[m.group].with_praise]
+        if _sarcastic(text, accepted, library):
+            accepted += [m for m in trouble if not asked(text, m.start, m.end)]
+    if any(_complains(groups[m.group]) for m in accepted):
+        accepted = [m for m in accepted if not groups[m.group].unless_complaining]
+    if any(groups[m.group].signal in SATISFACTION for m in accepted):
+        accepted = [m for m in accepted if not groups[m.group].unless_satisfied]
+    hits: dict[str, list[Match]] = {}
+    for match in accepted:
+        hits.setdefault(groups[match.group].signal, []).append(match)
+    analysis = TextAnalysis(scan, hits)
+    if len(analysis.scan.text) <= ANALYSIS_CACHE_CHARS:
+        with _CACHE_LOCK:
+            _CACHE[text] = analysis
+    return analysis
+
+
+def _sarcastic(text: str, accepted: list[Match], library: PhraseLibrary) -> bool:
+    """Praise beside trouble is sarcasm ("great, now it's broken", "which is down. brilliant."): the
+    message's only satisfaction is confirmation hits made of praise words alone; thanks, a success or a
+    fuller confirmation ("that fixed the error, perfect") make it sincere."""
+    praised = False
+    for match in accepted:
+        spec = library.groups[match.group]
+        if spec.signal in (tx.GRATITUDE, tx.SUCCESS):
+            return False
+        if spec.signal == tx.CONFIRMATION:
+            words = phrase_tokens(text[match.start : match.end])[0]
+            if not library.praise_words.issuperset(words):
+                return False
+            praised = True
+    return praised
+
+
+QUESTION_LOOKAHEAD = 200  # characters looked at after a hit for the punctuation closing its clause
+_CLAUSE_CLOSERS = frozenset(".!?,;:\n")
+
+
+def asked(text: str, start: int, end: int) -> bool:
+    """The hit ``text[start:end]`` is (part of) a question: its clause closes with "?" ("it works now?",
+    "all set?"), or a "?" falls inside it ("fixed? it still crashes" is no "fixed it"). Looks at most
+    QUESTION_LOOKAHEAD characters past the hit (constant work per hit)."""
+    if "?" in text[start:end]:
+        return True
+    for char in text[end : end + QUESTION_LOOKAHEAD]:
+        if char in _CLAUSE_CLOSERS:
+            return char == "?"
+    return False
+
+
+def plainly_asked(text: str, start: int, end: int) -> bool:
+    """The hit's clause closes with one "?" and no further "?" or "!" ("really?", not "really??" or
+    "really?!"). Looks at most QUESTION_LOOKAHEAD characters past the hit."""
+    limit = min(len(text), end + QUESTION_LOOKAHEAD)
+    for at in range(end, limit):
+        char = text[at]
+        if char in _CLAUSE_CLOSERS:
+            if char != "?":
+                return False
+            following = text[at + 1] if at + 1 < len(text) else ""
+            return following not in ("?", "!")
+    return False
+
+
+def phrase_confidence(base: float, match: Match, message_tokens: int) -> float:
+    """The documented confidence rule of a phrase hit (see the module docstring)."""
+    confidence = base
+    if match.fuzzy:
+        confidence -= FUZZY_PENALTY
+    if match.whole_message:
+        confidence += WHOLE_MESSAGE_BONUS
+    if message_tokens > LONG_MESSAGE_TOKENS:
+        confidence *= max(LONG_MESSAGE_FLOOR, (LONG_MESSAGE_TOKENS / message_tokens) ** 0.15)
+    return round(min(max(confidence, 0.05), 0.99), 3)
+
+
+# --- shared helpers --------------------------------------------------------------------------------
+
+_FIRST_ASSISTANT = "interaction.first_assistant"
+
+
+def _first_assistant(ctx: DetectionContext) -> int | None:
+    """Absolute index of the conversation's first assistant message seen so far (remembered)."""
+    if _FIRST_ASSISTANT in ctx.memory:
+        return ctx.memory[_FIRST_ASSISTANT]
+    if ctx.conversation.message_offset:
+        return -1  # messages were dropped from the front: there were turns before
+    for i in range(ctx.new_from):  # once per conversation; stops at the first assistant message
+        if ctx.messages[i].role is Role.ASSISTANT:
+            return ctx.absolute_index(i)
+    return None
+
+
+def user_texts(ctx: DetectionContext) -> list[tuple[int, str, bool]]:
+    """(local index, text, follows an assistant turn) for each new user message with text."""
+    first = _first_assistant(ctx)
+    found: list[tuple[int, str, bool]] = []
+    for i in range(ctx.new_from, len(ctx.messages)):
+        message, index = ctx.messages[i], ctx.absolute_index(i)
+        if message.role is Role.ASSISTANT and (first is None or index < first):
+            first = index
+        elif message.role is Role.USER and message.content:
+            found.append((i, message.content, first is not None and first < index))
+    ctx.memory[_FIRST_ASSISTANT] = first
+    return found
+
+
+def best_match(signal: str, analysis: TextAnalysis, *, opening: bool = False) -> tuple[float, Match] | None:
+    """The highest-confidence accepted hit of ``signal`` (the earliest among equals); with ``opening``,
+    of the ``first_message`` groups only (a message with no assistant turn before it)."""
+    matches = analysis.hits.get(signal)
+    groups = phrase_library().groups
+    if matches and opening:
+        matches = [m for m in matches if groups[m.group].first_message]
+    if not matches:
+        return None
+    tokens = len(analysis.scan.tokens)
+    scored = [(phrase_confidence(groups[m.group].group.confidence, m, tokens), m) for m in matches]
+    return max(scored, key=lambda item: (item[0], -item[1].start))
+
+
+def phrase_instance(
+    signal: str, index: int, text: str, analysis: TextAnalysis, *, opening: bool = False
+) -> SignalInstance | None:
+    best = best_match(signal, analysis, opening=opening)
+    if best is None:
+        return None
+    confidence, match = best
+    metadata = {
+        "pattern": match.group,
+        "phrase": match.phrase,
+        "matches": len(analysis.hits[signal]),
+        "fuzzy": match.fuzzy,
+    }
+    return SignalInstance(signal, index, confidence, snippet(text, match.start, match.end), metadata)
+
+
+def detect_phrases(ctx: DetectionContext, signal: str, *, after_assistant: bool) -> list[SignalInstance]:
+    """Phrase hits of ``signal`` in the new user messages; with ``after_assistant``, a message with no
+    assistant turn before it counts only its ``first_message`` groups."""
+    found: list[SignalInstance] = []
+    for i, text, follows in user_texts(ctx):
+        opening = after_assistant and not follows
+        instance = phrase_instance(signal, ctx.absolute_index(i), text, analyse_text(text), opening=opening)
+        if instance is not None:
+            found.append(instance)
+    return found
+
+
+_Prepared = TypeVar("_Prepared")  # what recent_messages keeps of each message: text, keys, answer
+
+
+def recent_messages(
+    ctx: DetectionContext, key: str, role: Role, size: int, prepare: Callable[[str], _Prepared]
+) -> deque[tuple[int, _Prepared]]:
+    """The remembered last ``size`` messages of ``role`` as (absolute index, prepared text).
+
+    Seeded from at most SEED_LOOKBACK messages before ``new_from`` when the memory is new.
+    """
+    recent: deque[tuple[int, _Prepared]] | None = ctx.memory.get(key)
+    if recent is None:
+        recent = deque(maxlen=size)
+        earlier: list[tuple[int, _Prepared]] = []
+        for i in range(ctx.new_from - 1, max(ctx.new_from - SEED_LOOKBACK, 0) - 1, -1):
+            message = ctx.messages[i]
+            if message.role is role and message.content and len(earlier) < size:
+                earlier.append((ctx.absolute_index(i), prepare(message.content)))
+        recent.extend(reversed(earlier))
+        ctx.memory[key] = recent
+    return recent
+
+
+# Sentence-level cues (restatements, sarcasm) are looked for in a message's first sentences only: what
+# a user says to the agent comes first, and a long paste (a log, an email) would otherwise cost per
+# sentence for nothing.
+MAX_SENTENCES = 12
+
+
+_SENTENCE_START = operator.attrgetter("sentence_start")
+
+
+def sentence_spans(tokens: list[Token]) -> list[tuple[int, int]]:
+    """[start, end) token ranges of the first MAX_SENTENCES sentences (split at sentence_start tokens)."""
+    # C-speed scan of the flags, stopping at the (MAX_SENTENCES + 1)th start
+    flags = map(_SENTENCE_START, tokens)
+    starts = list(itertools.islice(itertools.compress(itertools.count(), flags), MAX_SENTENCES + 1))
+    ends = [*starts[1:], len(tokens)] if len(starts) <= MAX_SENTENCES else starts[1:]
+    return list(zip(starts[:MAX_SENTENCES], ends, strict=False))
+
+
+def previous_assistant_words(ctx: DetectionContext, i: int) -> frozenset[str]:
+    """The token norms of the nearest assistant message with text before local index ``i``."""
+    for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
+        message = ctx.messages[j]
+        if message.role is Role.ASSISTANT and message.content:
+            return frozenset(t.norm for t in tokenise(message.content[:COMPARE_CHARS]))
+    return frozenset()
+
+
+def clause_spans(tokens: list[Token], start: int, end: int) -> list[tuple[int, int]]:
+    """[a, b) token ranges of the clauses of the sentence tokens[start:end]."""
+    cuts = [k for k in range(start + 1, end) if tokens[k].clause_start]
+    return list(zip([start, *cuts], [*cuts, end], strict=True))

@@ -1,0 +1,538 @@
+"""interaction.misalignment.rephrase: the user asks again for what they already asked.
+
+Five rules, tried in order on each new user message; the first that fires gives the instance, and
+its ``pattern`` metadata names the rule (the phrase group, ``near_duplicate``, ``restatement``,
+``insistence``, ``asked_again``). Rules 2–5 need the agent to have answered since the earlier
+message, and never fire on a message that expresses satisfaction:
+
+1. a phrase that says so ("let me rephrase", "again:"; group ``rephrase`` in ``phrases/misalignment.yaml``);
+2. a near-duplicate of one of the user's last REPHRASE_WINDOW messages over content words
+   (rapidfuzz token_set ≥ REPHRASE_SIMILARITY and token_sort ≥ REPHRASE_ORDER_SIMILARITY);
+3. a restatement: a short request whose key words the user already wrote in an earlier sentence;
+4. insistence: the task brought back after the agent steered away from it;
+5. asked again after the agent repeated an answer.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from typing import Any, NamedTuple
+
+from rapidfuzz import fuzz
+
+from otelsignals.model import Role, SignalInstance
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext
+from otelsignals.signals.disengagement import caps_cue, caps_run_cue
+from otelsignals.signals.matching import (
+    DEFAULT_NEGATORS,
+    Token,
+    snippet,
+)
+from otelsignals.signals.phrase_analysis import (
+    COMPARE_CHARS,
+    SEED_LOOKBACK,
+    STOP_WORDS,
+    TextAnalysis,
+    analyse_text,
+    clause_spans,
+    phrase_instance,
+    previous_assistant_words,
+    recent_messages,
+    sentence_spans,
+    user_texts,
+)
+from otelsignals.signals.stagnation import REPETITION_WINDOW, Answer, comparable_answer, most_similar
+
+# The near-duplicate thresholds were calibrated on the labelled pairs of tests/signals/test_interaction.py
+# (REPHRASE_PAIRS, REPETITION_PAIRS). Rephrase, over content words: restatements scored token_set ≥ 92.3
+# with token_sort ≥ 79.4; different requests on one template scored token_set ≤ 88.9 ("summarise the
+# first/second chapter", "jira ticket for the login/signup bug") or, when one request only extends the
+# other ("sort a list" / "… in reverse order without modifying it", token_set 100), token_sort ≤ 41.
+# Known miss: inflected restatements ("counts users by country" / "counting users per country": 77.5).
+
+REPHRASE_WINDOW = 3  # the user's previous messages compared with a new one
+REPHRASE_SIMILARITY = 90.0  # rapidfuzz token_set_ratio over content words, 0–100
+REPHRASE_ORDER_SIMILARITY = 75.0  # and token_sort_ratio: a restatement, not a longer follow-up
+REPHRASE_MIN_WORDS = 3  # content words (stop words removed) in both messages
+REPHRASE_MIN_LETTERS = 15
+REPHRASE_MAX_WORDS = 120  # longer messages are compared on their first 120 content words
+
+
+def content_words(text: str) -> str:
+    """The message's words without stop words, for near-duplicate comparison (first 300)."""
+    return " ".join(_content_tokens(analyse_text(text).scan.tokens))
+
+
+@functools.lru_cache(maxsize=65536)  # words repeat across messages; this runs per token
+def stem(word: str) -> str:
+    """Light stemming so inflected restatements compare equal ("counting"/"counts" → count,
+    "exits"/"exiting" → exit): one common ending off words of 5+ letters, nothing else."""
+    if len(word) >= 5 and word.isalpha():
+        for ending in ("ing", "ed", "es", "s"):
+            if word.endswith(ending) and len(word) - len(ending) >= 3:
+                return word[: -len(ending)]
+    return word
+
+
+def _content_tokens(tokens: list[Token]) -> list[str]:
+    words: list[str] = []
+    for token in tokens:
+        if token.norm not in STOP_WORDS:
+            words.append(stem(token.norm))
+            if len(words) >= REPHRASE_MAX_WORDS:
+                break
+    return words
+
+
+def _substantial(words: str) -> bool:
+    return (
+        words.count(" ") + 1 >= REPHRASE_MIN_WORDS and sum(c.isalpha() for c in words) >= REPHRASE_MIN_LETTERS
+    )
+
+
+def rephrase_similarity(words: str, earlier: str) -> float:
+    """0–100; 0 unless both messages are substantial and the new one restates the earlier one."""
+    if not (_substantial(words) and _substantial(earlier)):
+        return 0.0
+    if fuzz.token_sort_ratio(words, earlier) < REPHRASE_ORDER_SIMILARITY:
+        return 0.0
+    return fuzz.token_set_ratio(words, earlier)
+
+
+def _restated(words: str, recent: deque[tuple[int, str]]) -> tuple[int, float] | None:
+    best: tuple[int, float] | None = None
+    for index, earlier in recent:
+        ratio = rephrase_similarity(words, earlier)
+        if ratio >= REPHRASE_SIMILARITY and (best is None or ratio > best[1]):
+            best = (index, ratio)
+    return best
+
+
+def _answered_since(ctx: DetectionContext, recent: deque[tuple[int, str]], i: int, follows: bool) -> bool:
+    """An assistant message lies between the user's previous message and message ``i``."""
+    if not recent:
+        return follows
+    start = max(recent[-1][0] - ctx.conversation.message_offset + 1, 0)
+    return any(ctx.messages[j].role is Role.ASSISTANT for j in range(start, i))
+
+
+def detect_rephrase(ctx: DetectionContext) -> list[SignalInstance]:
+    """The user restates a request, after the assistant answered (short messages never count): an
+    explicit marker ("let me rephrase"), a near-duplicate of one of their last 3 messages, a short
+    request clause restating one of their sentences in other words, or an insisting one (see
+    _insistence_instance) that brings their request back after the agent steered away from it."""
+    recent = recent_messages(ctx, "rephrase.recent", Role.USER, REPHRASE_WINDOW, content_words)
+    keys = recent_messages(ctx, "rephrase.keys", Role.USER, REPHRASE_WINDOW, sentence_keys)
+    _task(ctx)  # seeds the remembered task from the earlier messages when the memory is new
+    found: list[SignalInstance] = []
+    for i, text, follows in user_texts(ctx):
+        index = ctx.absolute_index(i)
+        analysis = analyse_text(text)
+        words = " ".join(_content_tokens(analysis.scan.tokens))
+        instance = phrase_instance(tx.REPHRASE, index, text, analysis) if follows else None
+        if instance is None and not analysis.satisfied and _answered_since(ctx, recent, i, follows):
+            instance = (
+                _near_duplicate_instance(index, text, words, recent)
+                or _restatement_instance(ctx, i, text, analysis, keys)
+                or _insistence_instance(ctx, i, text, analysis, [*keys, *_task(ctx)])
+                or _reask_instance(ctx, i, text, analysis, [*keys, *_task(ctx)])
+            )
+        if instance is not None:
+            found.append(instance)
+        sentences = sentence_keys(text)
+        recent.append((index, words))
+        keys.append((index, sentences))
+        if ctx.memory.get(_TASK) is None and _is_task(sentences):
+            ctx.memory[_TASK] = (index, sentences)
+    return found
+
+
+# --- restatement in other words: a short request whose key words the user already wrote ------------
+# "no. I want to dispute it" … "why would I contact them. I want to dispute the charge": a request
+# clause that mostly repeats (after stemming and a few synonyms) the key words of one earlier sentence
+# of the user's, after the assistant answered. Clauses, not sentences: "it has to leave after five, the
+# 14:20 is no good for me" restates in its first clause and reacts to the agent in its second.
+# Questions are left to the near-duplicate rule: a follow-up question naturally reuses the request's
+# nouns ("are the flights to osaka direct?"); so is a message that moves the task on ("ok, book the
+# flight to osaka"): it opens with an acknowledgement or brings in a verb of progress.
+RESTATE_MIN_SHARED = 2  # key words shared with the earlier sentence
+RESTATE_SHARE = 0.66  # of the new clause's key words
+RESTATE_MAX_KEYS = 6  # a restatement is short; a longer clause is a new, fuller request
+RESTATE_CONFIDENCE = 0.6
+INSISTENCE_CONFIDENCE = 0.6
+# fmt: off
+_RESTATE_OPENERS = frozenset([
+    "ok", "okay", "yes", "yeah", "yep", "sure", "great", "good", "fine", "then", "also", "and", "now",
+    "next", "perfect", "cool", "alright", "thanks", "so",
+])
+_PROGRESS_WORDS = frozenset([
+    "book", "buy", "pay", "confirm", "order", "proceed", "go", "choose", "pick", "take", "select", "send",
+    "add", "change", "cancel", "next", "another", "other", "more", "instead", "also", "else", "too",
+])
+# not key words: fillers, and the modal words of a request ("it has to…", "I'd like…"); "want" and
+# "need" stay, they are the request's verb when the object is a pronoun ("I want to dispute it")
+_KEY_STOP = STOP_WORDS | DEFAULT_NEGATORS | frozenset([
+    "yes", "yeah", "yep", "nope", "nah", "one", "ones", "thing", "like", "get", "has", "have", "must",
+    "would", "id", "asked", "asking", "trying", "me", "its", "im", "something", "anything",
+])
+# the same request in other words: number words and times as digits, a few everyday synonyms
+_CANONICAL = {  # keys as _key leaves them (stemmed, final "e" off)
+    "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8",
+    "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "depart": "leav", "departur": "leav",
+    "purchas": "buy", "cheapest": "cheap", "cheaper": "cheap", "inexpensiv": "cheap", "repair": "fix",
+    "solv": "fix", "reimburs": "refund", "installer": "install", "payment": "charg", "transaction": "charg",
+}
+# fmt: on
+
+
+def _key(word: str) -> str:
+    """A key word's canonical form: stem, a final "e" off ("dispute"/"disputing"), times as their
+    hour ("5pm" → 5), then the synonym table."""
+    word = stem(word)
+    if len(word) >= 5 and word.endswith("e"):
+        word = word[:-1]
+    if word[:-2].isdigit() and word[-2:] in ("am", "pm"):
+        word = word[:-2]
+    return _CANONICAL.get(word, word)
+
+
+# fmt: off
+_QUESTION_OPENERS = frozenset([
+    "how", "what", "why", "when", "where", "which", "who", "can", "could", "is", "are", "does", "do",
+])
+# A restated request says what the user wants or needs ("I want to dispute the charge", "it has to
+# leave after five"); a sentence without such a word reports ("still says offline") and never counts.
+_REQUEST_WORDS = frozenset([
+    "want", "wanted", "need", "needed", "needs", "looking", "must", "require", "required",
+    "asked", "asking", "trying", "should", "would", "please", "pls",
+])
+# Questions that ask the agent to do something, or how to ("how do I cancel", "can you book it").
+_REQUEST_QUESTIONS = (
+    ("how", "do", "i"), ("how", "can", "i"), ("how", "do", "we"), ("how", "can", "we"), ("can", "you"),
+    ("could", "you"), ("would", "you"), ("will", "you"), ("can", "i"), ("could", "i"),
+)
+# Words skipped before a clause's first word when reading it as an imperative ("just cancel it").
+_IMPERATIVE_FILLERS = frozenset([
+    "just", "please", "pls", "then", "now", "so", "simply", "and", "again", "really", "only",
+])
+# Words that add to the task rather than restate it ("another one", "also the hotel", "one more").
+_ADDITIVE_WORDS = frozenset(["another", "other", "more", "instead", "also", "else", "too", "next"])
+# Request words are not what a request is about: "I need…" shared with "I need…" restates nothing.
+_GENERIC_KEYS = frozenset(_key(word) for word in (*_REQUEST_WORDS, "help", "want", "need"))
+_PROGRESS_KEYS = frozenset(_key(word) for word in _PROGRESS_WORDS)
+# fmt: on
+
+
+class _Unit(NamedTuple):
+    """A sentence or a clause of a user message as the restatement rules read it."""
+
+    keys: frozenset[str]
+    asks: bool  # a question
+    wants: bool  # a request word, "has to", or "give me…"
+    asks_for: bool  # a question asking the agent to act, or how to ("how do I cancel")
+    lead: str  # the key of its first word after _IMPERATIVE_FILLERS ("" when that is a stop word)
+    progress: bool  # an _ADDITIVE_WORDS word ("also", "another", "too"): the task moves on
+    sentence: frozenset[str]  # the key words of its whole sentence
+
+
+def _units(text: str, *, clauses: bool) -> tuple[_Unit, ...]:
+    """The first MAX_SENTENCES sentences of ``text`` (first COMPARE_CHARS characters), or
+    their clauses, as _Unit records (cached: each message is read for several rules)."""
+    return _units_of(text[:COMPARE_CHARS], clauses)
+
+
+_REQUEST_MARKS = _REQUEST_WORDS | frozenset(["has", "have", "had", "like"])
+
+
+@functools.lru_cache(maxsize=1024)  # keys are at most COMPARE_CHARS long: bounded memory
+def _units_of(text: str, clauses: bool) -> tuple[_Unit, ...]:
+    scan = analyse_text(text).scan
+    tokens = scan.tokens
+    units: list[_Unit] = []
+    for start, end in sentence_spans(tokens):
+        after = scan.text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(scan.text)]
+        closed_by_question = "?" in after
+        spans = clause_spans(tokens, start, end) if clauses else [(start, end)]
+        whole = _keys(tokens, start, end)
+        for a, b in spans:
+            norms = [t.norm for t in tokens[a:b]]
+            asks = norms[0] in _QUESTION_OPENERS or (closed_by_question and b == end)
+            lead = next((norm for norm in norms if norm not in _IMPERATIVE_FILLERS), "")
+            wants = (len(norms) > 1 and norms[1] == "me") or (
+                not _REQUEST_MARKS.isdisjoint(norms) and any(_requests(tokens, k) for k in range(a, b))
+            )
+            units.append(
+                _Unit(
+                    whole if len(spans) == 1 else _keys(tokens, a, b),
+                    asks,
+                    wants,
+                    asks and any(tuple(norms[: len(q)]) == q for q in _REQUEST_QUESTIONS),
+                    "" if lead in _KEY_STOP else _key(lead),
+                    not _ADDITIVE_WORDS.isdisjoint(norms),
+                    whole,
+                )
+            )
+    return tuple(units)
+
+
+def _keys(tokens: list[Token], a: int, b: int) -> frozenset[str]:
+    return frozenset(_key(t.norm) for t in tokens[a:b] if t.norm not in _KEY_STOP and not t.quoted)
+
+
+def sentence_keys(text: str) -> tuple[tuple[frozenset[str], bool, bool], ...]:
+    """Per sentence: its key words, whether it cannot be restated by the restatement rule (a question,
+    or no request word), and whether it is a request at all (a request word, or a question asking the
+    agent to act)."""
+    return tuple(
+        (unit.keys, unit.asks or not unit.wants, unit.wants or unit.asks_for)
+        for unit in _units(text, clauses=False)
+    )
+
+
+def _requests(tokens: list[Token], k: int) -> bool:
+    """tokens[k] makes its sentence a request: a _REQUEST_WORDS word, or "has/have to" ("he has loads
+    of books" states a fact; "it has to leave after five" asks for something), "I'd like", not negated in its
+    clause ("I don't want the premium plan" refuses)."""
+    for j in (k - 1, k - 2):
+        if j < 0 or tokens[j + 1].clause_start:
+            break
+        if tokens[j].norm in DEFAULT_NEGATORS:
+            return False
+    norm = tokens[k].norm
+    if norm in ("has", "have", "had"):
+        return k + 1 < len(tokens) and tokens[k + 1].norm == "to" and not tokens[k + 1].sentence_start
+    if norm == "like":  # "I'd like…", "we would like…"
+        return k > 0 and tokens[k - 1].norm in ("id", "wed", "would") and not tokens[k].clause_start
+    return norm in _REQUEST_WORDS
+
+
+def _restatement_instance(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, keys: deque[tuple[int, Any]]
+) -> SignalInstance | None:
+    """A request clause restating an earlier sentence of the user's. Its sentence must be short too: a
+    sentence with more than RESTATE_MAX_KEYS key words of its own (words of the agent's last answer it
+    merely refers to, "the 14:20 is no good", aside) is a new, fuller request."""
+    tokens = analysis.scan.tokens
+    if not tokens or _accepts(tokens):
+        return None
+    answer: frozenset[str] | None = None  # read lazily
+    for unit in _units(text, clauses=True):
+        if unit.asks or not unit.wants or unit.progress:
+            continue
+        if not RESTATE_MIN_SHARED <= len(unit.keys) <= RESTATE_MAX_KEYS:
+            continue
+        if len(unit.sentence) > RESTATE_MAX_KEYS:
+            answer = _answer_keys(ctx, i) if answer is None else answer
+            if len(unit.sentence - answer) > RESTATE_MAX_KEYS:
+                continue
+        for earlier_index, earlier in keys:
+            for before, *_ in earlier:
+                shared = _restates(unit.keys, before)
+                if shared:
+                    metadata = {
+                        "pattern": "restatement",
+                        "similar_to": earlier_index,
+                        "shared": sorted(shared),
+                    }
+                    span = snippet(text, 0, min(len(text), 200))
+                    return SignalInstance(
+                        tx.REPHRASE, ctx.absolute_index(i), RESTATE_CONFIDENCE, span, metadata
+                    )
+    return None
+
+
+def _accepts(tokens: list[Token]) -> bool:
+    """The message opens by accepting ("ok, …", "great, …"), unless a "but" follows ("yes but I need
+    the reset itself"): then it pushes back."""
+    return tokens[0].norm in _RESTATE_OPENERS and not (len(tokens) > 1 and tokens[1].norm == "but")
+
+
+def _restates(sentence: frozenset[str], before: frozenset[str]) -> frozenset[str]:
+    """The key words ``sentence`` shares with ``before`` when it restates it, else an empty set."""
+    shared = sentence & before
+    new = sentence - before
+    # a word swapped for another, the sentence no shorter ("a dentist in Leeds" → "in Bristol"): the
+    # same template with a new value, a new request
+    swapped = bool(new and before - sentence and len(sentence) >= len(before))
+    if (
+        len(shared) < max(RESTATE_MIN_SHARED, RESTATE_SHARE * len(sentence))
+        or new & _PROGRESS_KEYS
+        or swapped
+    ):
+        return frozenset()
+    return shared
+
+
+# --- insistence: the request brought back after the agent steered away -------------------------------
+# "nope, just cancel it" / "I don't want a discount. … how do I cancel" / "are you serious. CANCEL MY
+# SUBSCRIPTION", the agent having offered a pause, a discount, anything but the cancellation. Three
+# things together: the message insists (it opens by rejecting the agent's offer, says "I don't want…",
+# or is angry: a negative-stance phrase or shouting); one of its clauses is a request (a request word,
+# a question asking to act, or an imperative whose verb is the request's), whose key words mostly come
+# from one of the user's earlier requests (the conversation's first one, the task, included however long
+# ago); and one of those shared words is absent from the agent's last answer: the agent dropped it and
+# the user brings it back. When the agent just offered the very thing ("shall I book it?" … "book it"),
+# the user moves on rather than insists. A message that corrects ("no, I said cancel, not pause") points
+# back at the earlier words, which the correction covers; it is not also a restatement.
+_TASK = "rephrase.task"
+_REJECTIONS = frozenset(["no", "nope", "nah"])
+_REJECTION_WORDS = _REJECTIONS | frozenset(["thanks", "thank", "you", "ty", "way"])
+_REFUSALS = (
+    ("i", "dont", "want"),
+    ("i", "do", "not", "want"),
+    ("i", "dont", "need"),
+    ("not", "interested"),
+    ("im", "not", "interested"),
+    ("i", "am", "not", "interested"),
+)
+
+
+def _is_task(sentences: tuple[tuple[frozenset[str], bool, bool], ...]) -> bool:
+    """A request with at least two key words beyond the request words: what the conversation is for."""
+    return any(request and len(keys - _GENERIC_KEYS) >= 2 for keys, _, request in sentences)
+
+
+def _task(ctx: DetectionContext) -> list[tuple[int, Any]]:
+    """[(index, sentence keys)] of the conversation's first request (remembered; seeded once from the
+    first SEED_LOOKBACK messages when the memory is new)."""
+    if _TASK not in ctx.memory:
+        ctx.memory[_TASK] = None
+        for i in range(min(ctx.new_from, SEED_LOOKBACK)):
+            message = ctx.messages[i]
+            if message.role is Role.USER and message.content:
+                sentences = sentence_keys(message.content)
+                if _is_task(sentences):
+                    ctx.memory[_TASK] = (ctx.absolute_index(i), sentences)
+                    break
+    task = ctx.memory[_TASK]
+    return [task] if task is not None else []
+
+
+def _insists(text: str, analysis: TextAnalysis) -> bool:
+    """The message opens by rejecting ("nope", "no thanks") or pushing back ("ok but…"), refuses
+    something ("I don't want a discount"), or is angry (a negative-stance phrase, shouting)."""
+    tokens = analysis.scan.tokens
+    if len(tokens) > 1 and tokens[0].norm in _RESTATE_OPENERS and tokens[1].norm == "but":
+        return True  # "ok but…", "yes but…"
+    if tokens and tokens[0].norm in _REJECTIONS:
+        end = next((k for k in range(1, len(tokens)) if tokens[k].clause_start), len(tokens))
+        if all(t.norm in _REJECTION_WORDS for t in tokens[:end]):
+            return True
+    for start, _ in sentence_spans(tokens):
+        words = tuple(t.norm for t in tokens[start : start + 4])
+        if any(words[: len(refusal)] == refusal for refusal in _REFUSALS):
+            return True
+    return bool(analysis.hits.get(tx.NEGATIVE_STANCE)) or bool(
+        caps_cue(text, analysis) or caps_run_cue(text, analysis)
+    )
+
+
+def _insistence_instance(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, earlier: list[tuple[int, Any]]
+) -> SignalInstance | None:
+    tokens = analysis.scan.tokens
+    if not tokens or _accepts(tokens) or analysis.hits.get(tx.CORRECTION):
+        return None
+    requests = [(at, keys) for at, sentences in earlier for keys, _, request in sentences if request]
+    if not requests:
+        return None
+    answer: frozenset[str] | None = None  # read lazily, as is whether the message insists
+    insists: bool | None = None
+    for unit in _units(text, clauses=True):
+        wanted = unit.keys - _GENERIC_KEYS
+        if not wanted or len(wanted) > RESTATE_MAX_KEYS or unit.progress:
+            continue
+        for at, before in requests:
+            shared = wanted & before
+            if not shared or len(shared) < RESTATE_SHARE * len(wanted):
+                continue
+            if not (unit.wants or unit.asks_for or unit.lead in shared):
+                continue
+            insists = _insists(text, analysis) if insists is None else insists
+            if not insists:
+                return None
+            answer = _answer_keys(ctx, i) if answer is None else answer
+            if shared - answer:
+                metadata = {
+                    "pattern": "insistence",
+                    "similar_to": at,
+                    "shared": sorted(shared),
+                    "brought_back": sorted(shared - answer),
+                }
+                span = snippet(text, 0, min(len(text), 200))
+                return SignalInstance(
+                    tx.REPHRASE, ctx.absolute_index(i), INSISTENCE_CONFIDENCE, span, metadata
+                )
+    return None
+
+
+# --- asked again after a repeated answer ---------------------------------------------------------------
+# The agent answered with (nearly) the same text as one of its earlier answers, and the user asks again: a
+# question or a request about what they asked before (a key word shared with one of their earlier
+# sentences). "you pasted the same thing again. wow" complains without asking; "is there a human I can
+# talk to?" escalates rather than restates; a satisfied reply moves on.
+REASK_CONFIDENCE = 0.6
+
+
+def _reask_instance(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, earlier: list[tuple[int, Any]]
+) -> SignalInstance | None:
+    if not earlier or analysis.hits.get(tx.ESCALATION) or analysis.hits.get(tx.QUIT):
+        return None
+    units = [
+        u for u in _units(text, clauses=False) if (u.asks or u.wants or u.asks_for) and u.keys - _GENERIC_KEYS
+    ]
+    if not units:
+        return None
+    repeated = _repeated_answer(ctx, i)
+    if repeated is None:
+        return None
+    for unit in units:
+        wanted = unit.keys - _GENERIC_KEYS
+        for at, sentences in earlier:
+            shared = next((wanted & keys for keys, *_ in sentences if wanted & keys), None)
+            if shared:
+                metadata = {
+                    "pattern": "asked_again",
+                    "similar_to": at,
+                    "shared": sorted(shared),
+                    "repeated_answer": repeated,
+                }
+                span = snippet(text, 0, min(len(text), 200))
+                return SignalInstance(tx.REPHRASE, ctx.absolute_index(i), REASK_CONFIDENCE, span, metadata)
+    return None
+
+
+def _repeated_answer(ctx: DetectionContext, i: int) -> int | None:
+    """Absolute index of the assistant's last answer before local index ``i`` when it nearly repeats one
+    of the REPETITION_WINDOW answers before it (the repetition detector's rule), else None."""
+    answers: list[tuple[int, Answer]] = []
+    for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
+        message = ctx.messages[j]
+        if message.role is Role.ASSISTANT and message.content:
+            answers.append((ctx.absolute_index(j), comparable_answer(message.content)))
+            if len(answers) > REPETITION_WINDOW:
+                break
+    if len(answers) < 2:
+        return None
+    (last, answer), before = answers[0], deque(reversed(answers[1:]))
+    return last if most_similar(answer, before) is not None else None
+
+
+def _answer_keys(ctx: DetectionContext, i: int) -> frozenset[str]:
+    """The key forms of the words of the assistant's last answer before local index ``i``."""
+    return frozenset(_key(word) for word in previous_assistant_words(ctx, i))
+
+
+def _near_duplicate_instance(
+    index: int, text: str, words: str, recent: deque[tuple[int, str]]
+) -> SignalInstance | None:
+    best = _restated(words, recent)
+    if best is None:
+        return None
+    earlier, ratio = best
+    confidence = round(0.55 + 0.35 * (ratio - REPHRASE_SIMILARITY) / (100 - REPHRASE_SIMILARITY), 3)
+    metadata = {"pattern": "near_duplicate", "similar_to": earlier, "ratio": round(ratio / 100, 3)}
+    return SignalInstance(tx.REPHRASE, index, confidence, snippet(text, 0, min(len(text), 200)), metadata)

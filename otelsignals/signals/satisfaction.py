@@ -1,0 +1,69 @@
+"""interaction.satisfaction (SPEC §3): the user thanks the agent, confirms, or says the task worked.
+
+Phrase groups in ``phrases/satisfaction.yaml``. A confirmation made only of bare acknowledgements
+("got it", "I see") does not count after an agent answer that refused or gave bad news.
+"""
+
+from __future__ import annotations
+
+from otelsignals.model import Role, SignalInstance
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext, DetectorSpec
+from otelsignals.signals.phrase_analysis import (
+    BAD_NEWS,
+    COMPARE_CHARS,
+    SEED_LOOKBACK,
+    analyse_text,
+    detect_phrases,
+    phrase_instance,
+    phrase_library,
+    user_texts,
+)
+
+# --- satisfaction ----------------------------------------------------------------------------------
+
+
+def detect_gratitude(ctx: DetectionContext) -> list[SignalInstance]:
+    """Thanks: "thanks", "thank you", "thx", "ty", "much appreciated", "cheers"."""
+    return detect_phrases(ctx, tx.GRATITUDE, after_assistant=True)
+
+
+def detect_confirmation(ctx: DetectionContext) -> list[SignalInstance]:
+    """Explicit satisfaction or understanding: "perfect", "exactly what I needed", "got it". A message
+    whose only confirmation is an acknowledgement ("got it", "I see", "understood") does not count
+    when the agent's last answer refused or gave bad news: the user accepts it, nothing more."""
+    found: list[SignalInstance] = []
+    groups = phrase_library().groups
+    for i, text, follows in user_texts(ctx):
+        analysis = analyse_text(text)
+        instance = phrase_instance(
+            tx.CONFIRMATION, ctx.absolute_index(i), text, analysis, opening=not follows
+        )
+        if instance is None:
+            continue
+        acknowledged = all(groups[m.group].acknowledgement for m in analysis.hits[tx.CONFIRMATION])
+        if acknowledged and _after_bad_news(ctx, i):
+            continue
+        found.append(instance)
+    return found
+
+
+def _after_bad_news(ctx: DetectionContext, i: int) -> bool:
+    """The nearest assistant message with text before local index ``i`` refuses or gives bad news."""
+    for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
+        message = ctx.messages[j]
+        if message.role is Role.ASSISTANT and message.content:
+            return BAD_NEWS in phrase_library().cue_hits(message.content[:COMPARE_CHARS])
+    return False
+
+
+def detect_success(ctx: DetectionContext) -> list[SignalInstance]:
+    """The task worked: "it works now", "that fixed it", "tests pass", "the booking went through"."""
+    return detect_phrases(ctx, tx.SUCCESS, after_assistant=True)
+
+
+DETECTORS: tuple[DetectorSpec, ...] = (
+    DetectorSpec((tx.GRATITUDE,), detect_gratitude),
+    DetectorSpec((tx.CONFIRMATION,), detect_confirmation),
+    DetectorSpec((tx.SUCCESS,), detect_success),
+)

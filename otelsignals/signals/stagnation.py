@@ -1,0 +1,212 @@
+"""interaction.stagnation (SPEC §3): the conversation does not move forward.
+
+- ``dragging``: the user turns exceed the agent's baseline until efficiency (SPEC §4,
+  :func:`efficiency`) drops below DRAGGING_EFFICIENCY; fires once per conversation. Counts turns only,
+  so it runs without message text.
+- ``repetition``: a new assistant answer nearly duplicates one of its last REPETITION_WINDOW answers:
+  as a whole (rapidfuzz ratio ≥ REPETITION_SIMILARITY over normalised text), contained in it (or
+  containing it), or sentence by sentence behind a new opening.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from typing import NamedTuple
+
+from rapidfuzz import fuzz, process
+
+from otelsignals.model import Role, SignalInstance
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext, DetectorSpec
+from otelsignals.signals.matching import (
+    tokenise,
+)
+from otelsignals.signals.phrase_analysis import COMPARE_CHARS, recent_messages, sentence_spans
+
+# Repetition, over normalised text: repeated answers scored ratio ≥ 93.5; templated answers with other
+# data ("added milk" / "added eggs to your shopping list") ≤ 88.9.
+
+REPETITION_WINDOW = 5  # previous assistant messages compared with a new one
+REPETITION_SIMILARITY = 91.0  # rapidfuzz ratio over normalised text, 0–100
+REPETITION_MIN_CHARS = 20
+# A repeated answer wrapped in a new sentence ("I couldn't find X. How about <the same two gifts>?"): the
+# shorter text appears almost verbatim inside the longer one (rapidfuzz partial_ratio). Repeats in the
+# corpus scored 98–100; the templated answers of REPETITION_PAIRS ≤ 89. The shorter text must be long
+# (a shared stock sentence is not a repeated answer) and at least half the longer one.
+REPETITION_CONTAINED_SIMILARITY = 95.0
+REPETITION_CONTAINED_MIN_CHARS = 60
+REPETITION_CONTAINED_MIN_SHARE = 0.5
+# A repeated answer behind a new opening ("I understand your concern. <the same two sentences>"): most of
+# the new answer is sentences that nearly duplicate sentences of one earlier answer (rapidfuzz ratio per
+# sentence, as for whole answers). The repeated sentences must carry most of the new text (a stock
+# "I'm sorry for the inconvenience." among new content is not a repeated answer) and be long enough
+# to mean something.
+REPETITION_SENTENCE_SIMILARITY = 90.0
+REPETITION_SENTENCE_SHARE = 0.66  # of the new answer's characters in repeated sentences
+REPETITION_SENTENCE_MIN_CHARS = 60  # characters of repeated sentences, at least
+
+DRAGGING_EFFICIENCY = 0.5  # SPEC §8: dragging fires when efficiency drops below this
+DRAGGING_CONFIDENCE = 0.8
+
+
+def efficiency(user_turns: int, baseline: int) -> float:
+    """SPEC §4: 1.0 up to the baseline, then ``1 / (1 + 0.3 × (turns − baseline))``."""
+    if user_turns <= baseline:
+        return 1.0
+    return 1.0 / (1.0 + 0.3 * (user_turns - baseline))
+
+
+# --- stagnation ------------------------------------------------------------------------------------
+
+
+def detect_dragging(ctx: DetectionContext) -> list[SignalInstance]:
+    """Once per conversation, at the user turn where efficiency first drops below 0.5 (SPEC §4/§8)."""
+    if ctx.memory.get("dragging.fired"):
+        return []
+    turns = ctx.memory.get("dragging.user_turns")
+    if turns is None:  # new memory: count the turns analysed before (once)
+        turns = sum(1 for m in ctx.messages[: ctx.new_from] if m.role is Role.USER)
+    found: list[SignalInstance] = []
+    for i in range(ctx.new_from, len(ctx.messages)):
+        if ctx.messages[i].role is not Role.USER:
+            continue
+        turns += 1
+        score = efficiency(turns, ctx.baseline_user_turns)
+        if score < DRAGGING_EFFICIENCY:
+            metadata = {
+                "pattern": "turn_count",
+                "user_turns": turns,
+                "baseline": ctx.baseline_user_turns,
+                "efficiency": round(score, 4),
+            }
+            found.append(
+                SignalInstance(tx.DRAGGING, ctx.absolute_index(i), DRAGGING_CONFIDENCE, None, metadata)
+            )
+            ctx.memory["dragging.fired"] = True
+            break
+    ctx.memory["dragging.user_turns"] = turns
+    return found
+
+
+def comparable_text(text: str) -> str:
+    """Normalised (casefolded, punctuation-free) first COMPARE_CHARS characters."""
+    return " ".join(t.norm for t in tokenise(text[:COMPARE_CHARS]))
+
+
+class Answer(NamedTuple):
+    """An assistant message as the repetition rule compares it."""
+
+    text: str  # comparable_text
+    sentences: tuple[str, ...]  # its first MAX_SENTENCES sentences, normalised the same way
+
+
+def comparable_answer(text: str) -> Answer:
+    return _comparable_answer(text[:COMPARE_CHARS])
+
+
+@functools.lru_cache(maxsize=1024)  # keys are at most COMPARE_CHARS long: bounded memory
+def _comparable_answer(text: str) -> Answer:
+    # Only the words: an assistant message needs no phrase scan (nor its spelling correction).
+    tokens = tokenise(text)
+    spans = sentence_spans(tokens)
+    sentences = tuple(" ".join(t.norm for t in tokens[a:b]) for a, b in spans)
+    if not spans or spans[-1][1] == len(tokens):  # every sentence read: the text is their join
+        return Answer(" ".join(sentences), sentences)
+    return Answer(" ".join(t.norm for t in tokens), sentences)
+
+
+def detect_repetition(ctx: DetectionContext) -> list[SignalInstance]:
+    """A new assistant message nearly duplicates one of the previous 5 assistant messages: as a whole,
+    contained in it (or containing it), or sentence by sentence behind a new opening."""
+    recent = recent_messages(ctx, "repetition.recent", Role.ASSISTANT, REPETITION_WINDOW, comparable_answer)
+    found: list[SignalInstance] = []
+    for i in range(ctx.new_from, len(ctx.messages)):
+        message = ctx.messages[i]
+        if message.role is not Role.ASSISTANT or not message.content:
+            continue
+        answer = comparable_answer(message.content)
+        best = most_similar(answer, recent)
+        if best is not None:
+            found.append(_repetition_instance(ctx.absolute_index(i), message.content, *best))
+        recent.append((ctx.absolute_index(i), answer))
+    return found
+
+
+def most_similar(answer: Answer, recent: deque[tuple[int, Answer]]) -> tuple[int, float, str] | None:
+    """(index, ratio, pattern) of the earlier answer the new one repeats best, if any."""
+    text = answer.text
+    if len(text) < REPETITION_MIN_CHARS:
+        return None
+    best: tuple[int, float, str] | None = None
+    for index, earlier in recent:
+        if len(earlier.text) < REPETITION_MIN_CHARS:
+            continue
+        found = _whole_or_contained(text, earlier.text) or _repeated_sentences(answer, earlier)
+        if found and (best is None or found[0] > best[1]):
+            best = (index, *found)
+    return best
+
+
+def _whole_or_contained(text: str, earlier: str) -> tuple[float, str] | None:
+    ratio = fuzz.ratio(text, earlier, score_cutoff=REPETITION_SIMILARITY)
+    if ratio:
+        return ratio, "near_duplicate"
+    ratio = _contained(text, earlier)
+    return (ratio, "contained") if ratio else None
+
+
+def _repeated_sentences(answer: Answer, earlier: Answer) -> tuple[float, str] | None:
+    """(mean ratio of the repeated sentences, "repeated_sentences") when repeated sentences make up
+    REPETITION_SENTENCE_SHARE of the new answer and REPETITION_SENTENCE_MIN_CHARS characters."""
+    if len(answer.sentences) < 2:
+        return None  # one sentence: the whole-answer comparisons decide
+    total = sum(len(sentence) for sentence in answer.sentences)
+    needed = max(REPETITION_SENTENCE_MIN_CHARS, REPETITION_SENTENCE_SHARE * total)
+    repeated, weighted, left = 0, 0.0, total
+    for sentence in answer.sentences:
+        if repeated + left < needed:
+            return None  # the rest cannot make up the share any more
+        left -= len(sentence)
+        if len(sentence) < REPETITION_MIN_CHARS:
+            continue  # a short stock sentence never counts as repeated content
+        match = process.extractOne(
+            sentence, earlier.sentences, scorer=fuzz.ratio, score_cutoff=REPETITION_SENTENCE_SIMILARITY
+        )
+        if match is not None:
+            ratio = match[1]
+            repeated += len(sentence)
+            weighted += ratio * len(sentence)
+    if repeated < needed:
+        return None
+    return weighted / repeated, "repeated_sentences"
+
+
+def _contained(text: str, earlier: str) -> float:
+    """partial_ratio when one answer nearly contains the other (see REPETITION_CONTAINED_*), else 0."""
+    short, long = sorted((text, earlier), key=len)
+    if len(short) < REPETITION_CONTAINED_MIN_CHARS or len(short) < REPETITION_CONTAINED_MIN_SHARE * len(long):
+        return 0.0
+    ratio = fuzz.partial_ratio(short, long, score_cutoff=REPETITION_CONTAINED_SIMILARITY)
+    return min(ratio, 100.0)
+
+
+def _repetition_instance(
+    index: int, content: str, earlier: int, ratio: float, pattern: str
+) -> SignalInstance:
+    confidence = round(0.6 + 0.35 * max(ratio - REPETITION_SIMILARITY, 0) / (100 - REPETITION_SIMILARITY), 3)
+    metadata = {
+        "pattern": pattern,
+        "similar_to": earlier,
+        "ratio": round(ratio / 100, 3),
+        "threshold": REPETITION_SIMILARITY / 100,
+    }
+    return SignalInstance(tx.REPETITION, index, confidence, content[:200].strip(), metadata)
+
+
+DETECTORS: tuple[DetectorSpec, ...] = (
+    DetectorSpec(
+        (tx.DRAGGING,), detect_dragging, needs_content=False
+    ),  # counts user turns: known without their text
+    DetectorSpec((tx.REPETITION,), detect_repetition),
+)
