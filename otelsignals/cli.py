@@ -146,7 +146,7 @@ async def _demo(config: Config, repeat: int) -> int:
 
 def _analyze(config: Config, files: list[Path], as_json: bool, out: Path | None, rank: int | None) -> int:
     from otelsignals.offline import InputError, analyze_files, encode_trace
-    from otelsignals.otlp.json_codec import encode_trace_request
+    from otelsignals.otlp.json_encode import encode_trace_request
 
     snippets = config.signals.snippets
     analysed = 0

@@ -15,7 +15,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from otelsignals.analysis import Analysis
 from otelsignals.config import Config
-from otelsignals.otlp.json_codec import OtlpJsonError, decode_trace_request
+from otelsignals.otlp.json_decode import OtlpJsonError, decode_trace_request
 from otelsignals.otlp.wire import SpanRecord, encode_request, split_request
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.pipeline.assembler import ReleasedTrace

@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from otelsignals.otlp.json_codec import encode_trace_request
+from otelsignals.otlp.json_encode import encode_trace_request
 from tests.support.clients import encode_spans, expected_span_bytes, export_grpc, make_spans
 from tests.support.otlp_sink import OtlpSink
 from tests.support.sidecar import SidecarProcess

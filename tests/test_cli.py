@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from otelsignals.demo.traffic import load_conversations
-from otelsignals.otlp.json_codec import decode_trace_request
+from otelsignals.otlp.json_decode import decode_trace_request
 
 
 def run_cli(*args: str, cwd, env_extra: dict[str, str] | None = None, timeout: float = 120):

@@ -13,7 +13,8 @@ from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExp
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from otelsignals.otlp.json_codec import decode_trace_request, encode_trace_request
+from otelsignals.otlp.json_decode import decode_trace_request
+from otelsignals.otlp.json_encode import encode_trace_request
 from tests.support.clients import (
     assert_unchanged_but_for_enrichment,
     encode_spans,

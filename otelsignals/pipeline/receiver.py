@@ -46,7 +46,7 @@ from prometheus_client import Counter, Gauge
 
 from otelsignals.config import Config, ConfigError, ReceiverConfig, split_host_port
 from otelsignals.net import ServerTls, load_auth_token, load_server_tls, serve_aiohttp
-from otelsignals.otlp.json_codec import (
+from otelsignals.otlp.json_decode import (
     OtlpJsonError,
     decode_logs_request,
     decode_metrics_request,

@@ -37,7 +37,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otelsignals.config import ExporterConfig
 from otelsignals.net import parse_retry_after
-from otelsignals.otlp.json_codec import encode_trace_request
+from otelsignals.otlp.json_encode import encode_trace_request
 
 GRPC_METHODS = {
     "traces": "/opentelemetry.proto.collector.trace.v1.TraceService/Export",

@@ -26,13 +26,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, StatusCode
 
-from otelsignals.otlp.json_codec import (
-    MAX_ANY_VALUE_DEPTH,
-    OtlpJsonError,
-    decode_trace_request,
-    encode_trace_request,
-    span_to_json_dict,
-)
+from otelsignals.otlp.json_decode import OtlpJsonError, decode_trace_request
+from otelsignals.otlp.json_encode import encode_trace_request, span_to_json_dict
+from otelsignals.otlp.json_values import MAX_ANY_VALUE_DEPTH
 
 TRACE_ID = bytes.fromhex("5b8efff798038103d269b633813fc60c")
 SPAN_ID = bytes.fromhex("eee19b7ec3c1b174")
@@ -844,7 +840,7 @@ def test_sdk_spans_json_shape() -> None:
 
 
 def test_logs_and_metrics_decode_hex_ids_enum_names_and_name_the_bad_field():
-    from otelsignals.otlp.json_codec import decode_logs_request, decode_metrics_request
+    from otelsignals.otlp.json_decode import decode_logs_request, decode_metrics_request
 
     logs = decode_logs_request(
         b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"traceId":"0102030405060708090a0b0c0d0e0f10",'
