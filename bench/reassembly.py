@@ -33,7 +33,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otelsignals.config import SessionsConfig
 from otelsignals.conventions import decoding
-from otelsignals.demo.traffic import _SPAN_LIMITS, CONVENTIONS, _ConversationEmitter
+from otelsignals.demo.emitter import ConversationEmitter
+from otelsignals.demo.traffic import CONVENTIONS, SPAN_LIMITS
 from otelsignals.otlp.wire import split_request
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.pipeline.assembler import ReleasedTrace
@@ -90,10 +91,10 @@ def script(convention: str, turns: int) -> dict:
 def traces_of(convention: str, turns: int) -> list[ReleasedTrace]:
     memory = InMemorySpanExporter()
     provider = TracerProvider(
-        resource=Resource.create({"service.name": "bench-agent"}), span_limits=_SPAN_LIMITS
+        resource=Resource.create({"service.name": "bench-agent"}), span_limits=SPAN_LIMITS
     )
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    _ConversationEmitter(script(convention, turns), provider, {}, 0, time.time_ns() - 10**12).emit()
+    ConversationEmitter(script(convention, turns), provider, {}, 0, time.time_ns() - 10**12).emit()
     provider.shutdown()
     by_trace: dict[int, list] = {}
     for span in memory.get_finished_spans():
