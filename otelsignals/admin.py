@@ -42,42 +42,69 @@ def admin_app(
 ) -> web.Application:
     """``read_state`` runs a reader of the sessions where that is safe (the pipeline's analysis
     thread changes them); without it they are read directly."""
+    api = AdminApi(telemetry, is_ready, sessions, show_content, reputation, auth_token, eval_runs, read_state)
+    app = web.Application(middlewares=[api.bearer_token])
+    app.router.add_post("/v1/eval-runs", api.start_eval_run)
+    app.router.add_get("/v1/eval-runs/{run_id}", api.get_eval_run)
+    app.router.add_get("/v1/reputation", api.reputation_list)
+    app.router.add_get("/v1/reputation/{agent_id}", api.reputation_of)
+    app.router.add_get("/healthz", api.healthz)
+    app.router.add_get("/readyz", api.readyz)
+    app.router.add_get("/metrics", api.metrics)
+    app.router.add_get("/v1/sessions/{session_id}", api.session)
+    return app
 
-    async def healthz(_: web.Request) -> web.Response:
+
+@dataclasses.dataclass
+class AdminApi:
+    """The admin API's handlers over the pipeline's parts (any of them may be absent)."""
+
+    telemetry: Telemetry
+    is_ready: Callable[[], bool]
+    sessions: SessionStore | None
+    show_content: bool
+    reputation: ReputationRecorder | None
+    auth_token: str
+    eval_runs: EvalRuns | None
+    read_state: Callable[[Callable[[], Any]], Awaitable[Any]] | None
+
+    async def healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
-    async def readyz(_: web.Request) -> web.Response:
-        if is_ready():
+    async def readyz(self, _: web.Request) -> web.Response:
+        if self.is_ready():
             return web.json_response({"status": "ready"})
         return web.json_response({"status": "not ready"}, status=503)
 
-    async def metrics(_: web.Request) -> web.Response:
+    async def metrics(self, _: web.Request) -> web.Response:
         return web.Response(
-            body=generate_latest(telemetry.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+            body=generate_latest(self.telemetry.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
 
-    async def session(request: web.Request) -> web.Response:
+    async def session(self, request: web.Request) -> web.Response:
         key = request.match_info["session_id"]
+        sessions = self.sessions
 
         def read() -> dict[str, Any] | None:
             state = sessions.get(key) if sessions is not None else None
-            return session_json(state, show_content) if state is not None else None
+            return session_json(state, self.show_content) if state is not None else None
 
-        found = await read_state(read) if read_state is not None else read()
+        found = await self.read_state(read) if self.read_state is not None else read()
         if found is None:
             return web.json_response({"error": f"no session {key!r} is being tracked"}, status=404)
         return web.json_response(found)
 
-    async def reputation_of(request: web.Request) -> web.Response:
+    async def reputation_of(self, request: web.Request) -> web.Response:
         agent_id = request.match_info["agent_id"]
-        if reputation is None:
+        if self.reputation is None:
             return web.json_response({"error": "reputation is disabled (reputation.enabled)"}, status=404)
-        current = await asyncio.to_thread(reputation.lookup, agent_id)
+        current = await asyncio.to_thread(self.reputation.lookup, agent_id)
         if current is None:
             return web.json_response({"error": f"no evaluations of agent {agent_id!r}"}, status=404)
         return web.json_response(current.to_json())
 
-    async def reputation_list(_: web.Request) -> web.Response:
+    async def reputation_list(self, _: web.Request) -> web.Response:
+        reputation = self.reputation
         if reputation is None:
             return web.json_response({"agents": []})
 
@@ -87,49 +114,38 @@ def admin_app(
 
         return web.json_response({"agents": await asyncio.to_thread(everyone)})
 
-    async def start_eval_run(request: web.Request) -> web.Response:
-        if eval_runs is None:
+    async def start_eval_run(self, request: web.Request) -> web.Response:
+        if self.eval_runs is None:
             return web.json_response({"error": "eval runs are not available"}, status=404)
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError as exc:
             return web.json_response({"error": f"the body is not JSON: {exc}"}, status=400)
         try:
-            run = await eval_runs.start(body)
+            run = await self.eval_runs.start(body)
         except EvalRunError as exc:
             return web.json_response({"error": str(exc)}, status=400)
         return web.json_response({"id": run["id"], "status": run["status"]}, status=202)
 
-    async def get_eval_run(request: web.Request) -> web.Response:
+    async def get_eval_run(self, request: web.Request) -> web.Response:
         run_id = request.match_info["run_id"]
-        run = await eval_runs.get(run_id) if eval_runs is not None else None
+        run = await self.eval_runs.get(run_id) if self.eval_runs is not None else None
         if run is None:
             return web.json_response({"error": f"no eval run {run_id!r}"}, status=404)
         return web.json_response(run)
 
     @web.middleware
-    async def bearer_token(request: web.Request, handler: Callable) -> web.StreamResponse:
-        if auth_token and request.path.startswith("/v1/"):
+    async def bearer_token(self, request: web.Request, handler: Callable) -> web.StreamResponse:
+        if self.auth_token and request.path.startswith("/v1/"):
             given = request.headers.get("Authorization", "")
             # Constant-time comparison: the token must not leak through response timing.
-            if not hmac.compare_digest(given.encode(), f"Bearer {auth_token}".encode()):
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.auth_token}".encode()):
                 return web.json_response(
                     {"error": "missing or wrong bearer token"},
                     status=401,
                     headers={"WWW-Authenticate": 'Bearer realm="otelsignals"'},
                 )
         return await handler(request)
-
-    app = web.Application(middlewares=[bearer_token])
-    app.router.add_post("/v1/eval-runs", start_eval_run)
-    app.router.add_get("/v1/eval-runs/{run_id}", get_eval_run)
-    app.router.add_get("/v1/reputation", reputation_list)
-    app.router.add_get("/v1/reputation/{agent_id}", reputation_of)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/v1/sessions/{session_id}", session)
-    return app
 
 
 def session_json(state: ConversationState, show_content: bool) -> dict[str, Any]:
