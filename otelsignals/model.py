@@ -98,10 +98,6 @@ class Conversation:
     def user_turns(self) -> int:
         return sum(1 for m in self.messages if m.role is Role.USER)
 
-    @property
-    def assistant_turns(self) -> int:
-        return sum(1 for m in self.messages if m.role is Role.ASSISTANT)
-
 
 @dataclass(slots=True)
 class SignalInstance:

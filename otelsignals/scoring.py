@@ -86,7 +86,6 @@ class Score:
     user_turns: int
     turn_count: int  # user + assistant turns
     tools_used: bool
-    tools_all_succeeded: bool
 
     def severity_of(self, category: str) -> int:
         return severity(self.counts.get(category, 0))
@@ -141,7 +140,6 @@ def score(
         user_turns=user_turns,
         turn_count=turn_count,
         tools_used=tools_used,
-        tools_all_succeeded=tools_ok,
     )
 
 

@@ -60,7 +60,6 @@ def analysis(
         user_turns=2,
         turn_count=4,
         tools_used=False,
-        tools_all_succeeded=True,
     )
     return Analysis(conversation, b"\x01" * 16, span_id, agent, score, priority=Priority(priority, {}, []))
 

@@ -142,12 +142,6 @@ def _append_field(parts: list[bytes], tag: bytes, payload: bytes) -> int:
     return 1 + len(length) + len(payload)
 
 
-def span_field_size(record: SpanRecord) -> int:
-    """Bytes a span adds to a ScopeSpans message (tag + length + payload)."""
-    size = len(record.data)
-    return 1 + _varint_size(size) + size
-
-
 def encode_request(records: Iterable[SpanRecord]) -> bytes:
     """Serialize span records as one ExportTraceServiceRequest, grouped by resource then scope."""
     # Records of one incoming ScopeSpans share one ScopeContext object: group by identity first (cheap),

@@ -78,8 +78,7 @@ from otelsignals.pipeline.enricher import write_attribute
 from otelsignals.scoring import BUCKETS
 from otelsignals.signals.taxonomy import CATEGORIES, SATISFACTION
 
-# Keep reasons.
-SEVERE, POOR = "severe", "poor"  # and any other bucket named in keep_qualities
+# Keep reasons: a quality bucket named in keep_qualities ("severe", "poor"), or one of these.
 SESSION = "session"
 PRIORITY = "priority"
 FLAGGED = "flagged"

@@ -89,11 +89,6 @@ def detect_dragging(ctx: DetectionContext) -> list[SignalInstance]:
     return found
 
 
-def comparable_text(text: str) -> str:
-    """Normalised (casefolded, punctuation-free) first COMPARE_CHARS characters."""
-    return " ".join(t.norm for t in tokenise(text[:COMPARE_CHARS]))
-
-
 class Answer(NamedTuple):
     """An assistant message as the repetition rule compares it."""
 
