@@ -16,27 +16,8 @@ import redis
 
 from otelsignals.reputation import Evaluation, reputation
 from otelsignals.stores import ReputationStore, open_store
-from tests.support.servers import ServerUnavailable, run_postgres, run_redis
 
 KINDS = ["sqlite", "redis", "postgres"]
-
-
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[str]:
-    try:
-        with run_redis() as url:
-            yield url
-    except ServerUnavailable as exc:
-        pytest.fail(str(exc))
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
-    try:
-        with run_postgres() as url:
-            yield url
-    except ServerUnavailable as exc:
-        pytest.fail(str(exc))
 
 
 @pytest.fixture(params=KINDS)
