@@ -237,6 +237,7 @@ def failure_instance(
     metadata: dict[str, Any] = {
         "pattern": classification.pattern,
         "reason": classification.reason,
+        "rule": classification.rule,
         "tool": tool,
         "status_code": classification.status_code,
         "error_type": classification.error_type,
