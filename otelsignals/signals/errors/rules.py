@@ -78,7 +78,7 @@ _GROUP_OF_STATUS = {
 _NOT_FOUND_STATUSES = frozenset({404, 410})
 _WRONG_REQUEST_STATUSES = frozenset({400, 405, 413, 414, 415, 422})
 _RATE_LIMIT_ONLY = frozenset({"rate_limit"})
-# A generic 4xx may be refined into these; a 404/410 only into the last two.
+# A generic 4xx may be refined into these; a 404/410 only into tool_not_found or bad_query.
 _REFINABLE_4XX = frozenset(
     {
         "tool_not_found",
@@ -158,7 +158,7 @@ def _decide_by_status(evidence: Evidence, status: int) -> Verdict:
     base = CONF_TEXT_STATUS if evidence.status_from == STATUS_FROM_TEXT else CONF_STATUS
     tag = f"http:{status}"
     if evidence.status_from != STATUS_FROM_SPAN:
-        tag += f"({evidence.status_label})"  # "http:429(exception:RateLimitError)"
+        tag += f"({evidence.status_label})"  # "http:429(body)", "http:429(exception:openai.RateLimitError)"
     if status in (401, 403):
         # GitHub's secondary rate limit and Google's rateLimitExceeded come back as 403.
         rate = _named_by_codes_or_text(evidence, _RATE_LIMIT_ONLY)
