@@ -317,7 +317,7 @@ def test_identifier_rule(value, kept):
 # here): content keys are redacted with snippets off, plain keys are not.
 KEY_TABLE = {
     "plain": {
-        "pattern", "reason", "source", "status_code", "count", "run_length", "threshold",
+        "pattern", "reason", "rule", "source", "status_code", "count", "run_length", "threshold",
         "threshold_cycles", "cycles", "same_arguments", "similarity", "lower_bound", "phrase", "group",
         "matches", "fuzzy", "cues", "actually", "upper_ratio", "letters", "words", "head", "run",
         "similar_to", "ratio", "repeated_answer", "request_index", "user_turns", "baseline", "efficiency",

@@ -93,6 +93,7 @@ PLAIN_METADATA_KEYS = frozenset(
         # every detector
         "pattern",  # a named pattern, or evidence from the phrase/error libraries ("phrase:…", "http:404")
         "reason",
+        "rule",  # the failure classification's evidence rule that decided ("http_status", "text_phrase")
         "source",
         "status_code",
         "count",

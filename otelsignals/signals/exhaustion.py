@@ -94,6 +94,7 @@ def llm_call_signals(ctx: DetectionContext, leaf: str) -> list[SignalInstance]:
             metadata={
                 "pattern": classification.pattern,
                 "reason": classification.reason,
+                "rule": classification.rule,
                 "source": "llm_call",
                 "status_code": classification.status_code
                 if classification.status_code is not None

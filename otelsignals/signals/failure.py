@@ -9,7 +9,8 @@ documented default, ``invalid_args`` at 0.5 with ``reason: "unclassified"``; onl
 interrupted call fires nothing. Every execution failure's metadata has ``reason`` (why the call was
 refused: ``insufficient_funds``, ``wrong_state``, ``not_found``, ``missing_field``…, else
 ``http_status`` / ``exception`` / ``error_code`` / the group's name; see
-:mod:`otelsignals.signals.errors`). A successful result is never read for error words.
+:mod:`otelsignals.signals.errors`) and ``rule``, the evidence rule that decided the leaf
+(``errors.RULES``). A successful result is never read for error words.
 ``bad_query`` also fires, at confidence 0.6, on a *successful* result that found nothing
 (:func:`~otelsignals.signals.errors.empty_result_of`: ``[]``, ``{}``, ``""``, ``null``,
 ``{"results": []}``, "No results found", "0 results"…) when the call was a query: its arguments
@@ -134,6 +135,7 @@ def failure_instance(
     metadata: dict[str, Any] = {
         "pattern": classification.pattern,
         "reason": classification.reason,
+        "rule": classification.rule,
         "tool": tool,
         "status_code": classification.status_code,
         "error_type": classification.error_type,

@@ -157,6 +157,7 @@ def test_a_429_from_a_tool_is_rate_limit_and_no_execution_failure() -> None:
     assert found[0].metadata == {
         "pattern": "http:429",
         "reason": "http_status",
+        "rule": "http_status",
         "tool": "search_flights",
         "status_code": 429,
         "error_type": None,
@@ -502,6 +503,7 @@ def test_model_call_signal_metadata() -> None:
     assert instance.metadata == {
         "pattern": "http:429",
         "reason": "http_status",
+        "rule": "http_status",
         "source": "llm_call",
         "status_code": 429,
         "error_type": "openai.RateLimitError",
