@@ -73,6 +73,7 @@ from otelsignals.signals.tool_calls import (
     same_word,
     shown_arguments,
 )
+from otelsignals.signals.word_lists import word_set
 
 LOOP_THRESHOLD = 3  # calls in a run for retry and parameter drift
 OSCILLATION_CYCLES = 3  # A→B cycles
@@ -90,9 +91,7 @@ SCORE_TYPOS = 95.0
 SCORE_REFINEMENT = 90.0
 SCORE_SLOT = 50.0  # the most one word replaced by another can score
 # Keys whose numbers name items (a different order, page or row), not thresholds to adjust.
-ITEM_KEY_WORDS = frozenset(
-    {"id", "ids", "uuid", "number", "num", "no", "page", "offset", "cursor", "index", "idx", "sku", "code"}
-)
+ITEM_KEY_WORDS = word_set("loops", "item_key", "key_words")
 
 
 # ---------------------------------------------------------------------------------------------
