@@ -77,7 +77,7 @@ from otelsignals.signals.word_lists import word_set
 
 LOOP_THRESHOLD = 3  # calls in a run for retry and parameter drift
 OSCILLATION_CYCLES = 3  # A→B cycles
-DRIFT_LOWER_BOUND = 80.0  # calibrated on DRIFT_PAIRS / ENUMERATION_PAIRS in tests/signals/test_execution.py
+DRIFT_LOWER_BOUND = 80.0  # calibrated on DRIFT_PAIRS / ENUMERATION_PAIRS in tests/signals/test_loops.py
 MAX_CALLS = 64  # recent calls kept per conversation
 
 CONF_RETRY = 0.9

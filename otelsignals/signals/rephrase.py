@@ -46,12 +46,13 @@ from otelsignals.signals.phrase_analysis import (
 from otelsignals.signals.stagnation import REPETITION_WINDOW, Answer, comparable_answer, most_similar
 from otelsignals.signals.word_lists import canonical_forms, word_order, word_sequences, word_set
 
-# The near-duplicate thresholds were calibrated on the labelled pairs of tests/signals/test_interaction.py
-# (REPHRASE_PAIRS, REPETITION_PAIRS). Rephrase, over content words: restatements scored token_set ≥ 92.3
-# with token_sort ≥ 79.4; different requests on one template scored token_set ≤ 88.9 ("summarise the
-# first/second chapter", "jira ticket for the login/signup bug") or, when one request only extends the
-# other ("sort a list" / "… in reverse order without modifying it", token_set 100), token_sort ≤ 41.
-# Known miss: inflected restatements ("counts users by country" / "counting users per country": 77.5).
+# The near-duplicate thresholds were calibrated on the labelled pairs REPHRASE_PAIRS (tests/signals/
+# test_rephrase.py) and REPETITION_PAIRS (tests/signals/test_stagnation.py). Rephrase, over content
+# words: restatements scored token_set ≥ 92.3 with token_sort ≥ 79.4; different requests on one template
+# scored token_set ≤ 88.9 ("summarise the first/second chapter", "jira ticket for the login/signup bug")
+# or, when one request only extends the other ("sort a list" / "… in reverse order without modifying
+# it", token_set 100), token_sort ≤ 41. Known miss: inflected restatements ("counts users by country" /
+# "counting users per country": 77.5).
 
 REPHRASE_WINDOW = 3  # the user's previous messages compared with a new one
 REPHRASE_SIMILARITY = 90.0  # rapidfuzz token_set_ratio over content words, 0–100
