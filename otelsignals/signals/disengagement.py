@@ -6,7 +6,9 @@
   (complaint, exasperation, sarcasm… groups), shouting (ALL CAPS, or a run of capitalised words that
   are not names or keywords), a rhetorical question ("are you even listening?"), or a run of "!"/"?"
   in a complaining sentence. Dropped when the message blames a third party or the world and nothing
-  in it points at the agent (``cues`` in ``phrases/interaction.yaml``).
+  in it points at the agent (``cues`` in ``phrases/interaction.yaml``). The word lists of the shouting,
+  punctuation and rhetorical-question cues are data, with their examples: ``rules`` in
+  ``phrases/disengagement.yaml``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ refused: ``insufficient_funds``, ``wrong_state``, ``not_found``, ``missing_field
 have a query-like key (a word of its name in :data:`QUERY_KEY_WORDS` or starting with
 :data:`QUERY_KEY_PREFIXES`: ``query``, ``q``, ``filters``, ``searchTerm``, ``where``, ``sql``) with
 a value, or the tool's name has a search word (:data:`SEARCH_NAME_WORDS`: ``search_orders``,
-``findUser``) and it was called with arguments. ``list_todos()`` answering ``[]`` is no bad query,
+``findUser``) and it was called with arguments (the three lists are data, with example calls:
+``rules.query_argument`` in ``phrases/failure.yaml``). ``list_todos()`` answering ``[]`` is no bad query,
 and neither is a query made only of the user's own words (the user's constraints found nothing; the
 agent did not narrow anything).
 

@@ -15,7 +15,7 @@ empty ("yes, try again please" continues the loop). The recent calls and the ope
   reformulated, a threshold moved, a filter dropped) made right after a failed or empty result or
   inside a drift already running. An identical repeat neither extends nor breaks the run. An
   enumeration ("Paris", "Tokyo", "Lima"; order 1001, 1002; page 1, 2, 3), even after a failure, is
-  not a drift.
+  not a drift (the keys that name items are data: ``rules.item_key`` in ``phrases/loops.yaml``).
 - ``oscillation``: two tools alternating, A→B→A→B→A→B (3 cycles, 6 calls), or one tool
   alternating between two call signatures (tool name + canonical arguments): ``get_details_by_id``
   P1001, P1002, P1001, P1002, P1001, P1002 (metadata ``pattern: "alternating_arguments"`` and the

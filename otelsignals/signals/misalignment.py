@@ -9,7 +9,8 @@
   "I'm confused") or by asking what a term of the agent's last answer means ("what's intune?").
 
 Phrase hits follow the shared rules of :mod:`otelsignals.signals.phrase_analysis` (quoting, negation,
-first message, confidence).
+first message, confidence). The word lists of the piecemeal, contrast, term-question and echo-question
+rules are data, with their examples: ``rules`` in ``phrases/misalignment.yaml``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ message, and never fire on a message that expresses satisfaction:
 3. a restatement: a short request whose key words the user already wrote in an earlier sentence;
 4. insistence: the task brought back after the agent steered away from it;
 5. asked again after the agent repeated an answer.
+
+The word lists of rules 3–5 are data, with their examples: ``rules`` in ``phrases/misalignment.yaml``.
 """
 
 from __future__ import annotations

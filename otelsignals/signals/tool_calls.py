@@ -1,5 +1,6 @@
 """Reading tool calls for the execution and environment detectors: which assistant call a tool result
-answers, a call's arguments in canonical form, and the words of a name or a text.
+answers, a call's arguments in canonical form, and the words of a name or a text (the words left out
+of an argument text are data: ``rules.argument_words`` in ``phrases/tool_calls.yaml``).
 """
 
 from __future__ import annotations

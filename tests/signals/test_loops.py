@@ -1,5 +1,4 @@
-"""execution.loops, leaf by leaf, on short conversations with tool calls, and the execution layer run
-trace by trace.
+"""execution.loops, leaf by leaf, on short conversations with tool calls.
 
 Each table row is a conversation (user → assistant tool call → tool result …); positives assert the
 exact leaf and message_index, near-misses assert that the leaf does not fire. Which argument keys
@@ -12,23 +11,19 @@ from typing import Any
 
 import pytest
 
-from otelsignals.model import Conversation, Message, Role
+from otelsignals.model import Message, Role
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.base import DetectionContext
 from otelsignals.signals.loops import DRIFT_LOWER_BOUND, adjusted, arguments_similarity, text_similarity
 from tests.signals.tool_conversations import (
     EXECUTION_DETECTORS,
+    alternating,
     assert_one,
     assistant,
     call,
     exchange,
-    failed,
-    identity,
     of,
     repeated,
     run,
-    run_traces,
-    succeeded,
     tool,
     user,
 )
@@ -461,13 +456,6 @@ def test_arguments_similarity_on_structures() -> None:
 # --- loops.oscillation ---------------------------------------------------------------------------------
 
 
-def alternating(names: str, same_args: bool = True) -> list[Message]:
-    messages = [user()]
-    for position, name in enumerate(names):
-        messages += exchange(name, {"k": "v"} if same_args else {"k": position}, "ok")
-    return messages
-
-
 OSCILLATION_POSITIVES: list[tuple[list[Message], int]] = [
     (alternating("ABABAB"), 11),
     (alternating("BABABA"), 11),
@@ -618,70 +606,3 @@ def test_drift_over_very_short_arguments(messages: list[Message]) -> None:
 @pytest.mark.parametrize("messages", SHORT_DRIFT_NEAR_MISSES)
 def test_short_different_values_do_not_drift(messages: list[Message]) -> None:
     assert not of(run(messages, EXECUTION_DETECTORS), tx.PARAMETER_DRIFT)
-
-
-# --- incremental -----------------------------------------------------------------------------------------
-
-
-def _long_conversation() -> list[Message]:
-    messages: list[Message] = [Message(Role.SYSTEM, "You are a travel agent.")]
-    messages += repeated("get_weather", [{"city": "Paris"}] * 4)
-    messages += [user("flights?")]
-    messages += repeated(
-        "search_flights",
-        [{"q": "cheap flights paris"}, {"q": "cheap flights to paris"}, {"q": "cheap flights to paris june"}],
-    )[1:]
-    messages += alternating("ABABABAB")
-    messages += failed("book", {"id": 1}, status_code=401)
-    messages += failed("book", {"id": 1}, status_code=429)
-    messages += failed("get_wether", {}, error_message="Unknown tool: get_wether")
-    messages += succeeded("search_hotels", {"query": "5 star under $10"}, "[]")
-    messages += [user(), *(tool("ok", name="fetch", arguments={"u": 1}, call_id=f"f{i}") for i in range(3))]
-    return messages
-
-
-@pytest.mark.parametrize("step", [1, 2, 3, 5, 7])
-def test_trace_by_trace_gives_the_same_instances_as_one_pass(step: int) -> None:
-    messages = _long_conversation()
-    whole = run(messages)
-    traces = [(messages[i : i + step], []) for i in range(0, len(messages), step)]
-    pieces = run_traces(traces)
-    assert sorted(map(identity, pieces)) == sorted(map(identity, whole))
-    leaves = {i.type for i in whole}
-    assert {
-        tx.RETRY,
-        tx.PARAMETER_DRIFT,
-        tx.OSCILLATION,
-        tx.AUTH_MISUSE,
-        tx.RATE_LIMIT,
-        tx.TOOL_NOT_FOUND,
-        tx.BAD_QUERY,
-    } <= leaves
-
-
-def test_memory_stays_bounded() -> None:
-    memory: dict[str, Any] = {}
-    conversation = Conversation("c")
-    for turn in range(300):
-        start = len(conversation.messages)
-        conversation.messages += exchange("t", {"i": turn % 7}, "ok")
-        ctx = DetectionContext(conversation, start, [], memory)
-        for detector in EXECUTION_DETECTORS:
-            detector(ctx)
-    for value in memory.values():
-        if isinstance(value, dict):
-            assert len(value.get("calls", [])) <= 64
-
-
-def test_trimmed_conversation_keeps_absolute_indices() -> None:
-    messages = repeated("get_weather", [{"city": "Paris"}] * 3)
-    conversation = Conversation("c", messages[2:], message_offset=2)
-    ctx = DetectionContext(conversation, 0, [], {})
-    found = [i for d in EXECUTION_DETECTORS for i in d(ctx)]
-    # the first call was trimmed away: two calls remain, no retry; indices stay absolute
-    assert not of(found, tx.RETRY)
-    start = len(conversation.messages)
-    conversation.messages += exchange("get_weather", {"city": "Paris"}, "ok")
-    ctx = DetectionContext(conversation, start, [], ctx.memory)
-    found = [i for d in EXECUTION_DETECTORS for i in d(ctx)]
-    assert [(i.type, i.message_index) for i in found] == [(tx.RETRY, 7)]

@@ -134,3 +134,11 @@ def repeated(name: str, arguments: list[Any], result: str = '{"ok": true}') -> l
     for args in arguments:
         messages += exchange(name, args, result)
     return messages
+
+
+def alternating(names: str, same_args: bool = True) -> list[Message]:
+    """user, then one call + result per letter of ``names``, each letter a tool ("ABABAB")."""
+    messages = [user()]
+    for position, name in enumerate(names):
+        messages += exchange(name, {"k": "v"} if same_args else {"k": position}, "ok")
+    return messages
