@@ -35,7 +35,7 @@ def phrase_file(name: str) -> Any:
     return copy.deepcopy(_parsed(name))
 
 
-def rule(category: str, name: str) -> dict[str, Any]:
+def _rule(category: str, name: str) -> dict[str, Any]:
     """The entry of rule ``name`` in the ``rules`` section of ``phrases/<category>.yaml``."""
     rules = _parsed(category).get("rules") or {}
     if name not in rules:
@@ -45,7 +45,7 @@ def rule(category: str, name: str) -> dict[str, Any]:
 
 
 def _text(category: str, name: str, key: str) -> str:
-    value = rule(category, name).get(key)
+    value = _rule(category, name).get(key)
     if not isinstance(value, str):
         raise ValueError(f"phrases/{category}.yaml, rule {name!r}: {key} must be a string of words")
     return value
@@ -63,7 +63,7 @@ def word_set(category: str, name: str, key: str) -> frozenset[str]:
 
 def word_sequences(category: str, name: str, key: str) -> tuple[tuple[str, ...], ...]:
     """A rule's list of word sequences ("you dont need to"), in the order written."""
-    value = rule(category, name).get(key)
+    value = _rule(category, name).get(key)
     if not isinstance(value, list) or not all(isinstance(entry, str) and entry.split() for entry in value):
         raise ValueError(f"phrases/{category}.yaml, rule {name!r}: {key} must be a list of word strings")
     return tuple(tuple(entry.split()) for entry in value)
@@ -71,7 +71,7 @@ def word_sequences(category: str, name: str, key: str) -> tuple[tuple[str, ...],
 
 def canonical_forms(category: str, name: str, key: str) -> dict[str, str]:
     """A rule's table of words and the canonical word each stands for."""
-    value = rule(category, name).get(key)
+    value = _rule(category, name).get(key)
     forms = dict(value) if isinstance(value, dict) else {}
     if not forms or not all(isinstance(word, str) and isinstance(form, str) for word, form in forms.items()):
         raise ValueError(f"phrases/{category}.yaml, rule {name!r}: {key} must map words to words")

@@ -150,6 +150,8 @@ def test_negative_stance_cues_combine_into_one_instance() -> None:
     assert instance.confidence == pytest.approx(min(0.95, 0.75 + 0.2))
 
 
+# --- context rule: frustration at the world, not the agent -----------------------------------------
+
 ELSEWHERE_NEAR_MISSES = [
     "my flight got delayed again, so frustrating",
     "the courier lost my parcel, this is ridiculous",

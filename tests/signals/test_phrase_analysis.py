@@ -25,7 +25,7 @@ from tests.signals.conversations import (
     run_once,
 )
 
-# --- confidence ------------------------------------------------------------------------------------
+# --- questions and confidence ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -152,6 +152,8 @@ def test_100kb_user_message_is_analysed() -> None:
     assert of_type(found, tx.NEGATIVE_STANCE)[0].metadata["pattern"] == "excessive_punctuation"
     assert fuzz.ratio("a", "a") == 100  # rapidfuzz is the one installed
 
+
+# --- first messages: unambiguous statements fire without an assistant turn before them -------------
 
 FIRST_MESSAGE_POSITIVES = [
     (tx.CLARIFICATION, "I'm confused, I don't understand these charges"),

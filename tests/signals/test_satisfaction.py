@@ -155,7 +155,7 @@ def test_success_near_miss(turns: list[Turn]) -> None:
     assert only(tx.SUCCESS, turns) == []
 
 
-# --- context rules: acknowledgements after bad news, complaints about the world, first messages ------
+# --- context rules: acknowledgements after bad news, polite closings -------------------------------
 
 REFUSAL = "Unfortunately that fare is non-refundable, so I can't cancel it for a refund."
 HELPFUL = "The defaults are in the DEFAULTS dict at the top of config.py."
