@@ -6,7 +6,9 @@
   (complaint, exasperation, sarcasm… groups), shouting (ALL CAPS, or a run of capitalised words that
   are not names or keywords), a rhetorical question ("are you even listening?"), or a run of "!"/"?"
   in a complaining sentence. Dropped when the message blames a third party or the world and nothing
-  in it points at the agent (``cues`` in ``phrases/interaction.yaml``).
+  in it points at the agent (``cues`` in ``phrases/interaction.yaml``). The word lists of the shouting,
+  punctuation and rhetorical-question cues are data, with their examples: ``rules`` in
+  ``phrases/disengagement.yaml``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from otelsignals.signals.phrase_analysis import (
     sentence_spans,
     user_texts,
 )
+from otelsignals.signals.word_lists import word_sequences, word_set
 
 CAPS_RATIO = 0.7
 CAPS_MIN_LETTERS = 12
@@ -43,32 +46,11 @@ CAPS_RUN_LETTERS = 3  # …of at least this many letters each ("I", "IT", "PR", 
 CAPS_RUN_CONFIDENCE = 0.55
 # Capitalised words that are names, keys or keywords, not raised voices: they break a run ("CAPS LOCK",
 # "LEFT JOIN", "ARG TARGETARCH", "AWS IAM"). Acronyms without a vowel (HTTP, VRR, SQL) never count anyway.
-# fmt: off
-CAPS_NOT_SHOUTING = frozenset([
-    "caps", "lock", "num", "scroll", "page", "print", "screen", "home", "end", "insert", "delete", "enter",
-    "shift", "ctrl", "alt", "tab", "esc", "select", "from", "where", "join", "left", "right", "inner",
-    "outer", "full", "cross", "order", "group", "into", "values", "update", "set", "create", "table",
-    "alter", "drop", "index", "null", "union", "exists", "limit", "case", "when", "arg", "run", "copy",
-    "env", "cmd", "workdir", "entrypoint", "expose", "label", "volume", "add", "user", "healthcheck",
-    "then", "else", "primary", "key", "get", "post", "put", "patch", "head", "options", "info", "warn",
-    "error", "debug", "trace", "fatal", "todo", "fixme", "note", "readme", "json", "yaml", "toml", "api",
-    "aws", "iam", "gcp", "azure", "nasa", "ieee", "ansi", "ascii", "utf", "usb", "hdmi", "ram", "rom",
-    "ssd", "hdd", "gpu", "cpu", "vpn", "dns", "ssh", "sso", "saml", "oauth", "auth", "ldap", "imap", "pop",
-    "asap", "fyi", "faq", "eta", "ceo", "cto", "cfo", "uuid", "ajax", "cors", "corp", "inc", "ltd", "llc",
-    "usa", "eur", "usd", "gbp", "aud", "cad", "jpy", "utc", "gmt", "pdf", "csv", "xml", "html", "php",
-    "ios", "mac", "wifi", "lan", "wan", "ota", "sim", "pin", "otp", "ups", "dhl", "dpd", "atm", "iban",
-    "tsa", "jfk", "lax", "lhr", "cdg", "ord", "sfo", "ams", "fra", "dub", "kix", "hnd", "nrt", "pnr",
-])
-# fmt: on
+CAPS_NOT_SHOUTING = word_set("disengagement", "caps_run", "not_shouting")
 PUNCTUATION_CONFIDENCE = 0.55
 # "!!!" is anger only in a sentence that complains ("why is it STILL charging me!!!", "it doesn't work!!!");
 # in any other sentence it is excitement ("it's for my son's 10th birthday!!!"). "???" and "?!?" always count.
-# fmt: off
-BANG_ANGER_WORDS = DEFAULT_NEGATORS | frozenset([
-    "still", "again", "why", "stop", "wrong", "enough", "seriously", "broken", "nothing", "anything",
-    "useless", "ridiculous", "already", "hate", "worst", "terrible", "awful", "wtf", "ugh", "fix", "nobody",
-])
-# fmt: on
+BANG_ANGER_WORDS = DEFAULT_NEGATORS | word_set("disengagement", "excessive_punctuation", "anger_words")
 EXTRA_CUE_BONUS = 0.1  # negative stance: each further cue in the same message
 
 _PUNCTUATION_RUNS = tuple(a + b + c for a in "!?" for b in "!?" for c in "!?")
@@ -204,17 +186,7 @@ RHETORICAL_CONFIDENCE = 0.6
 # Sentence openings of a question the user answers themself: closed with "." or "!" instead of "?", it
 # is sarcasm ("why would I contact a restaurant I've never been to."); with "?" (or nothing) it may be a
 # real question ("why would I need a visa?") and does not count.
-_RHETORICAL_HEADS = (
-    ("why", "would", "i"),
-    ("why", "would", "we"),
-    ("why", "would", "anyone"),
-    ("why", "should", "i"),
-    ("why", "on", "earth"),
-    ("how", "would", "i", "know"),
-    ("how", "am", "i", "supposed"),
-    ("how", "is", "that", "helpful"),
-    ("how", "does", "that", "help"),
-)
+_RHETORICAL_HEADS = word_sequences("disengagement", "rhetorical_question", "heads")
 
 
 def _rhetorical_cue(text: str, analysis: TextAnalysis) -> _Cue | None:

@@ -17,7 +17,8 @@ refused: ``insufficient_funds``, ``wrong_state``, ``not_found``, ``missing_field
 have a query-like key (a word of its name in :data:`QUERY_KEY_WORDS` or starting with
 :data:`QUERY_KEY_PREFIXES`: ``query``, ``q``, ``filters``, ``searchTerm``, ``where``, ``sql``) with
 a value, or the tool's name has a search word (:data:`SEARCH_NAME_WORDS`: ``search_orders``,
-``findUser``) and it was called with arguments. ``list_todos()`` answering ``[]`` is no bad query,
+``findUser``) and it was called with arguments (the three lists are data, with example calls:
+``rules.query_argument`` in ``phrases/failure.yaml``). ``list_todos()`` answering ``[]`` is no bad query,
 and neither is a query made only of the user's own words (the user's constraints found nothing; the
 agent did not narrow anything).
 
@@ -65,6 +66,7 @@ from otelsignals.signals.tool_calls import (
     shown_arguments,
     tool_name_of,
 )
+from otelsignals.signals.word_lists import word_order, word_set
 
 USER_MESSAGES_READ = 3  # recent user messages whose words an empty query may consist of
 
@@ -72,27 +74,10 @@ CONF_EMPTY_RESULT = 0.6
 
 # A query-like argument: one of its name's words (snake_case or camelCase) is one of these or starts
 # with one of the prefixes: query, q, search_term, searchQuery, filters, where, sql, keywords…
-QUERY_KEY_WORDS = frozenset(
-    {
-        "q",
-        "qs",
-        "sql",
-        "where",
-        "pattern",
-        "regex",
-        "term",
-        "terms",
-        "jql",
-        "cql",
-        "kql",
-        "lucene",
-        "grep",
-        "glob",
-    }
-)
-QUERY_KEY_PREFIXES = ("quer", "search", "filter", "keyword")
+QUERY_KEY_WORDS = word_set("failure", "query_argument", "key_words")
+QUERY_KEY_PREFIXES = word_order("failure", "query_argument", "key_prefixes")
 # A tool whose name has one of these words is a search when called with arguments.
-SEARCH_NAME_WORDS = frozenset({"search", "query", "find", "lookup", "filter", "grep", "sql"})
+SEARCH_NAME_WORDS = word_set("failure", "query_argument", "search_name_words")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ empty ("yes, try again please" continues the loop). The recent calls and the ope
   reformulated, a threshold moved, a filter dropped) made right after a failed or empty result or
   inside a drift already running. An identical repeat neither extends nor breaks the run. An
   enumeration ("Paris", "Tokyo", "Lima"; order 1001, 1002; page 1, 2, 3), even after a failure, is
-  not a drift.
+  not a drift (the keys that name items are data: ``rules.item_key`` in ``phrases/loops.yaml``).
 - ``oscillation``: two tools alternating, A→B→A→B→A→B (3 cycles, 6 calls), or one tool
   alternating between two call signatures (tool name + canonical arguments): ``get_details_by_id``
   P1001, P1002, P1001, P1002, P1001, P1002 (metadata ``pattern: "alternating_arguments"`` and the
@@ -73,10 +73,11 @@ from otelsignals.signals.tool_calls import (
     same_word,
     shown_arguments,
 )
+from otelsignals.signals.word_lists import word_set
 
 LOOP_THRESHOLD = 3  # calls in a run for retry and parameter drift
 OSCILLATION_CYCLES = 3  # A→B cycles
-DRIFT_LOWER_BOUND = 80.0  # calibrated on DRIFT_PAIRS / ENUMERATION_PAIRS in tests/signals/test_execution.py
+DRIFT_LOWER_BOUND = 80.0  # calibrated on DRIFT_PAIRS / ENUMERATION_PAIRS in tests/signals/test_loops.py
 MAX_CALLS = 64  # recent calls kept per conversation
 
 CONF_RETRY = 0.9
@@ -90,9 +91,7 @@ SCORE_TYPOS = 95.0
 SCORE_REFINEMENT = 90.0
 SCORE_SLOT = 50.0  # the most one word replaced by another can score
 # Keys whose numbers name items (a different order, page or row), not thresholds to adjust.
-ITEM_KEY_WORDS = frozenset(
-    {"id", "ids", "uuid", "number", "num", "no", "page", "offset", "cursor", "index", "idx", "sku", "code"}
-)
+ITEM_KEY_WORDS = word_set("loops", "item_key", "key_words")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@
   "I'm confused") or by asking what a term of the agent's last answer means ("what's intune?").
 
 Phrase hits follow the shared rules of :mod:`otelsignals.signals.phrase_analysis` (quoting, negation,
-first message, confidence).
+first message, confidence). The word lists of the piecemeal, contrast, term-question and echo-question
+rules are data, with their examples: ``rules`` in ``phrases/misalignment.yaml``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from otelsignals.signals.phrase_analysis import (
     user_texts,
 )
 from otelsignals.signals.rephrase import detect_rephrase
+from otelsignals.signals.word_lists import word_order, word_sequences, word_set
 
 # --- misalignment ----------------------------------------------------------------------------------
 
@@ -65,29 +67,11 @@ def detect_correction(ctx: DetectionContext) -> list[SignalInstance]:
 # "separately", "each one", "one after another". The user corrects the approach. Not a question ("you
 # don't have to pay them one by one?", "…one at a time, right?"): that asks.
 PIECEMEAL_CONFIDENCE = 0.7
-_PIECEMEAL_HEADS = (
-    ("you", "dont", "need", "to"),
-    ("you", "dont", "have", "to"),
-    ("you", "do", "not", "need", "to"),
-    ("you", "do", "not", "have", "to"),
-    ("you", "shouldnt", "have", "to"),
-    ("no", "need", "to"),
-    ("theres", "no", "need", "to"),
-    ("why", "are", "you"),
-    ("stop",),
-    ("instead", "of"),
-)
-_PIECEMEAL_MARKERS = (
-    ("one", "at", "a", "time"),
-    ("individually",),
-    ("separately",),
-    ("each", "one"),
-    ("one", "after", "another"),
-    ("one", "after", "the", "other"),
-)
+_PIECEMEAL_HEADS = word_sequences("misalignment", "piecemeal", "heads")
+_PIECEMEAL_MARKERS = word_sequences("misalignment", "piecemeal", "markers")
 _PIECEMEAL_WORDS = frozenset(["by", *(marker[0] for marker in _PIECEMEAL_MARKERS)])
-_STOP_BY = (("by",), ("at",), ("in",), ("over",), ("off",))  # "stop by the shop": a visit, not a halt
-_CLAUSE_LEADS = frozenset(["so", "but", "and", "just", "please", "ok", "okay", "look", "no"])
+_STOP_VISITS = word_sequences("misalignment", "piecemeal", "stop_visits")  # "stop by the shop"
+_CLAUSE_LEADS = word_set("misalignment", "piecemeal", "clause_leads")
 QUESTION_TAG_WORDS = 2  # "…, right?", "…, don't I?": a clause followed only by this many words and "?"
 
 
@@ -122,7 +106,7 @@ def _piecemeal_head(tokens: list[Token], a: int, b: int) -> int | None:
             continue
         words = tuple(t.norm for t in tokens[at : at + 5])
         for head in _PIECEMEAL_HEADS:
-            if words[: len(head)] == head and not (head == ("stop",) and words[1:2] in _STOP_BY):
+            if words[: len(head)] == head and not (head == ("stop",) and words[1:2] in _STOP_VISITS):
                 return at + len(head)
     return None
 
@@ -147,12 +131,7 @@ def _piecemeal_marker(tokens: list[Token], at: int, b: int) -> str | None:
 CONTRAST_CONFIDENCE = 0.7
 CONTRAST_MAX_WORDS = 3  # "…, not tokyo", "…, not the 7am one": a short rejected item
 # Words after a clause-opening "not" that make an idiom or a hedge, not a rejected item ("not bad").
-# fmt: off
-_CONTRAST_IDIOMS = frozenset([
-    "bad", "sure", "yet", "quite", "exactly", "much", "anymore", "necessarily", "always", "only", "even",
-    "everything", "all", "really", "ever", "once", "twice", "true", "problem", "worry", "worries", "least",
-])
-# fmt: on
+_CONTRAST_IDIOMS = word_set("misalignment", "contrast", "idioms")
 
 
 def _contrast_instance(
@@ -233,36 +212,14 @@ TERM_QUESTION_MAX_WORDS = 2  # "what's intune?", "what is open jaw?": a term, no
 # A bare "what" echoes the agent's words back ("what unpaid invoice?", "what fee?"): the user does not
 # know what the agent is talking about. Not when the words ask for something new ("what else?", "what
 # about the hotel?", "what happened?", "what time?" names no word of the agent's unless it used it).
-# fmt: off
-_ECHO_NOT_TERMS = frozenset([
-    "about", "else", "if", "happened", "happens", "now", "then", "next", "for", "abt", "has", "have", "had",
-    "kind", "sort", "type", "other", "others", "exactly", "way",
-])
-# fmt: on
-_TERM_QUESTION_HEADS = (
-    ("what",),
-    ("whats",),
-    ("what", "is"),
-    ("what", "are"),
-    ("what", "s"),
-    ("whats", "a"),
-    ("what", "is", "a"),
-    ("what", "is", "an"),
-    ("whats", "an"),
-)
+_ECHO_NOT_TERMS = word_set("misalignment", "echo_question", "not_terms")
+_TERM_QUESTION_HEADS = word_sequences("misalignment", "term_question", "heads")
 # "what does R01 mean?", "what does ACH stand for?": the same question, the term inside
-_MEANING_HEADS = (("what", "does"), ("what", "do"), ("whats",))
-_MEANING_TAILS = (
-    ("mean",),
-    ("stand", "for"),
-    ("mean", "here"),
-    ("mean", "exactly"),
-    ("mean", "exactly", "here"),
-    ("means", "exactly"),
-)
+_MEANING_HEADS = word_sequences("misalignment", "term_question", "meaning_heads")
+_MEANING_TAILS = word_sequences("misalignment", "term_question", "meaning_tails")
 # "what means 'service name'?" (non-native word order), "what's shared parental leave exactly?"
-_PLAIN_MEANING_HEADS = (("what", "means"), ("what", "mean"))
-_TERM_HEDGES = ("exactly", "here", "again")
+_PLAIN_MEANING_HEADS = word_sequences("misalignment", "term_question", "plain_meaning_heads")
+_TERM_HEDGES = word_order("misalignment", "term_question", "hedges")
 # a term quoted back from the agent's answer ("what does 're-applied to the term' mean")
 QUOTED_TERM_MAX_WORDS = 6
 _TERM_QUESTION_LONGEST = max(map(len, _TERM_QUESTION_HEADS)) + QUOTED_TERM_MAX_WORDS + 3

@@ -51,10 +51,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any, TypeVar
 
-import yaml
 from cachetools import LRUCache
 
 from otelsignals.model import Role, SignalInstance
@@ -71,6 +69,7 @@ from otelsignals.signals.matching import (
     snippet,
     tokenise,
 )
+from otelsignals.signals.word_lists import phrase_file, word_set
 
 FUZZY_PENALTY = 0.15
 WHOLE_MESSAGE_BONUS = 0.05
@@ -81,16 +80,7 @@ COMPARE_CHARS = 4000  # characters of a message compared with earlier ones: boun
 ANALYSIS_CACHE_CHARS = 2_000_000  # message text held by the shared analysis cache
 SEED_LOOKBACK = 50  # messages looked back over when the memory is new but messages were analysed before
 
-# fmt: off
-STOP_WORDS = frozenset([
-    "a", "an", "the", "i", "me", "my", "we", "our", "you", "your", "it", "its", "this", "that", "these",
-    "those", "is", "are", "was", "were", "be", "been", "am", "do", "does", "did", "to", "of", "in", "on",
-    "at", "for", "with", "and", "or", "but", "so", "if", "then", "can", "could", "would", "should", "will",
-    "shall", "may", "might", "please", "pls", "just", "also", "too", "very", "really", "some", "any",
-    "there", "here", "what", "which", "who", "how", "when", "where", "why", "again", "now", "ok", "okay",
-    "hi", "hello", "hey"
-])
-# fmt: on
+STOP_WORDS = word_set("interaction", "stop_words", "words")
 SATISFACTION = (tx.GRATITUDE, tx.CONFIRMATION, tx.SUCCESS)
 # a message with one of these makes its "!!!" anger whatever the sentence ("get me a human!!!")
 COMPLAINTS = (tx.CORRECTION, tx.ESCALATION, tx.QUIT, tx.NEGATIVE_STANCE)
@@ -227,19 +217,12 @@ _CUE_NAMES = frozenset([THIRD_PARTY, AGENT, BAD_NEWS])
 PHRASE_FILES = ("misalignment", "disengagement", "satisfaction")  # phrases/<name>.yaml: the groups
 
 
-def _load_yaml(name: str) -> Any:
-    source = resources.files("otelsignals.signals").joinpath("phrases", f"{name}.yaml")
-    # The C loader when PyYAML has it: the library is large and is loaded at start-up.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(source.read_text(encoding="utf-8"), Loader=loader)
-
-
 def library_data() -> dict[str, Any]:
     """phrases/interaction.yaml (what all groups share) with the groups of every category file."""
-    data: dict[str, Any] = _load_yaml("interaction")
+    data: dict[str, Any] = phrase_file("interaction")
     data["groups"] = {}
     for name in PHRASE_FILES:
-        for group, entry in _load_yaml(name)["groups"].items():
+        for group, entry in phrase_file(name)["groups"].items():
             if group in data["groups"]:
                 raise ValueError(f"phrase group {group!r} is defined twice (phrases/{name}.yaml)")
             data["groups"][group] = entry

@@ -11,6 +11,8 @@ message, and never fire on a message that expresses satisfaction:
 3. a restatement: a short request whose key words the user already wrote in an earlier sentence;
 4. insistence: the task brought back after the agent steered away from it;
 5. asked again after the agent repeated an answer.
+
+The word lists of rules 3–5 are data, with their examples: ``rules`` in ``phrases/misalignment.yaml``.
 """
 
 from __future__ import annotations
@@ -44,13 +46,15 @@ from otelsignals.signals.phrase_analysis import (
     user_texts,
 )
 from otelsignals.signals.stagnation import REPETITION_WINDOW, Answer, comparable_answer, most_similar
+from otelsignals.signals.word_lists import canonical_forms, word_order, word_sequences, word_set
 
-# The near-duplicate thresholds were calibrated on the labelled pairs of tests/signals/test_interaction.py
-# (REPHRASE_PAIRS, REPETITION_PAIRS). Rephrase, over content words: restatements scored token_set ≥ 92.3
-# with token_sort ≥ 79.4; different requests on one template scored token_set ≤ 88.9 ("summarise the
-# first/second chapter", "jira ticket for the login/signup bug") or, when one request only extends the
-# other ("sort a list" / "… in reverse order without modifying it", token_set 100), token_sort ≤ 41.
-# Known miss: inflected restatements ("counts users by country" / "counting users per country": 77.5).
+# The near-duplicate thresholds were calibrated on the labelled pairs REPHRASE_PAIRS (tests/signals/
+# test_rephrase.py) and REPETITION_PAIRS (tests/signals/test_stagnation.py). Rephrase, over content
+# words: restatements scored token_set ≥ 92.3 with token_sort ≥ 79.4; different requests on one template
+# scored token_set ≤ 88.9 ("summarise the first/second chapter", "jira ticket for the login/signup bug")
+# or, when one request only extends the other ("sort a list" / "… in reverse order without modifying
+# it", token_set 100), token_sort ≤ 41. Known miss: inflected restatements ("counts users by country" /
+# "counting users per country": 77.5).
 
 REPHRASE_WINDOW = 3  # the user's previous messages compared with a new one
 REPHRASE_SIMILARITY = 90.0  # rapidfuzz token_set_ratio over content words, 0–100
@@ -162,29 +166,13 @@ RESTATE_SHARE = 0.66  # of the new clause's key words
 RESTATE_MAX_KEYS = 6  # a restatement is short; a longer clause is a new, fuller request
 RESTATE_CONFIDENCE = 0.6
 INSISTENCE_CONFIDENCE = 0.6
-# fmt: off
-_RESTATE_OPENERS = frozenset([
-    "ok", "okay", "yes", "yeah", "yep", "sure", "great", "good", "fine", "then", "also", "and", "now",
-    "next", "perfect", "cool", "alright", "thanks", "so",
-])
-_PROGRESS_WORDS = frozenset([
-    "book", "buy", "pay", "confirm", "order", "proceed", "go", "choose", "pick", "take", "select", "send",
-    "add", "change", "cancel", "next", "another", "other", "more", "instead", "also", "else", "too",
-])
+_RESTATE_OPENERS = word_set("misalignment", "restatement", "openers")
+_PROGRESS_WORDS = word_set("misalignment", "restatement", "progress_words")
 # not key words: fillers, and the modal words of a request ("it has to…", "I'd like…"); "want" and
 # "need" stay, they are the request's verb when the object is a pronoun ("I want to dispute it")
-_KEY_STOP = STOP_WORDS | DEFAULT_NEGATORS | frozenset([
-    "yes", "yeah", "yep", "nope", "nah", "one", "ones", "thing", "like", "get", "has", "have", "must",
-    "would", "id", "asked", "asking", "trying", "me", "its", "im", "something", "anything",
-])
+_KEY_STOP = STOP_WORDS | DEFAULT_NEGATORS | word_set("misalignment", "restatement", "not_key_words")
 # the same request in other words: number words and times as digits, a few everyday synonyms
-_CANONICAL = {  # keys as _key leaves them (stemmed, final "e" off)
-    "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8",
-    "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "depart": "leav", "departur": "leav",
-    "purchas": "buy", "cheapest": "cheap", "cheaper": "cheap", "inexpensiv": "cheap", "repair": "fix",
-    "solv": "fix", "reimburs": "refund", "installer": "install", "payment": "charg", "transaction": "charg",
-}
-# fmt: on
+_CANONICAL = canonical_forms("misalignment", "restatement", "canonical")  # keys as _key leaves them
 
 
 def _key(word: str) -> str:
@@ -198,31 +186,21 @@ def _key(word: str) -> str:
     return _CANONICAL.get(word, word)
 
 
-# fmt: off
-_QUESTION_OPENERS = frozenset([
-    "how", "what", "why", "when", "where", "which", "who", "can", "could", "is", "are", "does", "do",
-])
+_QUESTION_OPENERS = word_set("misalignment", "restatement", "question_openers")
 # A restated request says what the user wants or needs ("I want to dispute the charge", "it has to
 # leave after five"); a sentence without such a word reports ("still says offline") and never counts.
-_REQUEST_WORDS = frozenset([
-    "want", "wanted", "need", "needed", "needs", "looking", "must", "require", "required",
-    "asked", "asking", "trying", "should", "would", "please", "pls",
-])
+_REQUEST_WORDS = word_set("misalignment", "restatement", "request_words")
 # Questions that ask the agent to do something, or how to ("how do I cancel", "can you book it").
-_REQUEST_QUESTIONS = (
-    ("how", "do", "i"), ("how", "can", "i"), ("how", "do", "we"), ("how", "can", "we"), ("can", "you"),
-    ("could", "you"), ("would", "you"), ("will", "you"), ("can", "i"), ("could", "i"),
-)
+_REQUEST_QUESTIONS = word_sequences("misalignment", "restatement", "request_questions")
 # Words skipped before a clause's first word when reading it as an imperative ("just cancel it").
-_IMPERATIVE_FILLERS = frozenset([
-    "just", "please", "pls", "then", "now", "so", "simply", "and", "again", "really", "only",
-])
+_IMPERATIVE_FILLERS = word_set("misalignment", "restatement", "imperative_fillers")
 # Words that add to the task rather than restate it ("another one", "also the hotel", "one more").
-_ADDITIVE_WORDS = frozenset(["another", "other", "more", "instead", "also", "else", "too", "next"])
+_ADDITIVE_WORDS = word_set("misalignment", "restatement", "additive_words")
 # Request words are not what a request is about: "I need…" shared with "I need…" restates nothing.
-_GENERIC_KEYS = frozenset(_key(word) for word in (*_REQUEST_WORDS, "help", "want", "need"))
+_GENERIC_KEYS = frozenset(
+    _key(word) for word in (*_REQUEST_WORDS, *word_order("misalignment", "restatement", "generic_words"))
+)
 _PROGRESS_KEYS = frozenset(_key(word) for word in _PROGRESS_WORDS)
-# fmt: on
 
 
 class _Unit(NamedTuple):
@@ -377,16 +355,10 @@ def _restates(sentence: frozenset[str], before: frozenset[str]) -> frozenset[str
 # the user moves on rather than insists. A message that corrects ("no, I said cancel, not pause") points
 # back at the earlier words, which the correction covers; it is not also a restatement.
 _TASK = "rephrase.task"
-_REJECTIONS = frozenset(["no", "nope", "nah"])
-_REJECTION_WORDS = _REJECTIONS | frozenset(["thanks", "thank", "you", "ty", "way"])
-_REFUSALS = (
-    ("i", "dont", "want"),
-    ("i", "do", "not", "want"),
-    ("i", "dont", "need"),
-    ("not", "interested"),
-    ("im", "not", "interested"),
-    ("i", "am", "not", "interested"),
-)
+_REJECTIONS = word_set("misalignment", "insistence", "rejections")
+# what may follow a rejection in its clause ("no thanks", "nope, thank you", "no way")
+_REJECTION_WORDS = _REJECTIONS | word_set("misalignment", "insistence", "rejection_fillers")
+_REFUSALS = word_sequences("misalignment", "insistence", "refusals")
 
 
 def _is_task(sentences: tuple[tuple[frozenset[str], bool, bool], ...]) -> bool:

@@ -1,5 +1,6 @@
 """Reading tool calls for the execution and environment detectors: which assistant call a tool result
-answers, a call's arguments in canonical form, and the words of a name or a text.
+answers, a call's arguments in canonical form, and the words of a name or a text (the words left out
+of an argument text are data: ``rules.argument_words`` in ``phrases/tool_calls.yaml``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ from otelsignals.signals.base import DetectionContext
 from otelsignals.signals.errors import (
     normalise,
 )
+from otelsignals.signals.word_lists import word_set
 
 LOOKBACK = 32  # messages searched back for the assistant call of a tool result
 ARGS_KEPT = 8000  # canonical arguments kept in memory for the similarity of the next call
 ARGS_CHARS = 200  # arguments shown in metadata and snippets
-ARGUMENT_STOP_WORDS = frozenset(
-    {"a", "an", "the", "of", "in", "on", "at", "to", "for", "from", "by", "with", "and", "or", "is", "are"}
-    | {"my", "me", "i", "please", "near", "about"}
-)
+# Words left out when argument texts are compared ("cheap flights paris" / "cheap flights to paris").
+ARGUMENT_STOP_WORDS = word_set("tool_calls", "argument_words", "stop_words")
 
 
 def progress_start(ctx: DetectionContext, key: str) -> int:

@@ -1,5 +1,6 @@
 """Tiny helpers: write a conversation as ("user", "text") / ("assistant", "text") pairs and run
-detectors over it the way the pipeline does, incrementally, one trace (here: one step) at a time."""
+detectors over it the way the pipeline does, incrementally, one trace (here: one step) at a time; read
+the conversation examples of a rule in the data files."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from otelsignals.model import Conversation, Message, Role, SignalInstance
+from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import BASELINE_USER_TURNS, DetectionContext, Detector
+from otelsignals.signals.detect import detectors_of
+from otelsignals.signals.word_lists import phrase_file
 
 Turn = tuple[str, str]  # (role, text): "user", "assistant", "tool" or "system"
 
@@ -63,3 +67,38 @@ def key(instance: SignalInstance) -> tuple[Any, ...]:
         instance.snippet,
         repr(instance.metadata),
     )
+
+
+U, A, T = "user", "assistant", "tool"
+
+INTERACTION_DETECTORS = detectors_of(tx.MISALIGNMENT, tx.STAGNATION, tx.DISENGAGEMENT, tx.SATISFACTION)
+
+
+def opened(*turns: Turn) -> list[Turn]:
+    """``turns`` after the neutral OPENING exchange."""
+    return [*OPENING, *turns]
+
+
+def only(signal: str, turns: Sequence[Turn]) -> list[SignalInstance]:
+    """The instances of ``signal`` the interaction layer finds in ``turns`` run turn by turn."""
+    return of_type(run_incrementally(INTERACTION_DETECTORS, turns), signal)
+
+
+def assert_fires(signal: str, turns: Sequence[Turn], index: int | None = None) -> None:
+    """Exactly one instance of ``signal``, on message ``index`` (default: the last), whose snippet
+    is that user's own words."""
+    index = len(turns) - 1 if index is None else index
+    (instance,) = only(signal, turns)
+    assert instance.type == signal
+    assert instance.message_index == index
+    assert 0.0 <= instance.confidence <= 1.0
+    assert instance.snippet and instance.snippet in turns[index][1] and len(instance.snippet) <= 200
+    assert instance.metadata["pattern"]
+
+
+def rule_conversations(category: str, rule: str, kind: str) -> list[list[Turn]]:
+    """The ``positives`` or ``near_misses`` of a rule in ``phrases/<category>.yaml`` as turns, after the
+    OPENING exchange when the rule says ``opening: true``."""
+    entry = phrase_file(category)["rules"][rule]
+    prefix = OPENING if entry["opening"] else []
+    return [[*prefix, *((str(role), str(text)) for role, text in example)] for example in entry[kind]]

@@ -10,7 +10,7 @@ from otelsignals.model import Conversation, LlmCall, Message, Role, SignalInstan
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext
 from otelsignals.signals.detect import detectors_of
-from tests.signals.test_execution import (
+from tests.signals.tool_conversations import (
     assistant,
     call,
     exchange,

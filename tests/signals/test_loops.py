@@ -1,0 +1,608 @@
+"""execution.loops, leaf by leaf, on short conversations with tool calls.
+
+Each table row is a conversation (user → assistant tool call → tool result …); positives assert the
+exact leaf and message_index, near-misses assert that the leaf does not fire. Which argument keys
+name items, and which argument words are left out, are data (phrases/loops.yaml, tool_calls.yaml), run
+by tests/signals/test_word_lists.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from otelsignals.model import Message, Role
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.loops import DRIFT_LOWER_BOUND, adjusted, arguments_similarity, text_similarity
+from tests.signals.tool_conversations import (
+    EXECUTION_DETECTORS,
+    alternating,
+    assert_one,
+    assistant,
+    call,
+    exchange,
+    of,
+    repeated,
+    run,
+    tool,
+    user,
+)
+
+# --- loops.retry ---------------------------------------------------------------------------------------
+
+
+RETRY_POSITIVES: list[tuple[list[Message], int]] = [
+    (repeated("get_weather", [{"city": "Paris"}] * 3), 5),
+    (
+        repeated(
+            "get_weather",
+            [
+                {"city": "Paris", "units": "C"},
+                '{"units": "C", "city": "Paris"}',
+                {"units": "C", "city": "Paris"},
+            ],
+        ),
+        5,
+    ),
+    (repeated("get_time", [{}] * 3), 5),
+    (repeated("search", ["plain text query"] * 3), 5),
+    (repeated("search", [{"q": "x"}] * 3, result='{"error": "upstream failed"}'), 5),
+    ([user(), assistant(*(call("ping", {"host": "a"}) for _ in range(3)))], 1),  # parallel, one message
+    (
+        [
+            user(),
+            *exchange("lookup", {"id": 1}, "x"),
+            *exchange("other", {}, "y"),
+            *repeated("lookup", [{"id": 2}] * 3)[1:],
+        ],
+        9,
+    ),
+    # Content not captured on the chat spans: the calls are known from the tool spans only.
+    (
+        [
+            user(),
+            *(tool("ok", name="fetch", arguments={"url": "https://x"}, call_id=f"t{i}") for i in range(3)),
+        ],
+        3,
+    ),
+    ([Message(Role.SYSTEM, "You are an agent."), *repeated("get_weather", [{"city": "Paris"}] * 3)], 6),
+]
+
+RETRY_NEAR_MISSES: list[list[Message]] = [
+    repeated("get_weather", [{"city": "Paris"}] * 2),  # two identical calls are not a retry
+    repeated("get_weather", [{"city": "Paris"}, {"city": "Paris"}, {"city": "Lyon"}]),
+    repeated("get_weather", [{"city": "Paris"}, {"city": "Paris"}, {"city": "Paris", "units": "F"}]),
+    [
+        *repeated("get_weather", [{"city": "Paris"}] * 2),
+        *repeated("get_weather", [{"city": "Paris"}]),
+    ],  # user between
+    [*repeated("a", [{"x": 1}] * 2), *exchange("b", {"x": 1}, "ok"), *exchange("a", {"x": 1}, "ok")],
+    repeated("get_weather", [None] * 3),  # arguments not captured: unknown is not identical
+    [user(), *(tool("ok", name="fetch", arguments=None, call_id=f"t{i}") for i in range(3))],
+    # Calls and their results: two calls must count as two, whatever the result ids look like.
+    [
+        user(),
+        assistant(c := call("get", {"id": 1})),
+        tool("x", answers=c),
+        assistant(d := call("get", {"id": 1})),
+        tool("x", call_id="other-id", name="get"),
+    ],
+    [
+        user(),
+        assistant(call("get", {"id": 1}, call_id=None)),
+        tool("x", name="get"),
+        assistant(call("get", {"id": 1}, call_id=None)),
+        tool("x"),
+    ],
+    repeated("get_weather", [{"city": "Paris"}, {"city": "Tokyo"}, {"city": "Paris"}]),
+]
+
+
+@pytest.mark.parametrize(("messages", "index"), RETRY_POSITIVES)
+def test_retry_fires(messages: list[Message], index: int) -> None:
+    instance = assert_one(messages, tx.RETRY, index, detectors=EXECUTION_DETECTORS)
+    assert instance.metadata["run_length"] == 3
+    assert instance.confidence == 0.9
+
+
+@pytest.mark.parametrize("messages", RETRY_NEAR_MISSES)
+def test_retry_near_misses(messages: list[Message]) -> None:
+    assert not of(run(messages, EXECUTION_DETECTORS), tx.RETRY)
+
+
+def test_a_retry_continues_across_try_again_after_failures_but_not_after_success() -> None:
+    args = {"sku": "DY-V15", "store": "Austin"}
+    failing = [
+        user("in stock?"),
+        *exchange("check_inventory", args, None, is_error=True, error_type="JSONDecodeError"),
+        *exchange("check_inventory", args, None, is_error=True, error_type="TimeoutError"),
+        Message(Role.ASSISTANT, "The inventory system is having trouble. Try again?"),
+        user("yes try again please"),
+        *exchange("check_inventory", args, '{"qty": 3}'),
+    ]
+    assert [(i.type, i.message_index) for i in of(run(failing), tx.RETRY)] == [(tx.RETRY, 7)]
+    succeeding = [
+        user("in stock?"),
+        *exchange("check_inventory", args, '{"qty": 3}'),
+        *exchange("check_inventory", args, '{"qty": 3}'),
+        Message(Role.ASSISTANT, "3 in stock."),
+        user("and now?"),
+        *exchange("check_inventory", args, '{"qty": 2}'),
+    ]
+    assert not of(run(succeeding), tx.RETRY)
+
+
+def test_two_identical_calls_are_not_a_retry_three_are() -> None:
+    assert not of(run(repeated("get_weather", [{"city": "Paris"}] * 2)), tx.RETRY)
+    (instance,) = of(run(repeated("get_weather", [{"city": "Paris"}] * 3)), tx.RETRY)
+    assert instance.metadata["tool"] == "get_weather"
+    assert instance.metadata["arguments"] == '{"city":"Paris"}'
+    assert instance.snippet == 'get_weather({"city":"Paris"})'
+
+
+def test_a_long_retry_counts_more() -> None:
+    found = of(run(repeated("get_weather", [{"city": "Paris"}] * 10)), tx.RETRY)
+    assert [(i.message_index, i.metadata["run_length"]) for i in found] == [(5, 3), (11, 6), (17, 9)]
+
+
+def test_six_parallel_identical_calls_in_one_message_give_one_instance() -> None:
+    found = of(run([user(), assistant(*(call("ping", {}) for _ in range(6)))]), tx.RETRY)
+    assert [(i.message_index, i.metadata["run_length"]) for i in found] == [(1, 6)]
+
+
+# --- loops.parameter_drift -----------------------------------------------------------------------------
+
+DRIFT_POSITIVES: list[list[Message]] = [
+    repeated(
+        "search_flights",
+        [
+            {"q": "cheap flights paris"},
+            {"q": "cheap flights to paris"},
+            {"q": "cheap flights to paris in june"},
+        ],
+    ),
+    repeated(
+        "web_search",
+        [
+            "python asyncio timeout",
+            "python asyncio wait_for timeout",
+            "python asyncio wait_for timeout error",
+        ],
+    ),
+    repeated("get_weather", [{"city": "Pariss"}, {"city": "Paris"}, {"city": "Paris, France"}]),
+    repeated("find_customer", [{"name": "jon smith"}, {"name": "john smith"}, {"name": "John Smith (ACME)"}]),
+    repeated(
+        "search_products",
+        [
+            {"q": "laptop"},
+            {"q": "laptop", "brand": "dell"},
+            {"q": "laptop", "brand": "dell", "max_price": 800},
+        ],
+    ),
+    repeated(
+        "run_sql",
+        [
+            {"sql": "SELECT * FROM users WHERE name = 'john'"},
+            {"sql": "SELECT * FROM users WHERE name ILIKE 'john'"},
+            {"sql": "SELECT * FROM users WHERE name ILIKE '%john%'"},
+        ],
+    ),
+    repeated(
+        "kb",
+        [
+            {"query": "reset password"},
+            {"query": "how to reset my password"},
+            {"query": "how to reset my password steps"},
+        ],
+    ),
+    repeated(
+        "search_restaurants",
+        [
+            {"query": "best italian restaurant downtown"},
+            {"query": "italian restaurants downtown"},
+            {"query": "top rated italian restaurants downtown"},
+        ],
+    ),
+    # an identical repeat in the middle neither extends nor breaks the drift
+    repeated(
+        "web_search",
+        [
+            "rust error handling",
+            "rust error handling",
+            "error handling in rust",
+            "rust error handling best practices",
+        ],
+    ),
+]
+
+
+def _results(name: str, calls: list[tuple[Any, str]]) -> list[Message]:
+    """user, then one assistant call + its result per (arguments, result content)."""
+    messages = [user()]
+    for args, content in calls:
+        messages += exchange(name, args, content)
+    return messages
+
+
+EMPTY = '{"results": [], "total": 0}'
+FOUND = '{"results": [{"id": 1}], "total": 1}'
+HOTEL = {"city": "Paris", "near": "Eiffel Tower", "adults": 2}
+
+# The agent adjusting a request after a failed or empty result: not near-duplicates, still a drift.
+DRIFT_POSITIVES += [
+    # a query reformulated after an empty result and a timeout
+    [
+        user(),
+        *exchange(
+            "search_kb", {"query": "map SMB share fs01 projects on macOS Sonoma Finder login item"}, EMPTY
+        ),
+        *exchange(
+            "search_kb",
+            {"query": "map network drive mac smb fs01"},
+            None,
+            is_error=True,
+            error_type="TimeoutError",
+        ),
+        *exchange("search_kb", {"query": "mac network drive"}, FOUND),
+    ],
+    # filters dropped and a distance threshold widened after empty results
+    _results(
+        "search_hotels",
+        [
+            ({**HOTEL, "max_distance_m": 300, "amenities": ["bathtub", "balcony", "view"]}, EMPTY),
+            ({**HOTEL, "max_distance_m": 500, "amenities": ["bathtub", "view"]}, EMPTY),
+            ({**HOTEL, "max_distance_m": 1000, "amenities": ["bathtub"]}, FOUND),
+        ],
+    ),
+    # a SQL query fixed after an empty result, then reworked inside the running drift
+    _results(
+        "run_sql",
+        [
+            (
+                {
+                    "query": "SELECT region, COUNT(*) FROM customers WHERE status = 'Active' AND created_at "
+                    "BETWEEN '2024-01-01' AND '2024-03-31' GROUP BY region"
+                },
+                EMPTY,
+            ),
+            (
+                {
+                    "query": "SELECT region, COUNT(*) FROM customers WHERE status = 'active' AND created_at "
+                    "BETWEEN '2024-01-01' AND '2024-03-31' GROUP BY region"
+                },
+                FOUND,
+            ),
+            (
+                {
+                    "query": "SELECT region, COUNT(DISTINCT customer_id) FROM customers WHERE status = "
+                    "'active' GROUP BY region"
+                },
+                FOUND,
+            ),
+        ],
+    ),
+    # a price limit raised after empty results
+    _results(
+        "search_products",
+        [
+            ({"q": "standing desk", "max_price": 200}, EMPTY),
+            ({"q": "standing desk", "max_price": 300}, EMPTY),
+            ({"q": "standing desk", "max_price": 450}, FOUND),
+        ],
+    ),
+]
+
+DRIFT_NEAR_MISSES: list[list[Message]] = [
+    repeated("get_weather", [{"city": "Paris"}, {"city": "Tokyo"}, {"city": "Lima"}]),  # an enumeration
+    repeated("get_order", [{"id": "ORD-10023"}, {"id": "ORD-10024"}, {"id": "ORD-10025"}]),
+    repeated("list_issues", [{"repo": "x", "page": 1}, {"repo": "x", "page": 2}, {"repo": "x", "page": 3}]),
+    repeated("web_search", ["weather in Paris", "weather in London", "weather in Berlin"]),
+    repeated(
+        "stats", [{"q": "population of france"}, {"q": "population of germany"}, {"q": "population of italy"}]
+    ),
+    repeated(
+        "report", [{"q": "sales report january"}, {"q": "sales report february"}, {"q": "sales report march"}]
+    ),
+    repeated("get_weather", [{"city": "Paris"}] * 3),  # identical: a retry, not a drift
+    repeated("web_search", ["cheap flights paris", "cheap flights to paris"]),  # only two
+    [
+        *repeated("s", ["cheap flights paris", "cheap flights to paris"]),
+        *repeated("s", ["cheap flights to paris june"]),
+    ],
+    repeated("web_search", ["how to reset password", "how to change email", "how to delete account"]),
+    repeated("lookup", [{"email": "alice@x.com"}, {"email": "bob@x.com"}, {"email": "carol@x.com"}]),
+    # other items after failures are still an enumeration
+    _results(
+        "get_weather",
+        [
+            ({"city": "Paris", "units": "metric"}, '{"error": "timeout"}'),
+            ({"city": "Tokyo", "units": "metric"}, '{"error": "timeout"}'),
+            ({"city": "Lima", "units": "metric"}, FOUND),
+        ],
+    ),
+    _results(
+        "get_order", [({"order_id": 1001}, EMPTY), ({"order_id": 1002}, EMPTY), ({"order_id": 1003}, FOUND)]
+    ),
+    _results(
+        "list_issues",
+        [
+            ({"repo": "x", "page": 1}, EMPTY),
+            ({"repo": "x", "page": 2}, EMPTY),
+            ({"repo": "x", "page": 3}, EMPTY),
+        ],
+    ),
+    # one slot of a long query changed: another item, however alike the rest
+    repeated(
+        "run_sql",
+        [
+            {
+                "sql": f"SELECT id, name, email FROM customers WHERE country = '{c}' AND created_at > "
+                "'2024-01-01' ORDER BY name"
+            }
+            for c in ("FR", "DE", "IT")
+        ],
+    ),
+    # reformulations after good answers do not start a drift
+    _results(
+        "web_search",
+        [
+            ({"query": "best hiking boots 2024"}, FOUND),
+            ({"query": "hiking boots waterproof review"}, FOUND),
+            ({"query": "hiking boots wide feet"}, FOUND),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("messages", DRIFT_POSITIVES)
+def test_parameter_drift_fires(messages: list[Message]) -> None:
+    index = len(messages) - 2  # the third varied call
+    instance = assert_one(messages, tx.PARAMETER_DRIFT, index, detectors=EXECUTION_DETECTORS)
+    assert instance.metadata["run_length"] == 3
+    if instance.metadata["pattern"] == "near_duplicate_arguments":
+        assert instance.metadata["similarity"] >= DRIFT_LOWER_BOUND
+        assert instance.confidence == 0.7
+    else:
+        assert instance.metadata["pattern"] == "adjusted_arguments"
+        assert instance.confidence == 0.6
+    assert len(instance.metadata["arguments"]) == 3
+
+
+@pytest.mark.parametrize("messages", DRIFT_NEAR_MISSES)
+def test_parameter_drift_near_misses(messages: list[Message]) -> None:
+    assert not of(run(messages, EXECUTION_DETECTORS), tx.PARAMETER_DRIFT)
+
+
+def test_an_enumeration_of_cities_is_not_parameter_drift() -> None:
+    cities = ["Paris", "Tokyo", "Lima", "Berlin", "Austin", "Boston", "Dublin", "Portland", "Portugal"]
+    assert not of(run(repeated("get_weather", [{"city": c} for c in cities])), tx.PARAMETER_DRIFT)
+    parallel = [user(), assistant(*(call("get_weather", {"city": c}) for c in cities))]
+    assert not of(run(parallel), tx.PARAMETER_DRIFT)
+
+
+# Calibration of DRIFT_LOWER_BOUND: near-duplicate reformulations score at or above it, distinct items
+# (enumerations) below it. Plain fuzz.ratio on canonical JSON fails both ways ('{"q":"population of
+# france"}' vs germany scores 89, '{"city":"Paris"}' vs '{"city":"Paris, France"}' 78), hence the
+# word-diff score of text_similarity.
+DRIFT_PAIRS = [
+    ("cheap flights paris", "cheap flights to paris"),
+    ("cheap flights to paris", "cheap flights to paris june"),
+    ("python asyncio timeout", "python asyncio wait_for timeout"),
+    ("best italian restaurant downtown", "italian restaurants downtown"),
+    ("Paris", "Paris, France"),
+    ("Sweden", "Swedan"),
+    ("jon smith", "john smith"),
+    ("john smith", "John Smith"),
+    ("wireless headphones noise cancelling", "noise cancelling wireless headphones under 200"),
+    ("error handling in rust", "rust error handling best practices"),
+    ("how to reset my password", "reset password"),
+    ("latest news on nvidia earnings", "nvidia earnings news"),
+    ("refund policy", "refund policy for damaged items"),
+    ("Marseille", "Marseilles"),
+]
+ENUMERATION_PAIRS = [
+    ("Paris", "Tokyo"),
+    ("Berlin", "Dublin"),
+    ("Austin", "Boston"),
+    ("Portland", "Portugal"),
+    ("New York", "New Delhi"),
+    ("weather paris", "weather tokyo"),
+    ("weather in Paris", "weather in London"),
+    ("how to reset password", "how to change email"),
+    ("red shoes", "blue shoes"),
+    ("AAPL", "MSFT"),
+    ("machine learning", "deep learning"),
+    ("John Smith", "Jane Smith"),
+    ("population of france", "population of germany"),
+    ("capital of spain", "capital of italy"),
+    ("news about apple", "news about google"),
+    ("sales report january", "sales report february"),
+    ("ORD-10023", "ORD-10024"),
+    ("2024-05-01", "2024-05-02"),
+    ("austria", "australia"),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), DRIFT_PAIRS)
+def test_drift_pairs_score_at_or_above_the_bound(a: str, b: str) -> None:
+    assert text_similarity(a, b) >= DRIFT_LOWER_BOUND
+
+
+@pytest.mark.parametrize(("a", "b"), ENUMERATION_PAIRS)
+def test_enumeration_pairs_score_below_the_bound(a: str, b: str) -> None:
+    assert text_similarity(a, b) < DRIFT_LOWER_BOUND
+
+
+def test_adjusted_arguments() -> None:
+    assert adjusted('{"max_price":200,"q":"desk"}', '{"max_price":300,"q":"desk"}')  # a threshold moved
+    assert adjusted('{"a":["x","y"],"q":"d"}', '{"a":["x"],"q":"d"}')  # a filter dropped
+    assert adjusted('"map smb share fs01 on macos"', '"map network drive mac smb fs01"')  # reformulated
+    assert not adjusted('{"page":1,"q":"d"}', '{"page":2,"q":"d"}')  # another page
+    assert not adjusted('{"order_id":1001}', '{"order_id":1002}')  # another item
+    assert not adjusted('{"city":"Paris","units":"C"}', '{"city":"Tokyo","units":"C"}')  # another city
+    assert not adjusted('{"a":["x","y"]}', '{"a":["x","z"]}')  # a filter swapped for another
+    assert not adjusted('{"a":1}', '{"b":1}')  # nothing in common
+    assert not adjusted('"how to reset password"', '"how to change email"')  # another question
+
+
+def test_arguments_similarity_on_structures() -> None:
+    assert arguments_similarity('{"q":"laptop"}', '{"brand":"dell","q":"laptop"}') == 90.0
+    assert arguments_similarity('{"page":1,"q":"x"}', '{"page":2,"q":"x"}') == 0.0
+    assert arguments_similarity('{"a":1}', '{"b":1}') == 0.0
+    assert arguments_similarity(None, '{"a":1}') == 0.0
+    assert arguments_similarity('"x"', '"x"') == 100.0
+
+
+# --- loops.oscillation ---------------------------------------------------------------------------------
+
+
+OSCILLATION_POSITIVES: list[tuple[list[Message], int]] = [
+    (alternating("ABABAB"), 11),
+    (alternating("BABABA"), 11),
+    (alternating("ABABAB", same_args=False), 11),
+    (alternating("CABABAB"), 13),
+    (alternating("AABABAB"), 13),
+    ([user(), assistant(*(call(n, {}) for n in "ABABAB"))], 1),  # parallel in one message
+    ([user(), *(tool("ok", name=n, arguments={}, call_id=f"t{i}") for i, n in enumerate("ABABAB"))], 6),
+    # assistant calls of A mixed with B calls known only from their tool spans
+    (
+        [
+            user(),
+            *(m for _ in range(3) for m in [*exchange("A", {}, "ok"), tool("ok", name="B", call_id=None)]),
+        ],
+        9,
+    ),
+    (alternating("ABABABC"), 11),
+]
+
+OSCILLATION_NEAR_MISSES: list[list[Message]] = [
+    alternating("ABAB"),  # two cycles
+    alternating("ABABA"),
+    alternating("AABBAABB"),
+    alternating("ABCABC"),
+    alternating("AAAAAA"),
+    alternating("ABACAB"),
+    [*alternating("ABAB"), *alternating("ABAB")],  # a user message between
+    alternating("ABABCBCB"),
+    [user(), *(tool("ok", name=None, call_id=f"t{i}") for i in range(6))],
+]
+
+
+@pytest.mark.parametrize(("messages", "index"), OSCILLATION_POSITIVES)
+def test_oscillation_fires(messages: list[Message], index: int) -> None:
+    instance = assert_one(messages, tx.OSCILLATION, index, detectors=EXECUTION_DETECTORS)
+    assert instance.metadata["run_length"] == 6
+    assert instance.metadata["cycles"] == 3
+    assert sorted(instance.metadata["tools"]) == ["A", "B"]
+
+
+@pytest.mark.parametrize("messages", OSCILLATION_NEAR_MISSES)
+def test_oscillation_near_misses(messages: list[Message]) -> None:
+    assert not of(run(messages, EXECUTION_DETECTORS), tx.OSCILLATION)
+
+
+def test_abab_is_not_oscillation_ababab_is() -> None:
+    assert not of(run(alternating("ABAB")), tx.OSCILLATION)
+    (instance,) = of(run(alternating("ABABAB")), tx.OSCILLATION)
+    assert instance.metadata["tools"] == ["A", "B"]
+    assert instance.confidence == 0.85  # the same arguments each time: flip-flopping
+    (varied,) = of(run(alternating("ABABAB", same_args=False)), tx.OSCILLATION)
+    assert varied.confidence == 0.6
+
+
+def test_a_long_oscillation_counts_more() -> None:
+    found = of(run(alternating("AB" * 9)), tx.OSCILLATION)
+    assert [i.metadata["run_length"] for i in found] == [6, 12, 18]
+
+
+# One tool, two call signatures in turn: neither a retry (the arguments change every call), nor a
+# drift (ids are items, not reformulations), nor two tools alternating.
+
+
+def lookups(ids: str, *, tool_name: str = "get_details_by_id", result: str = '{"ok": true}') -> list[Message]:
+    """user, then one call of ``tool_name`` per character of ``ids`` ("1212" → P1, P2, P1, P2)."""
+    messages = [user()]
+    for item in ids:
+        messages += exchange(tool_name, {"id": f"P100{item}"}, result)
+    return messages
+
+
+SIGNATURE_OSCILLATION_POSITIVES: list[tuple[list[Message], int]] = [
+    (lookups("121212"), 11),
+    (lookups("212121"), 11),
+    (lookups("121212", result="Error: Plan with ID P1001 not found"), 11),  # failing each time
+    ([user(), *exchange("get_customer", {"id": "C1"}, "ok"), *lookups("121212")[1:]], 13),
+    (lookups("1121212"), 13),  # a retry first, then the flip-flop
+    (lookups("3121212"), 13),  # a third id first
+    ([user(), assistant(*(call("get_details_by_id", {"id": f"P100{i}"}) for i in "121212"))], 1),  # parallel
+]
+
+SIGNATURE_OSCILLATION_NEAR_MISSES: list[list[Message]] = [
+    lookups("12345678"),  # enumerating ids
+    lookups("1212"),  # two cycles
+    lookups("12121"),
+    lookups("123123"),  # three signatures in turn
+    lookups("112233"),
+    lookups("111111"),  # identical: a retry
+    [*lookups("121"), *lookups("212")],  # a user message between
+    # known only from tool spans without arguments: unknown arguments are never alike
+    [user(), *(tool("ok", name="get_details_by_id", call_id=f"t{i}") for i in range(6))],
+]
+
+
+@pytest.mark.parametrize(("messages", "index"), SIGNATURE_OSCILLATION_POSITIVES)
+def test_one_tool_alternating_between_two_signatures_oscillates(messages: list[Message], index: int) -> None:
+    instance = assert_one(messages, tx.OSCILLATION, index, detectors=EXECUTION_DETECTORS)
+    assert instance.metadata["pattern"] == "alternating_arguments"
+    assert instance.metadata["tools"] == ["get_details_by_id"]
+    assert (instance.metadata["run_length"], instance.metadata["cycles"]) == (6, 3)
+    assert instance.confidence == 0.85
+    signatures = instance.metadata["signatures"]
+    assert [s["tool"] for s in signatures] == ["get_details_by_id"] * 2
+    assert sorted(s["arguments"] for s in signatures) == ['{"id":"P1001"}', '{"id":"P1002"}']
+    assert instance.snippet is not None and "⇄" in instance.snippet
+
+
+@pytest.mark.parametrize("messages", SIGNATURE_OSCILLATION_NEAR_MISSES)
+def test_signature_oscillation_near_misses(messages: list[Message]) -> None:
+    assert not of(run(messages, EXECUTION_DETECTORS), tx.OSCILLATION)
+
+
+def test_ninety_alternating_lookups_fire_and_count_more() -> None:
+    """The real case: P1001, P1002, … ninety times; one instance per three more cycles."""
+    found = run(lookups("12" * 45), EXECUTION_DETECTORS)
+    oscillations = of(found, tx.OSCILLATION)
+    assert [i.metadata["run_length"] for i in oscillations] == list(range(6, 91, 6))
+    assert not of(found, tx.RETRY) and not of(found, tx.PARAMETER_DRIFT)
+
+
+def test_two_tools_with_new_arguments_each_time_stay_a_tool_oscillation() -> None:
+    (instance,) = of(run(alternating("ABABAB", same_args=False)), tx.OSCILLATION)
+    assert (instance.metadata["pattern"], instance.confidence) == ("alternating_tools", 0.6)
+
+
+# Parameter drift over very short argument values (a reference suite's case): typos, plurals and
+# reordered words of a two-word query drift; different short ids or month names do not.
+
+SHORT_DRIFT_POSITIVES = [
+    repeated("search", [{"q": "nyc hotel"}, {"q": "nyc hotels"}, {"q": "hotel nyc"}]),
+    repeated("search", [{"q": "hotel"}, {"q": "hotels"}, {"q": "Hotel"}]),
+    repeated("search", ["cafe paris", "cafes paris", "paris cafe"]),
+]
+SHORT_DRIFT_NEAR_MISSES = [
+    repeated("get", [{"id": "ab"}, {"id": "ac"}, {"id": "ad"}]),
+    repeated("get", [{"sku": "X1"}, {"sku": "X2"}, {"sku": "X3"}]),
+    repeated("report", [{"q": "jan"}, {"q": "jun"}, {"q": "jul"}]),
+    repeated("search", [{"q": "red"}, {"q": "bed"}, {"q": "bad"}]),
+]
+
+
+@pytest.mark.parametrize("messages", SHORT_DRIFT_POSITIVES)
+def test_drift_over_very_short_arguments(messages: list[Message]) -> None:
+    instance = assert_one(messages, tx.PARAMETER_DRIFT, len(messages) - 2, detectors=EXECUTION_DETECTORS)
+    assert instance.metadata["pattern"] == "near_duplicate_arguments"
+
+
+@pytest.mark.parametrize("messages", SHORT_DRIFT_NEAR_MISSES)
+def test_short_different_values_do_not_drift(messages: list[Message]) -> None:
+    assert not of(run(messages, EXECUTION_DETECTORS), tx.PARAMETER_DRIFT)

@@ -1,0 +1,194 @@
+"""What the interaction detectors share (otelsignals.signals.phrase_analysis): questions, confidence,
+first messages, and the layer run as a whole, incrementally."""
+
+from __future__ import annotations
+
+import pytest
+from rapidfuzz import fuzz
+
+from otelsignals.model import Conversation, Message, Role
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext
+from otelsignals.signals.phrase_analysis import asked
+from tests.signals.conversations import (
+    INTERACTION_DETECTORS,
+    A,
+    T,
+    Turn,
+    U,
+    assert_fires,
+    key,
+    of_type,
+    only,
+    opened,
+    run_incrementally,
+    run_once,
+)
+
+# --- questions and confidence ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "phrase", "question"),
+    [
+        ("it works now?", "works now", True),
+        ("it works now, can you also add logging?", "works now", False),  # the clause closes with ","
+        ("fixed? it still crashes", "fixed? it", True),  # a "?" inside the hit
+        ("all set. any questions?", "all set", False),
+        ("perfect", "perfect", False),
+        ("perfect" + " x" * 300 + "?", "perfect", False),  # beyond the look-ahead: not read
+    ],
+)
+def test_a_hit_in_a_question_is_asked(text: str, phrase: str, question: bool) -> None:
+    start = text.index(phrase)
+    assert asked(text, start, start + len(phrase)) is question
+
+
+def test_confidence_rule() -> None:
+    exact = only(tx.ESCALATION, opened((U, "get me a human")))[0].confidence
+    typo = only(tx.ESCALATION, opened((U, "get me a humman")))[0].confidence
+    long = only(tx.ESCALATION, opened((U, "get me a human. " + "Here is my long story. " * 100)))[
+        0
+    ].confidence
+    assert exact == 0.9 and typo == pytest.approx(0.75) and 0.9 * 0.6 <= long < exact
+    whole = only(tx.GRATITUDE, opened((U, "ty")))[0].confidence
+    assert whole == pytest.approx(0.95)
+
+
+def test_one_instance_per_leaf_and_message() -> None:
+    found = only(tx.GRATITUDE, opened((U, "Thanks! Thank you so much, many thanks, much appreciated.")))
+    assert len(found) == 1 and found[0].metadata["matches"] >= 4
+
+
+# --- the whole layer -------------------------------------------------------------------------------
+
+STORY: list[Turn] = [
+    (U, "I need to change my flight AF123 to Friday."),
+    (A, "I can help with that. What is your booking reference?"),
+    (U, "It's XK42PL."),
+    (T, '{"error": "not found"}'),
+    (A, "I'm sorry, I couldn't find any bookings under that reference. Could you double-check it?"),
+    (U, "I need to change my flight AF123 to Friday, reference XK42PL"),
+    (A, "I'm sorry, I couldn't find any bookings under that reference. Could you double check it?"),
+    (U, "THIS IS RIDICULOUS!!! get me a human"),
+    (A, "I understand. Let me transfer you."),
+    (U, "No, I meant transfer me to Air France support, not yours."),
+    (A, "Done: you're in the queue for Air France support."),
+    (U, "ok the transfer went through, thank you"),
+    (A, "You're welcome!"),
+    (U, "question 5"),
+    (A, "answer"),
+    (U, "question 6"),
+    (U, "question 7"),
+    (U, "question 8"),
+    (U, "question 9"),
+    (A, "answer"),
+    (U, "question 10"),
+]
+
+
+def test_story_fires_the_expected_leaves() -> None:
+    found = {(i.type, i.message_index) for i in run_incrementally(INTERACTION_DETECTORS, STORY)}
+    assert found == {
+        (tx.REPHRASE, 5),
+        (tx.REPETITION, 6),
+        (tx.NEGATIVE_STANCE, 7),
+        (tx.ESCALATION, 7),
+        (tx.CORRECTION, 9),
+        (tx.SUCCESS, 11),
+        (tx.GRATITUDE, 11),
+        (tx.DRAGGING, 16),  # the 9th user turn: efficiency 1 / (1 + 0.3 × 4) < 0.5
+    }
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 5])
+def test_incremental_runs_equal_one_run_at_the_end(step: int) -> None:
+    once = sorted(key(i) for i in run_once(INTERACTION_DETECTORS, STORY))
+    stepped = sorted(key(i) for i in run_incrementally(INTERACTION_DETECTORS, STORY, step=step))
+    assert stepped == once
+
+
+def test_dragging_and_repetition_fire_exactly_once_across_calls() -> None:
+    memory: dict = {}
+    first = run_incrementally(INTERACTION_DETECTORS, STORY, memory=memory)
+    convo = Conversation("conv-1", [Message(Role(r), t) for r, t in STORY])
+    again = []
+    for detector in INTERACTION_DETECTORS:  # the same conversation re-analysed with nothing new
+        again += detector(DetectionContext(convo, new_from=len(STORY), memory=memory))
+    assert again == []
+    assert len(of_type(first, tx.DRAGGING)) == 1 and len(of_type(first, tx.REPETITION)) == 1
+    more = STORY + [(U, f"question {n}") for n in range(11, 20)]
+    assert len(of_type(run_incrementally(INTERACTION_DETECTORS, more), tx.DRAGGING)) == 1
+
+
+def test_memory_lost_mid_conversation_is_rebuilt_from_a_bounded_look_back() -> None:
+    convo = Conversation("conv-1", [Message(Role(r), t) for r, t in STORY[:7]])
+    found = []
+    for detector in INTERACTION_DETECTORS:  # a fresh memory, but messages 0..4 were analysed elsewhere
+        found += detector(DetectionContext(convo, new_from=5, memory={}))
+    assert {(i.type, i.message_index) for i in found} == {(tx.REPHRASE, 5), (tx.REPETITION, 6)}
+
+
+def test_dropped_history_keeps_absolute_indices() -> None:
+    convo = Conversation("conv-1", [Message(Role.USER, "get me a human"), Message(Role.USER, "thanks")])
+    convo.message_offset = 40
+    found = []
+    for detector in INTERACTION_DETECTORS:
+        found += detector(DetectionContext(convo, new_from=0, memory={}))
+    assert {(i.type, i.message_index) for i in found} == {(tx.ESCALATION, 40), (tx.GRATITUDE, 41)}
+
+
+def test_messages_without_content_are_skipped() -> None:
+    turns = [(U, None), (A, None), (U, None)]
+    assert run_incrementally(INTERACTION_DETECTORS, turns) == []  # type: ignore[arg-type]
+
+
+def test_100kb_user_message_is_analysed() -> None:
+    text = ("The quick brown fox jumps over the lazy dog. " * 2300) + "Anyway, get me a human!!!"
+    assert len(text) > 100_000
+    found = run_incrementally(INTERACTION_DETECTORS, opened((U, text)))
+    escalation = of_type(found, tx.ESCALATION)[0]
+    assert escalation.snippet == "Anyway, get me a human!!!" and escalation.confidence >= 0.9 * 0.6
+    assert of_type(found, tx.NEGATIVE_STANCE)[0].metadata["pattern"] == "excessive_punctuation"
+    assert fuzz.ratio("a", "a") == 100  # rapidfuzz is the one installed
+
+
+# --- first messages: unambiguous statements fire without an assistant turn before them -------------
+
+FIRST_MESSAGE_POSITIVES = [
+    (tx.CLARIFICATION, "I'm confused, I don't understand these charges"),
+    (tx.CLARIFICATION, "I'm lost."),
+    (tx.QUIT, "forget it, I'll just go to the store"),
+    (tx.QUIT, "Forget it. I'll take my business elsewhere."),
+    (tx.CONFIRMATION, "perfect, that's exactly what I needed"),
+    (tx.SUCCESS, "thanks, that worked"),
+    (tx.ESCALATION, "I want to talk to a human"),
+]
+FIRST_MESSAGE_NEAR_MISSES = [
+    (tx.QUIT, "how do I quit vim?"),
+    (tx.CLARIFICATION, "I'm confused about which plan is cheaper, can you compare them?"),
+    (tx.CLARIFICATION, "I don't understand why my tests fail on CI"),
+    (tx.CORRECTION, "no, I meant the other one"),  # nothing to correct yet
+    (tx.CORRECTION, "that's not quite what I meant"),
+    (tx.REPHRASE, "let me rephrase: I want flights under $300"),
+    (tx.GRATITUDE, "thanks!"),  # gratitude is unchanged: it needs an answer to thank for
+    (tx.CONFIRMATION, "Perfect, now book it for Friday"),
+    (tx.CONFIRMATION, "Got it."),  # an acknowledgement needs something to acknowledge
+    (tx.SUCCESS, "It works on Linux, how about Windows?"),
+]
+
+
+@pytest.mark.parametrize(("signal", "text"), FIRST_MESSAGE_POSITIVES)
+def test_unambiguous_signals_fire_on_the_first_message(signal: str, text: str) -> None:
+    assert_fires(signal, [(U, text)])
+
+
+@pytest.mark.parametrize(("signal", "text"), FIRST_MESSAGE_NEAR_MISSES)
+def test_context_dependent_signals_need_an_assistant_turn(signal: str, text: str) -> None:
+    assert only(signal, [(U, text)]) == []
+
+
+def test_first_message_seen_after_a_system_prompt_still_counts_as_first() -> None:
+    assert_fires(
+        tx.QUIT, [("system", "You are a shop assistant."), (U, "forget it, I'll just go to the store")]
+    )

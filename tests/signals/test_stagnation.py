@@ -1,0 +1,293 @@
+"""interaction.stagnation: dragging and repetition, on short conversations run turn by turn."""
+
+from __future__ import annotations
+
+import pytest
+
+from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.stagnation import REPETITION_SIMILARITY, efficiency
+from tests.signals.conversations import (
+    INTERACTION_DETECTORS,
+    A,
+    T,
+    Turn,
+    U,
+    of_type,
+    only,
+    run_incrementally,
+)
+
+# --- stagnation.dragging ---------------------------------------------------------------------------
+
+
+def dragging_turns(user_turns: int, *, tools: bool = False) -> list[Turn]:
+    turns: list[Turn] = []
+    for n in range(user_turns):
+        turns.append((U, f"question number {n}"))
+        if tools:
+            turns.append((T, "result"))
+        turns.append((A, f"answer number {n}"))
+    return turns
+
+
+@pytest.mark.parametrize(
+    ("baseline", "user_turns", "tools"),
+    [
+        (5, 9, False),
+        (5, 12, False),
+        (5, 30, False),
+        (3, 7, False),
+        (1, 5, False),
+        (10, 14, False),
+        (0, 4, False),
+        (5, 9, True),
+        (5, 10, True),
+    ],
+)
+def test_dragging_positive(baseline: int, user_turns: int, tools: bool) -> None:
+    turns = dragging_turns(user_turns, tools=tools)
+    found = of_type(run_incrementally(INTERACTION_DETECTORS, turns, baseline=baseline), tx.DRAGGING)
+    (instance,) = found
+    crossing = baseline + 4  # 1 / (1 + 0.3 × 4) = 0.4545 < 0.5 ≤ 1 / (1 + 0.3 × 3)
+    user_indices = [i for i, (role, _) in enumerate(turns) if role == U]
+    assert instance.message_index == user_indices[crossing - 1]
+    assert instance.metadata == {
+        "pattern": "turn_count",
+        "user_turns": crossing,
+        "baseline": baseline,
+        "efficiency": round(1 / 2.2, 4),
+    }
+    assert instance.snippet is None
+
+
+@pytest.mark.parametrize(
+    ("baseline", "user_turns", "tools"),
+    [
+        (5, 8, False),
+        (5, 5, False),
+        (5, 1, False),
+        (10, 13, False),
+        (3, 6, False),
+        (5, 8, True),
+        (5, 0, False),
+        (20, 23, False),
+    ],
+)
+def test_dragging_near_miss(baseline: int, user_turns: int, tools: bool) -> None:
+    turns = dragging_turns(user_turns, tools=tools) + [(A, "Anything else?")] * 10
+    assert of_type(run_incrementally(INTERACTION_DETECTORS, turns, baseline=baseline), tx.DRAGGING) == []
+
+
+def test_efficiency_formula() -> None:
+    assert efficiency(5, 5) == 1.0 and efficiency(0, 5) == 1.0
+    assert efficiency(6, 5) == pytest.approx(1 / 1.3)
+    assert efficiency(8, 5) > 0.5 > efficiency(9, 5)
+
+
+# --- stagnation.repetition -------------------------------------------------------------------------
+
+# Calibration pairs for REPETITION_SIMILARITY: (earlier answer, later answer, repeated?).
+REPETITION_PAIRS = [
+    (
+        "I'm sorry, I couldn't find any bookings under that name. Could you double-check the spelling?",
+        "Sorry, I couldn't find any bookings under that name. Could you double-check the spelling?",
+        True,
+    ),
+    (
+        "I apologize for the confusion. Let me retry: order #4411 is on its way, it should arrive soon.",
+        "I apologize for the confusion. Let me retry: order #4411 is on its way, it should arrive shortly.",
+        True,
+    ),
+    (
+        "To reset your password, go to Settings > Security and click 'Reset password'.",
+        "To reset your password, go to Settings > Security, then click 'Reset password'.",
+        True,
+    ),
+    (
+        "I understand your frustration. Unfortunately I am unable to process refunds directly.",
+        "I understand your frustration. Unfortunately, I'm unable to process refunds directly.",
+        True,
+    ),
+    (
+        "I can help you with that. What is your order number?",
+        "I can help you with that! What's your order number?",
+        True,
+    ),
+    (
+        "The flight AF123 departs at 10:40 from Terminal 2E.",
+        "The flight AF123 departs at 10:40 from terminal 2E.",
+        True,
+    ),
+    (
+        "Could you please provide more details about the issue you are experiencing?",
+        "Could you provide more details about the issue you're experiencing?",
+        True,
+    ),
+    (
+        "I'm sorry, but I can't help with that request.",
+        "I'm sorry, but I cannot help with that request.",
+        True,
+    ),
+    ("Let me check that for you. One moment please.", "Let me check that for you. One moment, please!", True),
+    (
+        "Your order #1234 has shipped and will arrive Monday.",
+        "Your order #5678 has shipped and will arrive Tuesday.",
+        False,
+    ),
+    (
+        "Here are the flights from Paris to London on Monday: AF1 at 9:00, BA2 at 11:00.",
+        "Here are the flights from Paris to Rome on Tuesday: AZ3 at 8:00, AF4 at 12:30.",
+        False,
+    ),
+    ("The capital of France is Paris.", "The capital of Germany is Berlin.", False),
+    ("I've added milk to your shopping list.", "I've added eggs to your shopping list.", False),
+    (
+        "Step 1: open the settings page. Step 2: click on Security.",
+        "Step 3: click Reset. Step 4: confirm by email.",
+        False,
+    ),
+    ("Sure! What date would you like to travel?", "Sure! How many passengers are travelling?", False),
+    (
+        "The test suite passed: 42 tests, 0 failures.",
+        "The test suite failed: 40 tests passed, 2 failures.",
+        False,
+    ),
+    ("Booked a table for two at 7pm at Luigi's.", "Booked a table for four at 8pm at Sakura.", False),
+    ("Done.", "Done.", False),  # too short to mean anything
+    ("OK, I will do that.", "OK, I will do that.", False),  # 18 characters normalised: below the minimum
+]
+
+
+@pytest.mark.parametrize(("earlier", "later", "repeated"), REPETITION_PAIRS)
+def test_repetition_calibration(earlier: str, later: str, repeated: bool) -> None:
+    turns = [(U, "help"), (A, earlier), (U, "hmm, and?"), (A, later)]
+    found = only(tx.REPETITION, turns)
+    if repeated:
+        (instance,) = found
+        assert instance.message_index == 3 and instance.snippet and instance.snippet in later
+        assert (
+            instance.metadata["similar_to"] == 1 and instance.metadata["ratio"] >= REPETITION_SIMILARITY / 100
+        )
+        assert 0.6 <= instance.confidence <= 0.95
+    else:
+        assert found == []
+
+
+def test_repetition_window_is_five_assistant_messages() -> None:
+    answer = "I'm sorry, I couldn't find any bookings under that name. Could you double-check the spelling?"
+    others = [
+        "Your parcel left the warehouse this morning.",
+        "The weather in Lisbon will be sunny all week.",
+        "Python lists are ordered and mutable collections.",
+        "Our office opens at nine and closes at five.",
+        "Two plus two equals four, as you know.",
+    ]
+    turns = [(U, "find my booking"), (A, answer)]
+    for n, other in enumerate(others):
+        turns += [(U, f"try {n}"), (A, other)]
+    turns += [(U, "again"), (A, answer)]
+    assert only(tx.REPETITION, turns) == []
+    del turns[2:4]  # now the first answer is 5 assistant messages back
+    (instance,) = only(tx.REPETITION, turns)
+    assert instance.metadata["similar_to"] == 1
+
+
+def test_repetition_ignores_user_and_tool_messages() -> None:
+    text = "I'm sorry, I couldn't find any bookings under that name."
+    assert only(tx.REPETITION, [(U, text), (A, "Let me look."), (U, text), (T, text), (T, text)]) == []
+
+
+CONTAINED_REPETITION_PAIRS = [
+    (
+        "The printer itself is online. Try removing and re-adding it: Settings → Printers & scanners → "
+        "HP-3F-02 → Remove, then Add device.",
+        "Try removing and re-adding it: Settings → Printers & scanners → HP-3F-02 → Remove, "
+        "and then Add device.",
+        True,
+    ),
+    (
+        "How about a garden kneeler and seat ($39) or a bird identification book ($25)?",
+        "I couldn't find a camera under $80. How about a garden kneeler and seat ($39) or a bird "
+        "identification book ($25)?",
+        True,
+    ),
+    (
+        "Let me check that for you.",
+        "Let me check that for you. Your order #1234 shipped on Monday and arrives soon.",
+        False,
+    ),
+    (
+        "Here are the flights from Paris to London on Monday: AF1 at 9:00, BA2 at 11:00.",
+        "Here are the flights from Paris to Rome on Tuesday: AZ3 at 8:00, AF4 at 12:30.",
+        False,
+    ),
+]
+
+
+# The same answer behind a new opening: sentences of one earlier answer make up most of the new one.
+REPEATED_SENTENCES_PAIRS = [
+    (
+        "Your booking exists but the payment is still pending. Payments usually confirm within a few "
+        "hours, and if it fails the hold on your card is released automatically.",
+        "I understand your concern. Payments usually confirm within a few hours, and if it fails, the "
+        "hold on your card is released automatically.",
+        True,
+    ),
+    (
+        "There is a known outage in your area since 6am. I'm sorry for the inconvenience. Engineers are "
+        "working to restore service as quickly as possible and you'll get a text when it's back.",
+        "I'm sorry for the inconvenience. Engineers are working to restore service as quickly as "
+        "possible, and you'll get a text once it's back.",
+        True,
+    ),
+    (
+        "Your parcel left the depot this morning. It should arrive by 6pm and the driver will call "
+        "ahead. You can track it with the link in your email.",
+        "Thanks for your patience! It should arrive by 6pm, and the driver will call ahead. You can "
+        "track it with the link in your email.",
+        True,
+    ),
+    (
+        "Step 1: open Settings and choose Accounts. Step 2: select Sign-in options and remove the PIN.",
+        "Sure. Step 1: open Settings and choose Accounts. Step 2: select Sign-in options and remove the PIN.",
+        True,
+    ),
+    (
+        "I'm sorry for the inconvenience. Your refund of $40 was issued today and will show in 3-5 days.",
+        "I'm sorry for the inconvenience. The replacement ships tomorrow by express and arrives Thursday.",
+        False,
+    ),  # a stock apology, then new content
+    (
+        "Your order #1234 has shipped. It will arrive on Monday between 9 and 12.",
+        "Your order #5678 has shipped. It will arrive on Tuesday between 2 and 5.",
+        False,
+    ),  # a template with other data
+    (
+        "Added the blue kettle to your basket. Delivery is free over $50.",
+        "Added the red toaster to your basket. Your total is now $74.",
+        False,
+    ),
+    (
+        "Is there anything else I can help you with today? Have a lovely evening.",
+        "Your table for four is booked at 8pm at Sakura, under the name Patel, with a window seat. "
+        "Is there anything else I can help you with today?",
+        False,
+    ),  # a repeated closing line is a small part of the new answer
+    (
+        "The museum opens at 9am. Tickets are 15 euros and free for children under 12.",
+        "The castle opens at 10am. Tickets are 12 euros and free for children under 6.",
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(("earlier", "later", "repeated"), REPEATED_SENTENCES_PAIRS)
+def test_repeated_sentences(earlier: str, later: str, repeated: bool) -> None:
+    found = only(tx.REPETITION, [(U, "help"), (A, earlier), (U, "and?"), (A, later)])
+    assert [i.message_index for i in found] == ([3] if repeated else [])
+
+
+@pytest.mark.parametrize(("earlier", "later", "repeated"), CONTAINED_REPETITION_PAIRS)
+def test_contained_repetition(earlier: str, later: str, repeated: bool) -> None:
+    found = only(tx.REPETITION, [(U, "help"), (A, earlier), (U, "and?"), (A, later)])
+    assert [i.message_index for i in found] == ([3] if repeated else [])
