@@ -17,7 +17,7 @@ from otelsignals.signals.detect import detectors_of
 from otelsignals.signals.errors import RULES, classify_failure
 from otelsignals.signals.errors.evidence import gather
 from otelsignals.signals.errors.library import library
-from tests.signals.test_execution import failed, run
+from tests.signals.tool_conversations import failed, run
 
 # The order the README documents ("Failure classification"): the first rule that decides wins.
 DOCUMENTED_ORDER = (
