@@ -29,9 +29,9 @@ plan_quality               extract_plan → plan_quality                    no p
 
 Errors. Transport failures (timeouts, connection errors, HTTP 429 and 5xx) are retried by
 ``complete``, which raises `CompletionError` when it gives up or the endpoint refuses. Malformed
-judge output (not JSON, not matching the schema — which includes a score outside
-[0, 1] — or inconsistent, e.g. a missing verdict) gets ONE corrective retry: the bad reply and a
-message naming the problem (``prompts/corrective.txt``) are appended to the conversation. When that
+judge output (not JSON, not matching the schema — which includes a score outside [0, 1] — or
+inconsistent, e.g. a missing verdict) gets ONE corrective retry: the bad reply and a message naming
+the problem (``prompts/corrective.txt``) are appended to the conversation. When that
 fails too, or the transport gives up, or the endpoint answers another 4xx, the metric is ERRORED:
 
     result.score is None, result.passed is False,
@@ -167,7 +167,7 @@ class JudgeStats:
     prompt_tokens: int = 0  # from the responses' usage
     completion_tokens: int = 0
     total_latency_s: float = 0.0  # summed round-trip time of all attempts
-    in_flight: int = 0
+    in_flight: int = 0  # completions under way (each holds a max_concurrency slot, retries included)
     max_in_flight: int = 0
 
     def as_dict(self) -> dict[str, Any]:
