@@ -1,18 +1,14 @@
 """Network helpers: serving an aiohttp application on a configured host:port (optionally with TLS, a
 connection limit and idle/header timeouts), server TLS material and tokens read from the config's
-files, reading Retry-After."""
+files."""
 
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -355,26 +351,3 @@ def load_auth_token(auth: ReceiverAuthConfig, section: str = "receiver.auth") ->
     if not re.fullmatch(r"[!-~]+", token):
         raise ConfigError(key, "the token must be visible ASCII characters, without spaces")
     return token
-
-
-# -- Retry-After -------------------------------------------------------------------------------
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from an HTTP ``Retry-After`` value: delay-seconds (decimals accepted) or an
-    HTTP-date. A negative number or a date in the past gives 0.0 (the caller's own backoff still
-    applies); an absent, unreadable or non-finite value gives None. No upper cap: callers cap."""
-    if value is None or not value.strip():
-        return None
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:  # RFC 9110 dates are GMT; a zone-less one is read as UTC
-            when = when.replace(tzinfo=UTC)
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)

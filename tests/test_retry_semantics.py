@@ -26,9 +26,7 @@ import pytest
 from aiohttp import web
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from otelsignals.config import RetryConfig
-from otelsignals.net import parse_retry_after
-from otelsignals.pipeline.exporter import retry_wait
+from otelsignals.pipeline.http_client import Backoff, parse_retry_after
 from tests.support.clients import expected_span_bytes, export_grpc, make_spans
 from tests.support.loop_thread import start_loop_thread
 from tests.support.otlp_sink import OtlpSink, Response
@@ -138,15 +136,15 @@ def test_parse_retry_after_forms() -> None:
 
 
 def test_wait_is_the_longer_of_backoff_and_capped_server_delay() -> None:
-    retry = RetryConfig(initial_interval=0.2, max_interval=30.0, randomization_factor=0.0)  # type: ignore[arg-type]
-    assert retry_wait(retry, 0.2, None) == 0.2
-    assert retry_wait(retry, 0.2, 0.0) == 0.2  # Retry-After: 0 / a past date keeps the backoff
-    assert retry_wait(retry, 4.0, 1.0) == 4.0
-    assert retry_wait(retry, 0.2, 5.0) == 5.0  # honoured
-    assert retry_wait(retry, 0.2, 3600.0) == 30.0  # capped at max_interval, not given up
-    jittered = RetryConfig(initial_interval=1.0, max_interval=30.0, randomization_factor=0.5)  # type: ignore[arg-type]
+    backoff = Backoff(initial_interval=0.2, multiplier=1.5, max_interval=30.0, randomization_factor=0.0)
+    assert backoff.wait(0.2, None) == 0.2
+    assert backoff.wait(0.2, 0.0) == 0.2  # Retry-After: 0 / a past date keeps the backoff
+    assert backoff.wait(4.0, 1.0) == 4.0
+    assert backoff.wait(0.2, 5.0) == 5.0  # honoured
+    assert backoff.wait(0.2, 3600.0) == 30.0  # capped at max_interval, not given up
+    jittered = Backoff(initial_interval=1.0, multiplier=1.5, max_interval=30.0, randomization_factor=0.5)
     random.seed(7)
-    waits = [retry_wait(jittered, 1.0, 0.0) for _ in range(200)]
+    waits = [jittered.wait(1.0, 0.0) for _ in range(200)]
     assert min(waits) >= 0.5 and max(waits) <= 1.5
 
 

@@ -8,7 +8,9 @@ Two implementations behind one :class:`Embedder` protocol:
   SIF-weighted sum of its tokens' vectors (smooth inverse frequency, Arora et al. 2017, with the
   word frequency estimated from the vocabulary's frequency rank by Zipf's law), L2-normalised. The
   weighting keeps function words ("the", "of", ",") from dominating every sentence.
-- :class:`OpenAIEmbedder`: any OpenAI-compatible ``POST /v1/embeddings`` endpoint.
+- :class:`OpenAIEmbedder`: any OpenAI-compatible ``POST /v1/embeddings`` endpoint, reached through
+  an :class:`EmbeddingsEndpoint` it is given (the pipeline's, on its HTTP client: this module does
+  no network I/O).
 
 Both batch their calls and keep an LRU cache per text, so a message seen again (a repeated
 prompt, the previous trace's output compared by loop detection) is not embedded twice.
@@ -22,19 +24,18 @@ import json
 import math
 import re
 import threading
-import urllib.error
-import urllib.request
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
+from cachetools import LRUCache
 
 __all__ = [
     "DEFAULT_CACHE_SIZE",
     "Embedder",
     "EmbeddingError",
+    "EmbeddingsEndpoint",
     "OpenAIEmbedder",
     "StaticEmbedder",
     "cosine",
@@ -88,48 +89,23 @@ def _normalise_rows(matrix: np.ndarray) -> np.ndarray:
     return matrix
 
 
-class _LRUCache:
-    """A thread-safe LRU map from text to its embedding row."""
-
-    def __init__(self, maxsize: int) -> None:
-        if maxsize < 0:
-            raise ValueError("cache size must be >= 0")
-        self.maxsize = maxsize
-        self._data: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: str) -> np.ndarray | None:
-        with self._lock:
-            row = self._data.get(key)
-            if row is None:
-                self.misses += 1
-                return None
-            self._data.move_to_end(key)
-            self.hits += 1
-            return row
-
-    def put(self, key: str, row: np.ndarray) -> None:
-        if self.maxsize == 0:
-            return
-        with self._lock:
-            self._data[key] = row
-            self._data.move_to_end(key)
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._data)
+def _row_cache(maxsize: int) -> LRUCache[str, np.ndarray]:
+    """Text → embedding row, the least recently used beyond ``maxsize`` forgotten (0: nothing kept)."""
+    if maxsize < 0:
+        raise ValueError("cache size must be >= 0")
+    return LRUCache(maxsize)
 
 
 def _embed_cached(
     texts: Sequence[str],
-    cache: _LRUCache,
+    cache: LRUCache[str, np.ndarray],
+    cache_lock: threading.Lock,
     dimension: Callable[[], int],
     compute: Callable[[list[str]], np.ndarray],
 ) -> np.ndarray:
-    """Rows for ``texts`` from the cache; the distinct misses computed in one ``compute`` call."""
+    """Rows for ``texts`` from the cache; the distinct misses computed in one ``compute`` call.
+    An embedder may be shared by threads and an LRU lookup reorders, so the cache is used under
+    ``cache_lock``."""
     if isinstance(texts, str):
         raise TypeError("embed() takes a sequence of texts, not a single string")
     rows: list[np.ndarray | None] = []
@@ -137,7 +113,8 @@ def _embed_cached(
     for position, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"text {position} is {type(text).__name__}, not str")
-        row = cache.get(text)
+        with cache_lock:
+            row = cache.get(text)
         rows.append(row)
         if row is None:
             missing.setdefault(text, []).append(position)
@@ -146,7 +123,9 @@ def _embed_cached(
         for (text, positions), row in zip(missing.items(), fresh, strict=True):
             row = np.array(row, dtype=np.float32)  # own copy: cached rows must not alias
             row.setflags(write=False)
-            cache.put(text, row)
+            if cache.maxsize:  # a cache of size 0 refuses every row
+                with cache_lock:
+                    cache[text] = row
             for position in positions:
                 rows[position] = row
     if not rows:
@@ -246,7 +225,8 @@ class StaticEmbedder:
         self._model_dir = Path(model_dir) if model_dir is not None else None
         self._max_vocab = max_vocab
         self.batch_size = batch_size
-        self.cache = _LRUCache(cache_size)
+        self.cache = _row_cache(cache_size)
+        self._cache_lock = threading.Lock()
         self._model: _StaticModel | None = None
 
     @property
@@ -261,7 +241,7 @@ class StaticEmbedder:
         return self.model.dimension
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return _embed_cached(texts, self.cache, lambda: self.dimension, self._compute)
+        return _embed_cached(texts, self.cache, self._cache_lock, lambda: self.dimension, self._compute)
 
     def _compute(self, texts: list[str]) -> np.ndarray:
         model = self.model
@@ -301,30 +281,28 @@ def default_embedder() -> StaticEmbedder:
 # OpenAI-compatible endpoint
 
 
-def _embeddings_url(base_url: str) -> str:
-    base = base_url.rstrip("/")
-    if base.endswith("/embeddings"):
-        return base
-    if base.endswith("/v1"):
-        return base + "/embeddings"
-    return base + "/v1/embeddings"
+class EmbeddingsEndpoint(Protocol):
+    """An OpenAI-compatible embeddings endpoint: calling it posts one request body and returns the
+    answer's body, or raises :class:`EmbeddingError` naming ``url`` and what went wrong."""
+
+    @property
+    def url(self) -> str: ...
+
+    def __call__(self, body: dict[str, Any]) -> bytes: ...
 
 
 class OpenAIEmbedder:
     """Embeddings from an OpenAI-compatible ``POST /v1/embeddings`` endpoint (synchronous).
 
-    ``base_url`` may be the server root (``http://host:8000``), the API root
-    (``https://api.openai.com/v1``) or the full endpoint URL. Texts are sent ``batch_size`` at a
-    time; each answer is checked (one vector per input, same dimension throughout) and every row
-    is L2-normalised. Any failure raises :class:`EmbeddingError` naming the URL and the cause.
+    Texts are sent ``batch_size`` at a time through ``endpoint``; each answer is checked (one vector
+    per input, same dimension throughout) and every row is L2-normalised. Any failure raises
+    :class:`EmbeddingError` naming the URL and the cause.
     """
 
     def __init__(
         self,
-        base_url: str,
+        endpoint: EmbeddingsEndpoint,
         model: str,
-        api_key: str | None = None,
-        timeout: float = 30.0,
         batch_size: int = 64,
         *,
         dimension: int | None = None,
@@ -332,16 +310,14 @@ class OpenAIEmbedder:
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        if timeout <= 0:
-            raise ValueError("timeout must be > 0")
-        self.url = _embeddings_url(base_url)
+        self.endpoint = endpoint
+        self.url = endpoint.url
         self.model = model
-        self.api_key = api_key
-        self.timeout = timeout
         self.batch_size = batch_size
-        self.cache = _LRUCache(cache_size)
+        self.cache = _row_cache(cache_size)
+        self._cache_lock = threading.Lock()
         self._dimension = dimension
-        self.requests = 0  # HTTP requests made (observability, and for the tests)
+        self.requests = 0  # requests made (observability, and for the tests)
 
     @property
     def dimension(self) -> int:
@@ -351,7 +327,7 @@ class OpenAIEmbedder:
         return self._dimension
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return _embed_cached(texts, self.cache, lambda: self.dimension, self._compute)
+        return _embed_cached(texts, self.cache, self._cache_lock, lambda: self.dimension, self._compute)
 
     def _compute(self, texts: list[str]) -> np.ndarray:
         chunks = [
@@ -360,23 +336,8 @@ class OpenAIEmbedder:
         return _normalise_rows(np.vstack(chunks))
 
     def _request(self, batch: list[str]) -> np.ndarray:
-        body = json.dumps({"model": self.model, "input": batch}).encode()
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         self.requests += 1
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:500].decode("utf-8", "replace").strip()
-            raise EmbeddingError(
-                f"embedding endpoint {self.url} answered HTTP {exc.code} {exc.reason}: {detail}"
-            ) from exc
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            cause = getattr(exc, "reason", exc)
-            raise EmbeddingError(f"embedding endpoint {self.url} unreachable: {cause}") from exc
+        payload = self.endpoint({"model": self.model, "input": batch})
         return self._parse(payload, len(batch))
 
     def _parse(self, payload: bytes, expected: int) -> np.ndarray:

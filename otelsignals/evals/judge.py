@@ -1,9 +1,12 @@
 """LLM-judge metrics (SPEC §6) over any OpenAI-compatible chat completions endpoint.
 
-    judge = Judge(JudgeConfig(base_url="http://127.0.0.1:8000/v1", model="gpt-4o-mini"))
-    async with judge:
-        result = await judge.task_completion(conversation)
-    judge.stats.as_dict()  # requests, retries, errors, tokens, latency — for /metrics
+    judge = Judge(JudgeConfig(model="gpt-4o-mini"), complete)
+    result = await judge.task_completion(conversation)
+    judge.stats.as_dict()  # requests, retries, errors, tokens, latency
+
+The judge does no network I/O itself: ``complete`` (a `Complete`) sends one chat completion request
+body and returns the decoded answer with what it took on the wire. The pipeline builds it on its
+HTTP client (pipeline/llm_endpoints.py `ChatCompletions`).
 
 Metrics are STAGED: each stage is one chat completion with a system prompt from
 ``prompts/<stage>.txt`` (``$schema`` in it is replaced by the stage's JSON schema) and a user message
@@ -24,11 +27,11 @@ plan_adherence             extract_plan → plan_adherence                  no p
 plan_quality               extract_plan → plan_quality                    no plan found → 1.0
 =========================  =============================================  ==============================
 
-Errors. Transport failures (timeouts, connection errors, HTTP 429 and 5xx) are retried up to
-``max_retries`` times with exponential backoff, honouring ``Retry-After`` / ``retry-after-ms``.
-Malformed judge output (not JSON, not matching the schema — which includes a score outside
-[0, 1] — or inconsistent, e.g. a missing verdict) gets ONE corrective retry: the bad reply and a
-message naming the problem (``prompts/corrective.txt``) are appended to the conversation. When that
+Errors. Transport failures (timeouts, connection errors, HTTP 429 and 5xx) are retried by
+``complete``, which raises `CompletionError` when it gives up or the endpoint refuses. Malformed
+judge output (not JSON, not matching the schema — which includes a score outside [0, 1] — or
+inconsistent, e.g. a missing verdict) gets ONE corrective retry: the bad reply and a message naming
+the problem (``prompts/corrective.txt``) are appended to the conversation. When that
 fails too, or the transport gives up, or the endpoint answers another 4xx, the metric is ERRORED:
 
     result.score is None, result.passed is False,
@@ -49,7 +52,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -57,12 +59,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import Any
-
-import aiohttp
+from typing import Any, Literal, Protocol
 
 from otelsignals.model import Conversation, Message, Role
-from otelsignals.net import parse_retry_after
 
 try:  # the session metrics' result type, when that module provides it
     from otelsignals.evals.session_metrics import MetricResult
@@ -82,6 +81,10 @@ except ImportError:  # pragma: no cover - only while session_metrics does not ex
 
 __all__ = [
     "METRICS",
+    "Attempts",
+    "Complete",
+    "Completion",
+    "CompletionError",
     "Judge",
     "JudgeConfig",
     "JudgeError",
@@ -107,7 +110,6 @@ METRICS: tuple[str, ...] = (
 
 JUDGE_SOURCE = "llm_judge"
 PROXY_SOURCE = "proxy"
-_RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 
 
 # ---- configuration and counters ------------------------------------------------------------------
@@ -115,39 +117,29 @@ _RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 
 @dataclass(frozen=True)
 class JudgeConfig:
-    """Where the judge model lives and how hard to try.
+    """Which judge model to ask and how to read its answers (where it lives is ``complete``'s business).
 
     ``provider_model`` ("openai/gpt-4o-mini") overrides ``model``: the part after the first slash is
-    sent as ``model``, the part before is recorded as the provider. ``max_retries`` counts transport
-    retries per request (so up to 1 + max_retries attempts); the one corrective retry for malformed
-    output is separate. ``max_concurrency`` bounds simultaneous requests across all metrics.
+    sent as ``model``, the part before is recorded as the provider. ``max_concurrency`` bounds
+    simultaneous completions (each with its transport retries) across all metrics.
     """
 
-    base_url: str
     model: str
-    api_key: str = ""
     provider_model: str | None = None
-    timeout_s: float = 30.0
-    max_retries: int = 2
     max_concurrency: int = 4
     temperature: float = 0.0
     threshold: float = 0.5  # passed = score >= threshold
-    backoff_base_s: float = 0.5  # exponential backoff: base × 2^attempt, with jitter
-    backoff_max_s: float = 20.0
-    max_retry_after_s: float = 60.0  # Retry-After values above this are capped
     max_transcript_chars: int = 60_000  # older messages are elided beyond this
     max_message_chars: int = 4_000  # per message
     prompts_dir: str | None = None  # override the packaged prompts/
 
     def __post_init__(self) -> None:
-        if not self.base_url:
-            raise ValueError("judge base_url is required")
         if not (self.model or self.provider_model):
             raise ValueError("judge model (or provider_model) is required")
         if self.provider_model is not None and not self.provider_model.partition("/")[2]:
             raise ValueError(f"provider_model must look like 'provider/model', got {self.provider_model!r}")
-        if self.timeout_s <= 0 or self.max_concurrency < 1 or self.max_retries < 0:
-            raise ValueError("timeout_s must be > 0, max_concurrency >= 1, max_retries >= 0")
+        if self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1")
 
     @property
     def request_model(self) -> str:
@@ -166,7 +158,7 @@ class JudgeStats:
     """Cumulative counters of one Judge (all attempts, all metrics)."""
 
     requests: int = 0  # HTTP attempts sent
-    retries: int = 0  # transport retries (timeouts, connection errors, 429, 5xx)
+    retries: int = 0  # transport retries (attempts after the first of a completion)
     repairs: int = 0  # corrective retries after malformed output
     http_errors: int = 0  # attempts that failed (timeout, connection, non-2xx)
     malformed: int = 0  # replies that were not valid JSON for the stage's schema
@@ -175,7 +167,7 @@ class JudgeStats:
     prompt_tokens: int = 0  # from the responses' usage
     completion_tokens: int = 0
     total_latency_s: float = 0.0  # summed round-trip time of all attempts
-    in_flight: int = 0
+    in_flight: int = 0  # completions under way (each holds a max_concurrency slot, retries included)
     max_in_flight: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -192,6 +184,41 @@ class JudgeError(Exception):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
+
+
+# ---- what the judge is given to reach its model --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """What one completion took on the wire: requests sent, how many of them failed (timeout,
+    connection error, non-2xx), and their summed round-trip time."""
+
+    sent: int
+    failed: int
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A chat completion's answer: the decoded response body ({} when it was not a JSON object)."""
+
+    payload: dict[str, Any]
+    attempts: Attempts
+
+
+class CompletionError(JudgeError):
+    """No completion: kind "transport" when the retries ran out, "http" when the endpoint refused."""
+
+    def __init__(self, kind: Literal["transport", "http"], message: str, attempts: Attempts):
+        super().__init__(kind, message)
+        self.attempts = attempts
+
+
+class Complete(Protocol):
+    """Sends one chat completion request body, retrying transport failures; raises `CompletionError`."""
+
+    async def __call__(self, body: dict[str, Any]) -> Completion: ...
 
 
 # ---- prompts and schemas -------------------------------------------------------------------------
@@ -426,34 +453,20 @@ _Outcome = tuple[float, str, dict[str, Any]]
 
 
 class Judge:
-    """LLM-judge metrics against one OpenAI-compatible endpoint. Use as an async context manager
-    (or call `close()`); the HTTP session is created on first use in the running loop."""
+    """LLM-judge metrics, asking the model through ``complete``."""
 
-    def __init__(self, config: JudgeConfig, *, session: aiohttp.ClientSession | None = None):
+    def __init__(self, config: JudgeConfig, complete: Complete):
         self.config = config
+        self._complete = complete
         self._stats = JudgeStats()
         self._semaphore = asyncio.Semaphore(config.max_concurrency)
-        self._session = session
-        self._owns_session = session is None
         self._stages: dict[str, Stage] = {}
         root = _prompts_root(config.prompts_dir)
         self._corrective = Template((root / "corrective.txt").read_text(encoding="utf-8"))
-        self._url = config.base_url.rstrip("/") + "/chat/completions"
 
     @property
     def stats(self) -> JudgeStats:
         return self._stats
-
-    async def __aenter__(self) -> Judge:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self._owns_session and self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
 
     def stage(self, name: str) -> Stage:
         if name not in self._stages:
@@ -462,74 +475,38 @@ class Judge:
 
     # ---- transport -------------------------------------------------------------------------------
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            headers = {"Content-Type": "application/json"}
-            if self.config.api_key:
-                headers["Authorization"] = f"Bearer {self.config.api_key}"
-            self._session = aiohttp.ClientSession(headers=headers)
-        return self._session
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(max(retry_after, 0.0), self.config.max_retry_after_s)
-        delay = min(self.config.backoff_max_s, self.config.backoff_base_s * 2**attempt)
-        return delay * (0.5 + random.random() / 2)
-
     async def _post(self, body: dict[str, Any], run: _Run) -> dict[str, Any]:
-        """One completion with transport retries; returns the decoded response body."""
-        timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
+        """One completion (with the transport's retries); returns the decoded response body."""
         stats = self._stats
-        attempt = 0
-        while True:
-            retry_after: float | None = None
-            async with self._semaphore:
-                stats.requests += 1
-                run.requests += 1
-                stats.in_flight += 1
-                stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
-                started = time.perf_counter()
-                try:
-                    async with self._client().post(self._url, json=body, timeout=timeout) as response:
-                        status = response.status
-                        raw = await response.read()
-                        retry_after = _retry_after(response.headers)
-                    failure = None if status < 300 else f"HTTP {status}: {_error_message(raw)}"
-                except (TimeoutError, aiohttp.ClientError) as exc:
-                    status, raw = 0, b""
-                    failure = (
-                        f"timed out after {self.config.timeout_s:g}s"
-                        if isinstance(exc, TimeoutError)
-                        else f"{type(exc).__name__}: {exc}"
-                    )
-                finally:
-                    elapsed = time.perf_counter() - started
-                    stats.in_flight -= 1
-                    stats.total_latency_s += elapsed
-                    run.latency_s += elapsed
-            if failure is None:
-                try:
-                    decoded = json.loads(raw)
-                except ValueError:
-                    decoded = None
-                payload = decoded if isinstance(decoded, dict) else {}
-                usage = payload.get("usage") or {}
-                prompt, completion = _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
-                stats.prompt_tokens += prompt
-                stats.completion_tokens += completion
-                run.prompt_tokens += prompt
-                run.completion_tokens += completion
-                return payload
-            stats.http_errors += 1
-            retriable = status == 0 or status in _RETRY_STATUSES
-            if not retriable:
-                raise JudgeError("http", failure)
-            if attempt >= self.config.max_retries:
-                raise JudgeError("transport", f"{failure} (gave up after {attempt + 1} attempts)")
-            stats.retries += 1
-            run.retries += 1
-            await asyncio.sleep(self._backoff(attempt, retry_after))
-            attempt += 1
+        async with self._semaphore:
+            stats.in_flight += 1
+            stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+            try:
+                completion = await self._complete(body)
+            except CompletionError as exc:
+                self._count(exc.attempts, run)
+                raise
+            finally:
+                stats.in_flight -= 1
+        self._count(completion.attempts, run)
+        usage = completion.payload.get("usage") or {}
+        prompt, completion_tokens = _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+        stats.prompt_tokens += prompt
+        stats.completion_tokens += completion_tokens
+        run.prompt_tokens += prompt
+        run.completion_tokens += completion_tokens
+        return completion.payload
+
+    def _count(self, attempts: Attempts, run: _Run) -> None:
+        stats = self._stats
+        retries = max(0, attempts.sent - 1)
+        stats.requests += attempts.sent
+        stats.retries += retries
+        stats.http_errors += attempts.failed
+        stats.total_latency_s += attempts.latency_s
+        run.requests += attempts.sent
+        run.retries += retries
+        run.latency_s += attempts.latency_s
 
     # ---- stages ----------------------------------------------------------------------------------
 
@@ -821,21 +798,6 @@ def _content(payload: Mapping[str, Any]) -> Any:
 
 def _int(value: Any) -> int:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
-
-
-def _error_message(raw: bytes) -> str:
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
-        return str(json.loads(raw)["error"]["message"])
-    return raw[:200].decode("utf-8", "replace") or "(empty body)"
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` (OpenAI's) or ``Retry-After`` (seconds or an HTTP date)."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        with contextlib.suppress(ValueError):
-            return float(millis) / 1000
-    return parse_retry_after(headers.get("retry-after"))
 
 
 # ---- model-free proxies --------------------------------------------------------------------------

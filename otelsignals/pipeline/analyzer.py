@@ -34,6 +34,7 @@ from otelsignals.evals.per_trace import trace_signals, turn_texts
 from otelsignals.limits import TextLimits, cap_reading
 from otelsignals.otlp.wire import ScopeContext, SpanRecord
 from otelsignals.pipeline.assembler import ReleasedTrace
+from otelsignals.pipeline.llm_endpoints import OpenAIEmbeddingsEndpoint
 from otelsignals.pipeline.log_events import LogEventBuffer
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.telemetry import Telemetry
@@ -87,7 +88,9 @@ class Analyzer:
         self.embedder: Embedder | None = None
         if self.evals.trace_metrics:
             self.embedder = (
-                OpenAIEmbedder(self.evals.embeddings_url, self.evals.embeddings_model)
+                OpenAIEmbedder(
+                    OpenAIEmbeddingsEndpoint(self.evals.embeddings_url), self.evals.embeddings_model
+                )
                 if self.evals.embeddings_url
                 else default_embedder()
             )

@@ -36,6 +36,7 @@ from otelsignals.evals.judge import METRICS as JUDGE_METRICS
 from otelsignals.evals.judge import Judge, JudgeConfig
 from otelsignals.evals.session_metrics import DEFAULT_WEIGHTS, agent_consistency, agent_reliability
 from otelsignals.model import Conversation
+from otelsignals.pipeline.llm_endpoints import ChatCompletions
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.stores import ReputationStore
 
@@ -214,14 +215,12 @@ class EvalRuns:
         judged = [m for m in request["metrics"] if m in JUDGE_METRICS]
         if judged:
             config = JudgeConfig(
-                base_url=self.evals.judge_url,
                 model=self.evals.judge_model,
-                api_key=self.evals.judge_api_key,
                 provider_model=request["model"] or None,
                 threshold=self.evals.threshold,
             )
-            async with Judge(config) as judge:
-                verdicts = await judge.evaluate(conversation, judged)
+            async with ChatCompletions(self.evals.judge_url, self.evals.judge_api_key) as complete:
+                verdicts = await Judge(config, complete).evaluate(conversation, judged)
             for name, verdict in verdicts.items():
                 result = verdict.as_dict()
                 results[name] = result if self.show_content else withhold_text(result)

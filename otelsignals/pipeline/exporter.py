@@ -5,11 +5,12 @@ resource and scope and split by byte size; the queue holds the requests (bounded
 receiver refuses new data with UNAVAILABLE when it is full, so nothing already taken is dropped);
 ``num_consumers`` workers send them, retrying retryable failures.
 
-Retry rule. Each wait is the larger of the exponential backoff step (``initial_interval`` times
-``multiplier`` per failed attempt, capped at ``max_interval``, with ``randomization_factor`` jitter)
-and the server's Retry-After / RetryInfo capped at ``max_interval``: a server asking for 0 s or a
-past date does not disable the backoff, and one asking for an hour does not make us give up. A
-batch is then dropped only:
+Retry rule (`Backoff` in pipeline/http_client.py, shared with the LLM endpoints). Each wait is the
+larger of the exponential backoff step (``initial_interval`` times ``multiplier`` per failed
+attempt, capped at ``max_interval``, with ``randomization_factor`` jitter) and the server's
+Retry-After / RetryInfo capped at ``max_interval``: a server asking for 0 s or a past date does not
+disable the backoff, and one asking for an hour does not make us give up. A batch is then dropped
+only:
 
 - with the disk queue on (``queue.directory``): never because of a clock. It is retried until the
   downstream takes it, or until the queue is over its hard limit (``HARD_LIMIT_FACTOR`` times
@@ -30,14 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from otelsignals.config import ExporterConfig, RetryConfig
+from otelsignals.config import ExporterConfig
 from otelsignals.otlp.wire import SpanRecord, encode_request, split_by_size
+from otelsignals.pipeline.http_client import Backoff
 from otelsignals.pipeline.senders import Sender, SendResult
 from otelsignals.telemetry import Telemetry
 
@@ -45,16 +46,6 @@ logger = logging.getLogger("otelsignals.exporter")
 
 # The export queue's hard limit, in multiples of queue.max_bytes (see the module docstring).
 HARD_LIMIT_FACTOR = 2
-
-
-def retry_wait(retry: RetryConfig, step: float, server_delay: float | None) -> float:
-    """Seconds to wait before the next attempt: the jittered backoff ``step``, or the server's
-    delay capped at ``max_interval`` when that is longer."""
-    jitter = retry.randomization_factor * step
-    wait = step + random.uniform(-jitter, jitter)
-    if server_delay is not None:
-        wait = max(wait, min(server_delay, retry.max_interval))
-    return max(0.0, wait)
 
 
 @dataclass(slots=True, eq=False)
@@ -182,7 +173,10 @@ class Exporter:
         retry = self.config.retry
         durable = bool(self.config.queue.directory)
         started = time.monotonic()
-        step: float = min(retry.initial_interval, retry.max_interval)
+        backoff = Backoff(
+            retry.initial_interval, retry.multiplier, retry.max_interval, retry.randomization_factor
+        )
+        steps = backoff.steps()
         while True:
             result = await self.sender.send(batch.signal, batch.body)
             if result.ok:
@@ -204,8 +198,7 @@ class Exporter:
                     "it stays in the disk queue and is retried until delivered",
                     reason=result.reason,
                 )
-            delay = retry_wait(retry, step, result.retry_after)
-            step = min(step * retry.multiplier, retry.max_interval)
+            delay = backoff.wait(next(steps), result.retry_after)
             self.telemetry.export_retries.labels(result.reason).inc()
             self.telemetry.logged_once.warning(
                 f"export_retry_{result.reason}",

@@ -3,7 +3,8 @@
 A sender makes one attempt and classifies the answer; retrying is the exporter's job. The
 classification follows the OTLP specification: gRPC CANCELLED, DEADLINE_EXCEEDED, ABORTED,
 OUT_OF_RANGE, UNAVAILABLE and DATA_LOSS are retryable, RESOURCE_EXHAUSTED only with RetryInfo;
-HTTP 429, 502, 503 and 504 are retryable; everything else is permanent.
+HTTP 429, 502, 503 and 504 are retryable; everything else is permanent. OTLP/HTTP goes through the
+shared client (pipeline/http_client.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from io import BufferedWriter
 from pathlib import Path
 from typing import Protocol, TypeAlias
 
-import aiohttp
 import grpc
 import orjson
 from google.protobuf import json_format
@@ -36,8 +36,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from otelsignals.config import ExporterConfig
-from otelsignals.net import parse_retry_after
 from otelsignals.otlp.json_encode import encode_trace_request
+from otelsignals.pipeline.http_client import OTLP_RETRYABLE_STATUSES, HttpClient
 
 GRPC_METHODS = {
     "traces": "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
@@ -67,7 +67,6 @@ _RETRYABLE_GRPC = {
     grpc.StatusCode.UNAVAILABLE,
     grpc.StatusCode.DATA_LOSS,
 }
-_RETRYABLE_HTTP = {429, 502, 503, 504}
 
 
 @dataclass(frozen=True)
@@ -176,12 +175,11 @@ class HttpSender:
         # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT does) is accepted too.
         root = base.removesuffix("/v1/traces")
         self._urls = {signal: root + path for signal, path in HTTP_PATHS.items()}
-        self._headers = {**config.headers, "Content-Type": "application/x-protobuf"}
+        headers = {**config.headers, "Content-Type": "application/x-protobuf"}
         self._gzip = config.compression == "gzip"
         if self._gzip:
-            self._headers["Content-Encoding"] = "gzip"
-        self._timeout = aiohttp.ClientTimeout(total=config.timeout)
-        self._ssl: ssl.SSLContext | bool = True  # True: aiohttp's default checks
+            headers["Content-Encoding"] = "gzip"
+        context: ssl.SSLContext | None = None
         tls = config.tls
         if base.startswith("https://"):
             context = ssl.create_default_context(cafile=tls.ca_file or None)
@@ -190,32 +188,28 @@ class HttpSender:
             if tls.insecure_skip_verify:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
-            self._ssl = context
-        self._session: aiohttp.ClientSession | None = None
+        # One attempt per send: the exporter's queue-level loop does the retrying.
+        self._client = HttpClient(
+            timeout=config.timeout,
+            retryable_statuses=OTLP_RETRYABLE_STATUSES,
+            headers=headers,
+            ssl_context=context,
+        )
 
     async def send(self, signal: str, body: bytes) -> SendResult:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
         if self._gzip:
             # Level 1: most of gzip's saving on OTLP at a fraction of the CPU of the default level.
             body = gzip.compress(body, 1)
-        try:
-            async with self._session.post(
-                self._urls[signal], data=body, headers=self._headers, ssl=self._ssl
-            ) as response:
-                payload = await response.read()
-                status = response.status
-                retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            return SendResult(False, True, "connection", f"{type(exc).__name__}: {exc}")
-        if 200 <= status < 300:
-            return SendResult(True, rejected_spans=_rejected_count(signal, payload))
-        detail = _http_error_message(payload) or f"HTTP {status}"
-        return SendResult(False, status in _RETRYABLE_HTTP, f"http_{status}", detail, retry_after)
+        attempt = await self._client.attempt(self._urls[signal], body)
+        if attempt.ok:
+            return SendResult(True, rejected_spans=_rejected_count(signal, attempt.body))
+        if attempt.status == 0:
+            return SendResult(False, True, "connection", attempt.error)
+        detail = _http_error_message(attempt.body) or attempt.error
+        return SendResult(False, attempt.retryable, f"http_{attempt.status}", detail, attempt.retry_after)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._client.close()
 
 
 def _http_error_message(payload: bytes) -> str:

@@ -19,6 +19,7 @@ from otelsignals.analysis import Analysis
 from otelsignals.config import EvalsConfig
 from otelsignals.evals.judge import Judge, JudgeConfig
 from otelsignals.model import Conversation, Role
+from otelsignals.pipeline.llm_endpoints import ChatCompletions
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.telemetry import Telemetry
 
@@ -40,14 +41,8 @@ class TraceJudge:
         self.telemetry = telemetry
         self._on_event_loop = on_event_loop
         self._on_analysis_thread = on_analysis_thread
-        self.judge = Judge(
-            JudgeConfig(
-                base_url=evals.judge_url,
-                model=evals.judge_model,
-                api_key=evals.judge_api_key,
-                threshold=evals.threshold,
-            )
-        )
+        self.completions = ChatCompletions(evals.judge_url, evals.judge_api_key)
+        self.judge = Judge(JudgeConfig(model=evals.judge_model, threshold=evals.threshold), self.completions)
         self._pending: set[asyncio.Task[None]] = set()
 
     def submit(self, analysis: Analysis) -> None:
@@ -74,7 +69,7 @@ class TraceJudge:
         for task in list(self._pending):
             task.cancel()
         await asyncio.gather(*self._pending, return_exceptions=True)
-        await self.judge.close()
+        await self.completions.close()
 
     async def _judge(self, session_id: str, trace_id: str, conversation: Conversation) -> None:
         used_tools = any(m.role is Role.TOOL for m in conversation.messages)

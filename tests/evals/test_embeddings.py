@@ -1,5 +1,6 @@
 """The embedders: the shipped offline model on real text, and an OpenAI-compatible endpoint
-served for real on 127.0.0.1 (a tiny http.server speaking ``POST /v1/embeddings``)."""
+served for real on 127.0.0.1 (a tiny http.server speaking ``POST /v1/embeddings``), reached through
+the pipeline's OpenAIEmbeddingsEndpoint as the sidecar does."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
@@ -24,6 +25,8 @@ from otelsignals.evals.embeddings import (
     default_embedder,
     tokenize,
 )
+from otelsignals.pipeline.http_client import Backoff, RetryPolicy
+from otelsignals.pipeline.llm_endpoints import OpenAIEmbeddingsEndpoint
 
 # ---------------------------------------------------------------------------------------------
 # The shipped model
@@ -193,8 +196,27 @@ def reset_server() -> None:
     _Handler.seen = []
 
 
-def test_openai_embedder_batches_and_normalises(server: str) -> None:
-    embedder = OpenAIEmbedder(server, "text-embedding-3-small", api_key="sk-test", timeout=5, batch_size=3)
+# Two attempts, 10 ms apart: the retry is exercised without slowing the tests down.
+QUICK_RETRY = RetryPolicy(2, Backoff(0.01, 2.0, 0.05, 0.5))
+MakeEndpoint = Callable[..., OpenAIEmbeddingsEndpoint]
+
+
+@pytest.fixture
+def endpoint(server: str) -> Iterator[MakeEndpoint]:
+    """Makes endpoints (default: the test server, 5 s timeout) and closes them after the test."""
+    made: list[OpenAIEmbeddingsEndpoint] = []
+
+    def make(base_url: str = server, api_key: str = "", timeout: float = 5.0) -> OpenAIEmbeddingsEndpoint:
+        made.append(OpenAIEmbeddingsEndpoint(base_url, api_key, timeout=timeout, retry=QUICK_RETRY))
+        return made[-1]
+
+    yield make
+    for opened in made:
+        opened.close()
+
+
+def test_openai_embedder_batches_and_normalises(endpoint: MakeEndpoint) -> None:
+    embedder = OpenAIEmbedder(endpoint(api_key="sk-test"), "text-embedding-3-small", batch_size=3)
     texts = [f"message {i}" for i in range(7)]
     vectors = embedder.embed(texts)
     assert vectors.shape == (7, DIM)
@@ -210,8 +232,8 @@ def test_openai_embedder_batches_and_normalises(server: str) -> None:
     assert isinstance(embedder, Embedder)
 
 
-def test_openai_embedder_caches_per_text(server: str) -> None:
-    embedder = OpenAIEmbedder(server, "m", timeout=5, batch_size=10)
+def test_openai_embedder_caches_per_text(endpoint: MakeEndpoint) -> None:
+    embedder = OpenAIEmbedder(endpoint(), "m", batch_size=10)
     embedder.embed(["a", "b", "a"])
     embedder.embed(["b", "a", "c"])
     assert [req["body"]["input"] for req in _Handler.seen] == [["a", "b"], ["c"]]
@@ -220,25 +242,26 @@ def test_openai_embedder_caches_per_text(server: str) -> None:
 
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/", "/v1/embeddings"])
-def test_openai_embedder_accepts_any_base_url_form(server: str, suffix: str) -> None:
-    embedder = OpenAIEmbedder(server + suffix, "m", timeout=5)
+def test_openai_embedder_accepts_any_base_url_form(server: str, endpoint: MakeEndpoint, suffix: str) -> None:
+    embedder = OpenAIEmbedder(endpoint(server + suffix), "m")
     assert embedder.embed(["x"]).shape == (1, DIM)
     assert _Handler.seen[-1]["path"] == "/v1/embeddings"
 
 
-def test_dimension_is_probed_when_unknown(server: str) -> None:
-    embedder = OpenAIEmbedder(server, "m", timeout=5)
+def test_dimension_is_probed_when_unknown(endpoint: MakeEndpoint) -> None:
+    embedder = OpenAIEmbedder(endpoint(), "m")
     assert embedder.dimension == DIM
     assert embedder.embed([]).shape == (0, DIM)
-    assert OpenAIEmbedder(server, "m", timeout=5, dimension=DIM).embed([]).shape == (0, DIM)
+    assert OpenAIEmbedder(endpoint(), "m", dimension=DIM).embed([]).shape == (0, DIM)
     assert len(_Handler.seen) == 1
 
 
-def test_http_500_raises_a_clear_error(server: str) -> None:
+def test_http_500_raises_a_clear_error(endpoint: MakeEndpoint) -> None:
     _Handler.mode = "error500"
-    embedder = OpenAIEmbedder(server, "m", timeout=5)
+    embedder = OpenAIEmbedder(endpoint(), "m")
     with pytest.raises(EmbeddingError, match=r"/v1/embeddings answered HTTP 500.*model overloaded"):
         embedder.embed(["hello"])
+    assert len(_Handler.seen) == 2  # a 5xx is retried once (QUICK_RETRY), then reported
     assert len(embedder.cache) == 0  # nothing cached from a failure
     _Handler.mode = "ok"
     assert embedder.embed(["hello"]).shape == (1, DIM)
@@ -248,22 +271,22 @@ def test_http_500_raises_a_clear_error(server: str) -> None:
     ("mode", "message"),
     [("garbage", "malformed answer"), ("short", r"sent 1 vector\(s\) of shape \(8,\) for 2 input")],
 )
-def test_malformed_answers_raise(server: str, mode: str, message: str) -> None:
+def test_malformed_answers_raise(endpoint: MakeEndpoint, mode: str, message: str) -> None:
     _Handler.mode = mode
     with pytest.raises(EmbeddingError, match=message):
-        OpenAIEmbedder(server, "m", timeout=5).embed(["a", "b"])
+        OpenAIEmbedder(endpoint(), "m").embed(["a", "b"])
 
 
-def test_timeout_and_unreachable_raise(server: str) -> None:
+def test_timeout_and_unreachable_raise(endpoint: MakeEndpoint) -> None:
     _Handler.mode = "slow"
-    with pytest.raises(EmbeddingError, match="unreachable: timed out"):
-        OpenAIEmbedder(server, "m", timeout=0.2).embed(["a"])
+    with pytest.raises(EmbeddingError, match=r"unreachable: timed out after 0\.2s"):
+        OpenAIEmbedder(endpoint(timeout=0.2), "m").embed(["a"])
     with pytest.raises(EmbeddingError, match="unreachable"):
-        OpenAIEmbedder("http://127.0.0.1:9", "m", timeout=2).embed(["a"])
+        OpenAIEmbedder(endpoint("http://127.0.0.1:9", timeout=2), "m").embed(["a"])
 
 
-def test_openai_embedder_validates_its_arguments() -> None:
+def test_openai_embedder_validates_its_arguments(endpoint: MakeEndpoint) -> None:
     with pytest.raises(ValueError, match="batch_size"):
-        OpenAIEmbedder("http://127.0.0.1:1", "m", batch_size=0)
+        OpenAIEmbedder(endpoint("http://127.0.0.1:1"), "m", batch_size=0)
     with pytest.raises(ValueError, match="timeout"):
-        OpenAIEmbedder("http://127.0.0.1:1", "m", timeout=0)
+        OpenAIEmbeddingsEndpoint("http://127.0.0.1:1", timeout=0)

@@ -1,4 +1,5 @@
-"""The LLM judge against a real OpenAI-compatible HTTP server on 127.0.0.1 with scripted replies."""
+"""The LLM judge against a real OpenAI-compatible HTTP server on 127.0.0.1 with scripted replies,
+reached through the pipeline's ChatCompletions, as the sidecar does."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,8 @@ from otelsignals.evals.judge import (
     validate,
 )
 from otelsignals.model import Conversation, Message, Role, ToolCall, ToolResult
+from otelsignals.pipeline.http_client import Backoff, RetryPolicy
+from otelsignals.pipeline.llm_endpoints import ChatCompletions
 from tests.support.fake_openai import FakeOpenAI, Received, Reply, _prompt_tokens, _tokens
 
 PROMPTS = Path(__file__).resolve().parents[2] / "otelsignals" / "evals" / "prompts"
@@ -64,15 +68,20 @@ def server() -> Iterator[JudgeServer]:
         yield running
 
 
-def config(server: FakeOpenAI, **overrides: Any) -> JudgeConfig:
-    values: dict[str, Any] = {
-        "base_url": server.base_url,
-        "model": "judge-model",
-        "timeout_s": 5.0,
-        "backoff_base_s": 0.01,
-    }
-    values.update(overrides)
-    return JudgeConfig(**values)
+@asynccontextmanager
+async def judging(
+    server: FakeOpenAI,
+    *,
+    api_key: str = "",
+    timeout: float = 5.0,
+    attempts: int = 3,
+    backoff: float = 0.01,
+    **judge_config: Any,
+) -> AsyncIterator[Judge]:
+    """A Judge asking ``server``; ``backoff`` is the first retry's step (doubling, ±50 % jitter)."""
+    retry = RetryPolicy(attempts, Backoff(backoff, 2.0, 20.0, 0.5))
+    async with ChatCompletions(server.base_url, api_key, timeout=timeout, retry=retry) as complete:
+        yield Judge(JudgeConfig(**{"model": "judge-model", **judge_config}), complete)
 
 
 def js(**fields: Any) -> Reply:
@@ -157,8 +166,9 @@ async def test_task_completion_two_stages_with_provider_model(server: JudgeServe
         js(task="Find where order A1 is.", outcome="Told the user A1 has shipped."),
         js(verdict="complete", score=0.9, reason="The status was looked up and reported."),
     )
-    cfg = config(server, model="ignored", provider_model="openai/gpt-4o-mini", api_key="sk-test")
-    async with Judge(cfg) as judge:
+    async with judging(
+        server, model="ignored", provider_model="openai/gpt-4o-mini", api_key="sk-test"
+    ) as judge:
         result = await judge.task_completion(order_conversation())
 
     assert result.name == "task_completion"
@@ -262,7 +272,7 @@ async def test_metric_stages_and_scores(
 ) -> None:
     conversation = plan_conversation() if metric.startswith("plan_") else order_conversation()
     server.script(*replies)
-    async with Judge(config(server)) as judge:
+    async with judging(server) as judge:
         result = await getattr(judge, metric)(conversation)
 
     assert result.name == metric
@@ -285,7 +295,7 @@ async def test_argument_correctness_lists_each_call_and_reason(server: JudgeServ
     server.script(
         js(verdicts=[{"index": 1, "verdict": "yes"}, {"index": 2, "verdict": "no", "reason": "wrong id"}])
     )
-    async with Judge(config(server)) as judge:
+    async with judging(server) as judge:
         result = await judge.argument_correctness(order_conversation())
     user = server.completion_requests[0].messages[1]["content"]
     assert '1. get_order({"order_id": "A1"}) (message 2)' in user
@@ -300,7 +310,7 @@ async def test_tool_correctness_sends_available_tools(server: JudgeServer) -> No
         {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city"}},
         "search",
     ]
-    async with Judge(config(server)) as judge:
+    async with judging(server) as judge:
         result = await judge.tool_correctness(plain_conversation(), available_tools=tools)
     user = server.completion_requests[0].messages[1]["content"]
     assert "## Available tools\n- get_weather: Weather for a city\n- search" in user
@@ -310,7 +320,7 @@ async def test_tool_correctness_sends_available_tools(server: JudgeServer) -> No
 
 async def test_evaluate_runs_all_metrics(server: JudgeServer) -> None:
     # Replies are consumed in arrival order, which concurrency makes unpredictable: run one at a time.
-    async with Judge(config(server, max_concurrency=1)) as judge:
+    async with judging(server, max_concurrency=1) as judge:
         server.script(js(has_plan=False, plan=[]))
         results = await judge.evaluate(plain_conversation(), ["plan_quality", "argument_correctness"])
     assert list(results) == ["plan_quality", "argument_correctness"]
@@ -324,7 +334,7 @@ async def test_evaluate_runs_all_metrics(server: JudgeServer) -> None:
 
 
 async def test_argument_correctness_without_tool_calls_makes_no_request(server: JudgeServer) -> None:
-    async with Judge(config(server)) as judge:
+    async with judging(server) as judge:
         result = await judge.argument_correctness(plain_conversation())
     assert result.score == 1.0 and result.passed
     assert result.metadata["source"] == "llm_judge" and result.metadata["stages"] == 0
@@ -335,7 +345,7 @@ async def test_argument_correctness_without_tool_calls_makes_no_request(server: 
 @pytest.mark.parametrize("metric", ["plan_quality", "plan_adherence"])
 async def test_plan_metrics_without_a_plan_score_one(server: JudgeServer, metric: str) -> None:
     server.script(js(has_plan=False, plan=[]))
-    async with Judge(config(server)) as judge:
+    async with judging(server) as judge:
         result = await getattr(judge, metric)(plain_conversation())
     assert result.score == 1.0 and result.passed
     assert result.metadata["plan_found"] is False and result.metadata["stage_names"] == ["extract_plan"]
@@ -344,7 +354,7 @@ async def test_plan_metrics_without_a_plan_score_one(server: JudgeServer, metric
 
 async def test_task_completion_without_a_task(server: JudgeServer) -> None:
     server.script(js(task="", outcome="Small talk."))
-    async with Judge(config(server)) as judge:
+    async with judging(server) as judge:
         result = await judge.task_completion(plain_conversation())
     assert result.score == 1.0 and result.metadata["stages"] == 1
 
@@ -368,7 +378,7 @@ async def test_malformed_output_then_good_is_retried_once(
 ) -> None:
     good = js(score=0.8, concerns=[], reason="Fine.")
     server.script(bad, good)
-    async with Judge(config(server)) as judge:
+    async with judging(server) as judge:
         result = await judge.confidence(order_conversation())
 
     assert result.score == 0.8 and result.metadata["status"] == "ok"
@@ -386,7 +396,7 @@ async def test_malformed_output_then_good_is_retried_once(
 
 async def test_fenced_json_is_accepted(server: JudgeServer) -> None:
     server.script(Reply.text('```json\n{"score": 0.4, "concerns": ["x"], "reason": "r"}\n```'))
-    async with Judge(config(server)) as judge:
+    async with judging(server) as judge:
         result = await judge.confidence(order_conversation())
     assert result.score == 0.4 and result.metadata["repairs"] == 0
 
@@ -397,7 +407,7 @@ async def test_malformed_twice_is_errored_without_a_score(server: JudgeServer) -
         Reply.text("not json"),
         js(verdict="done", score=0.9, reason="bad verdict"),
     )
-    async with Judge(config(server)) as judge:
+    async with judging(server) as judge:
         result = await judge.task_completion(order_conversation())
 
     assert is_errored(result)
@@ -416,7 +426,7 @@ async def test_argument_verdict_count_mismatch_is_malformed(server: JudgeServer)
         js(verdicts=[{"index": 1, "verdict": "yes"}]),
         js(verdicts=[{"index": 1, "verdict": "yes"}, {"index": 2, "verdict": "yes"}]),
     )
-    async with Judge(config(server)) as judge:
+    async with judging(server) as judge:
         result = await judge.argument_correctness(order_conversation())
     assert result.score == 1.0 and result.metadata["repairs"] == 1
     assert (
@@ -431,7 +441,7 @@ async def test_slow_server_is_retried_then_errored(server: JudgeServer) -> None:
     server.default_delay = 2.0
     server.script(*(js(score=0.9, concerns=[], reason="late") for _ in range(2)))
     started = time.perf_counter()
-    async with Judge(config(server, timeout_s=0.25, max_retries=1)) as judge:
+    async with judging(server, timeout=0.25, attempts=2) as judge:
         result = await judge.confidence(order_conversation())
     assert time.perf_counter() - started < 1.5
 
@@ -447,15 +457,15 @@ async def test_slow_server_is_retried_then_errored(server: JudgeServer) -> None:
 async def test_slow_first_attempt_then_ok(server: JudgeServer) -> None:
     server.delays[0] = 2.0
     server.script(js(score=0.1, concerns=[], reason="too late"), js(score=0.9, concerns=[], reason="ok"))
-    async with Judge(config(server, timeout_s=0.25)) as judge:
+    async with judging(server, timeout=0.25) as judge:
         result = await judge.confidence(order_conversation())
     assert result.score == 0.9 and result.metadata["retries"] == 1
 
 
 async def test_429_with_retry_after_is_retried(server: JudgeServer) -> None:
     server.script(Reply.error(429, retry_after=0.4), js(score=0.7, concerns=[], reason="ok"))
-    # A large backoff base: only honouring Retry-After keeps the wait short.
-    async with Judge(config(server, backoff_base_s=30.0)) as judge:
+    # The backoff step is 10 ms: a gap of 0.4 s or more is the server's Retry-After, honoured.
+    async with judging(server) as judge:
         result = await judge.confidence(order_conversation())
     assert result.score == 0.7 and result.metadata["retries"] == 1
     first, second = server.completion_requests
@@ -466,7 +476,7 @@ async def test_429_with_retry_after_is_retried(server: JudgeServer) -> None:
 
 async def test_5xx_exhausts_retries_and_4xx_is_not_retried(server: JudgeServer) -> None:
     server.script(Reply.error(503), Reply.error(500), Reply.error(502))
-    async with Judge(config(server, max_retries=2)) as judge:
+    async with judging(server, attempts=3) as judge:
         result = await judge.confidence(order_conversation())
         assert is_errored(result) and result.metadata["requests"] == 3
         assert (
@@ -484,7 +494,7 @@ async def test_5xx_exhausts_retries_and_4xx_is_not_retried(server: JudgeServer) 
 async def test_concurrency_limit_is_respected(server: JudgeServer) -> None:
     server.default_delay = 0.15
     server.script(*(js(score=0.5, concerns=[], reason="ok") for _ in range(6)))
-    async with Judge(config(server, max_concurrency=2)) as judge:
+    async with judging(server, max_concurrency=2) as judge:
         results = await asyncio.gather(*(judge.confidence(order_conversation()) for _ in range(6)))
     assert all(r.score == 0.5 for r in results)
     assert server.max_active == 2  # never more, and the limit was actually reached
@@ -495,13 +505,15 @@ async def test_concurrency_limit_is_respected(server: JudgeServer) -> None:
 
 
 def test_config_validation_and_provider_model() -> None:
-    cfg = JudgeConfig("http://x/v1", "m", provider_model="openrouter/meta/llama-3")
+    cfg = JudgeConfig("m", provider_model="openrouter/meta/llama-3")
     assert cfg.request_model == "meta/llama-3" and cfg.provider == "openrouter"
-    assert JudgeConfig("http://x/v1", "gpt-4o").request_model == "gpt-4o"
+    assert JudgeConfig("gpt-4o").request_model == "gpt-4o"
     with pytest.raises(ValueError):
-        JudgeConfig("http://x/v1", "m", provider_model="no-slash")
+        JudgeConfig("m", provider_model="no-slash")
     with pytest.raises(ValueError):
-        JudgeConfig("http://x/v1", "m", max_concurrency=0)
+        JudgeConfig("m", max_concurrency=0)
+    with pytest.raises(ValueError, match="base_url"):
+        ChatCompletions("")
 
 
 def test_every_stage_has_a_prompt_and_a_supported_schema() -> None:
@@ -584,14 +596,3 @@ def test_transcript_elides_the_middle_beyond_the_budget() -> None:
         "[110] assistant: step 99 xxxxxxxxxxxx… [38 more characters]"
     )
     assert render_transcript(Conversation(key="empty")) == "(no messages)"
-
-
-def test_retry_after_forms() -> None:
-    from email.utils import formatdate
-
-    from otelsignals.evals.judge import _retry_after
-
-    assert _retry_after({"retry-after": "2"}) == 2.0
-    assert _retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
-    assert 3 <= (_retry_after({"retry-after": formatdate(time.time() + 5, usegmt=True)}) or 0) <= 5
-    assert _retry_after({}) is None and _retry_after({"retry-after": "soon"}) is None
