@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 import yaml
 
+from otelsignals.reputation import ReputationConfig
+
 ENV_PREFIX = "OTELSIGNALS_"
 
 
@@ -324,19 +326,6 @@ class StoreConfig:
 
 
 @dataclass
-class ReputationSettings:
-    enabled: bool = True
-    window: int = 500
-    calibration: int = 50
-    latency_good_ms: float = 1000.0
-    latency_bad_ms: float = 10000.0
-    latency_percentile: float = 95.0
-    streak_target: int = 20
-    # Evaluations waiting to be written to the store; beyond, new ones are dropped and counted.
-    max_pending: int = 10_000
-
-
-@dataclass
 class LogConfig:
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["text", "json"] = "text"
@@ -360,7 +349,7 @@ class Config:
     signals: SignalsConfig = field(default_factory=SignalsConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
-    reputation: ReputationSettings = field(default_factory=ReputationSettings)
+    reputation: ReputationConfig = field(default_factory=ReputationConfig)
     evals: EvalsConfig = field(default_factory=EvalsConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -567,6 +556,9 @@ def validate(config: Config) -> Config:
         raise ConfigError("assembler.tick_interval", "must be greater than 0")
     if config.signals.baseline_user_turns < 1:
         raise ConfigError("signals.baseline_user_turns", "must be at least 1")
+    for problem in config.reputation.validate():
+        key, _, text = problem.partition(": ")
+        raise ConfigError(f"reputation.{key}", text)
     if config.sessions.max_messages < 10:
         raise ConfigError("sessions.max_messages", "must be at least 10")
     from otelsignals.pipeline.sampler import validate_sampler_config  # the sampler knows its rules

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from otelsignals.config import ReputationSettings
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder
-from otelsignals.reputation import Evaluation, reputation
+from otelsignals.reputation import Evaluation, ReputationConfig, reputation
 from otelsignals.stores.sqlite import SqliteStore
 from otelsignals.telemetry import Telemetry
 
@@ -24,9 +23,8 @@ class CountingStore(SqliteStore):
 
 def test_a_burst_is_written_in_batches_with_one_window_read_per_agent_and_batch(tmp_path: Path) -> None:
     store = CountingStore(str(tmp_path / "rep.db"), window_size=500)
-    settings = ReputationSettings()
     telemetry = Telemetry()
-    recorder = ReputationRecorder(store, settings, telemetry)
+    recorder = ReputationRecorder(store, ReputationConfig(), telemetry)
     evaluations = [
         Evaluation(f"agent-{i % 3}", i % 5 != 0, 200.0 + i, 1_700_000_000.0 + i) for i in range(1500)
     ]
@@ -57,7 +55,7 @@ class RefusingStore(SqliteStore):
 def test_one_refused_evaluation_does_not_cost_its_batch(tmp_path: Path) -> None:
     store = RefusingStore(str(tmp_path / "rep.db"), window_size=500)
     telemetry = Telemetry()
-    recorder = ReputationRecorder(store, ReputationSettings(), telemetry)
+    recorder = ReputationRecorder(store, ReputationConfig(), telemetry)
     for i in range(100):
         agent = "refused" if i == 50 else "fine"
         recorder.submit_evaluation(Evaluation(agent, True, 100.0, 1_700_000_000.0 + i))

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from otelsignals.analysis import Analysis
-from otelsignals.config import ReputationSettings, StoreConfig
+from otelsignals.config import StoreConfig
 from otelsignals.reputation import Evaluation, Reputation, ReputationConfig, reputation
 from otelsignals.stores import ReputationStore
 from otelsignals.telemetry import Telemetry
@@ -62,19 +62,11 @@ def store_url(config: StoreConfig) -> str:
 
 
 class ReputationRecorder:
-    def __init__(self, store: ReputationStore, settings: ReputationSettings, telemetry: Telemetry) -> None:
-        self.settings = settings
-        self.config = ReputationConfig(
-            window=settings.window,
-            calibration=settings.calibration,
-            latency_good_ms=settings.latency_good_ms,
-            latency_bad_ms=settings.latency_bad_ms,
-            latency_percentile=settings.latency_percentile,
-            streak_target=settings.streak_target,
-        )
+    def __init__(self, store: ReputationStore, config: ReputationConfig, telemetry: Telemetry) -> None:
+        self.config = config
         self.telemetry = telemetry
         self.store = store
-        self._pending: queue.Queue[object] = queue.Queue(maxsize=settings.max_pending)
+        self._pending: queue.Queue[object] = queue.Queue(maxsize=config.max_pending)
         self._latest: dict[str, Reputation] = {}
         self._writer = threading.Thread(target=self._write_forever, name="reputation-writer", daemon=True)
 
