@@ -69,12 +69,13 @@ class ReputationConfig:
     max_pending: int = 10_000
 
     def validate(self) -> list[str]:
-        """Every problem, as ``"key: what is wrong"``. A disabled section is not used, so not checked."""
-        if not self.enabled:
-            return []
+        """Every problem, as ``"key: what is wrong"``. Only ``window`` matters when reputation is
+        off (the store keeps that many evaluations per agent), so only it is checked then."""
         problems = []
         if self.window < 1:
             problems.append(f"window: must be at least 1, got {self.window}")
+        if not self.enabled:
+            return problems
         if self.calibration < 1 or 1 <= self.window < self.calibration:
             problems.append(
                 f"calibration: must be between 1 and window ({self.window}), got {self.calibration}"
