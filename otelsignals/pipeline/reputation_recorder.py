@@ -20,7 +20,7 @@ from pathlib import Path
 from otelsignals.analysis import Analysis
 from otelsignals.config import StoreConfig
 from otelsignals.reputation import Evaluation, Reputation, ReputationConfig, reputation
-from otelsignals.stores import ReputationStore
+from otelsignals.stores import ReputationStore, open_store
 from otelsignals.telemetry import Telemetry
 
 logger = logging.getLogger("otelsignals.reputation")
@@ -152,3 +152,20 @@ class ReputationRecorder:
         self.telemetry.logged_once.warning(
             "reputation_store_error", f"reputation store failed: {exc}", error=type(exc).__name__
         )
+
+
+def open_configured_store(config: StoreConfig, window: int) -> ReputationStore:
+    """The store of the ``store`` section, keeping ``window`` evaluations per agent; one that
+    cannot be opened is an OSError naming the URL (the CLI reports those in one line)."""
+    url = store_url(config)
+    try:
+        return open_store(url, window_size=window)
+    except Exception as exc:  # each driver has its own error types
+        raise OSError(f"cannot open the store {url} (store.url): {exc}") from exc
+
+
+def create_reputation_recorder(
+    config: ReputationConfig, store: ReputationStore, telemetry: Telemetry
+) -> ReputationRecorder | None:
+    """The recorder of the ``reputation`` section; None when it is not enabled."""
+    return ReputationRecorder(store, config, telemetry) if config.enabled else None

@@ -68,6 +68,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from otelsignals.analysis import Analysis
@@ -341,3 +342,13 @@ class SamplerCollector:
         yield partial
         yield forgotten
         yield tracked
+
+
+def create_sampler(config: SamplerConfig, registry: CollectorRegistry) -> TriageSampler | None:
+    """The triage sampler of the ``sampler`` section, its decisions served as metrics; None when
+    the section is not enabled (every trace is forwarded)."""
+    if not config.enabled:
+        return None
+    sampler = TriageSampler(config)
+    registry.register(SamplerCollector(sampler))
+    return sampler
