@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from otelsignals.config import ConfigError
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder
 from otelsignals.reputation import Evaluation, ReputationConfig, reputation
 from otelsignals.stores.sqlite import SqliteStore
@@ -64,4 +67,12 @@ def test_one_refused_evaluation_does_not_cost_its_batch(tmp_path: Path) -> None:
     assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 99
     assert telemetry.registry.get_sample_value("otelsignals_reputation_store_errors_total") == 1
     assert store.window("fine")[1] == 99
+    store.close()
+
+
+def test_a_recorder_refuses_settings_the_score_cannot_use(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "rep.db"), window_size=500)
+    with pytest.raises(ConfigError) as raised:
+        ReputationRecorder(store, ReputationConfig(streak_target=0), Telemetry())
+    assert raised.value.key == "reputation.streak_target"
     store.close()

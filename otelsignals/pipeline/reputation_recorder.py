@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from otelsignals.analysis import Analysis
-from otelsignals.config import StoreConfig
+from otelsignals.config import ConfigError, StoreConfig
 from otelsignals.reputation import Evaluation, Reputation, ReputationConfig, reputation
 from otelsignals.stores import ReputationStore, open_store
 from otelsignals.telemetry import Telemetry
@@ -63,6 +63,10 @@ def store_url(config: StoreConfig) -> str:
 
 class ReputationRecorder:
     def __init__(self, store: ReputationStore, config: ReputationConfig, telemetry: Telemetry) -> None:
+        # A bad window or target would only fail later, on the writer thread, and stop it.
+        problems = config.validate()
+        if problems:
+            raise ConfigError.from_problems(problems, "reputation")
         self.config = config
         self.telemetry = telemetry
         self.store = store
