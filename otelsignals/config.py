@@ -2,7 +2,9 @@
 
 Every key has a default here; ``config/otelsignals.yaml`` documents the same keys (a test keeps the
 two in step). Environment variables ``OTELSIGNALS_<SECTION>__<KEY>=value`` override any key, with
-``__`` separating levels. A bad value raises :class:`ConfigError` naming the dotted key.
+``__`` separating levels. A value of the wrong type raises :class:`ConfigError` naming the dotted key
+as the file is read; then :func:`validate` asks every section's ``validate()`` for the problems a
+type cannot express and raises one :class:`ConfigError` listing all of them.
 """
 
 from __future__ import annotations
@@ -14,22 +16,57 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import yaml
+
+from otelsignals.reputation import ReputationConfig
+from otelsignals.scoring import BUCKETS
+from otelsignals.signals.taxonomy import CATEGORIES
 
 ENV_PREFIX = "OTELSIGNALS_"
 
 
 class ConfigError(ValueError):
-    """A configuration value that cannot be used; ``key`` is the dotted path of the culprit."""
+    """Configuration that cannot be used. ``problems`` holds every ``(dotted key, what is wrong)``
+    found; ``key`` and ``problem`` are the first of them. The message is one line (the CLI prints it)."""
 
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"config key '{key}': {problem}")
+    def __init__(self, key: str, problem: str, *more: tuple[str, str]) -> None:
+        self.problems = [(key, problem), *more]
         self.key = key
+        self.problem = problem
+        described = "; ".join(f"config key '{k}': {p}" for k, p in self.problems)
+        super().__init__(f"{len(self.problems)} problems: {described}" if more else described)
+
+    @classmethod
+    def from_problems(cls, problems: Sequence[str], section: str = "") -> ConfigError:
+        """The error for the problems a ``validate()`` returned (at least one), each
+        ``"key: what is wrong"`` with the key relative to ``section``."""
+        first, *more = (_split_problem(problem) for problem in in_section(section, problems))
+        return cls(*first, *more)
+
+
+def _split_problem(problem: str) -> tuple[str, str]:
+    key, _, text = problem.partition(": ")
+    return key, text
+
+
+def in_section(section: str, problems: Sequence[str]) -> list[str]:
+    """``problems`` of a subsection, their keys made relative to the section that holds it."""
+    return [f"{section}.{problem}" for problem in problems] if section else list(problems)
+
+
+@runtime_checkable
+class ConfigSection(Protocol):
+    """A section with rules its value types cannot express."""
+
+    def validate(self) -> list[str]:
+        """Every problem found (none: an empty list), each ``"key: what is wrong"``, the key
+        relative to the section, the text naming the value and what is allowed."""
+        ...
 
 
 class Duration(float):
@@ -91,11 +128,17 @@ class GrpcReceiverConfig:
     enabled: bool = True
     endpoint: str = "0.0.0.0:4317"
 
+    def validate(self) -> list[str]:
+        return _host_port_problems("endpoint", self.endpoint)
+
 
 @dataclass
 class HttpReceiverConfig:
     enabled: bool = True
     endpoint: str = "0.0.0.0:4318"
+
+    def validate(self) -> list[str]:
+        return _host_port_problems("endpoint", self.endpoint)
 
 
 @dataclass
@@ -141,6 +184,34 @@ class ReceiverConfig:
     grpc_max_connection_idle: Duration = Duration(300.0)
     grpc_max_connection_age: Duration = Duration(1800.0)
 
+    def validate(self) -> list[str]:
+        problems = [*in_section("grpc", self.grpc.validate()), *in_section("http", self.http.validate())]
+        if self.max_message_size < 1024:
+            problems.append(f"max_message_size: must be at least 1KiB, got {self.max_message_size} bytes")
+        for key in ("idle_timeout", "header_timeout", "read_timeout"):
+            if getattr(self, key) <= 0:
+                problems.append(f"{key}: must be greater than 0, got {getattr(self, key):g}s")
+        if self.max_connections < 1:
+            problems.append(f"max_connections: must be at least 1, got {self.max_connections}")
+        header = self.auth.header
+        # A name valid both as an HTTP header and as a gRPC (ASCII, not reserved) metadata key.
+        lowered = header.lower()
+        if (
+            not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", lowered)
+            or lowered.endswith("-bin")
+            or lowered.startswith("grpc-")
+        ):
+            problems.append(f"auth.header: expected a header name such as x-api-key, got {header!r}")
+        # The files are read and checked by the code that uses them; net.py imports this module.
+        from otelsignals.net import load_auth_token, load_server_tls
+
+        for load in (lambda: load_server_tls(self.tls, "tls"), lambda: load_auth_token(self.auth, "auth")):
+            try:
+                load()
+            except ConfigError as exc:
+                problems.append(f"{exc.key}: {exc.problem}")
+        return problems
+
 
 @dataclass
 class AssemblerConfig:
@@ -149,6 +220,11 @@ class AssemblerConfig:
     max_bytes: ByteSize = ByteSize(256 * 1024**2)
     # How often buffered traces are checked for expiry.
     tick_interval: Duration = Duration(0.1)
+
+    def validate(self) -> list[str]:
+        if self.tick_interval <= 0:  # zero would make the expiry ticker spin without sleeping
+            return [f"tick_interval: must be greater than 0, got {self.tick_interval:g}s"]
+        return []
 
 
 @dataclass
@@ -166,6 +242,11 @@ class BatchConfig:
     max_bytes: ByteSize = ByteSize(4 * 1024**2)
     timeout: Duration = Duration(0.2)
 
+    def validate(self) -> list[str]:
+        if self.max_bytes < 1024:
+            return [f"max_bytes: must be at least 1KiB, got {self.max_bytes} bytes"]
+        return []
+
 
 @dataclass
 class QueueConfig:
@@ -176,6 +257,11 @@ class QueueConfig:
     directory: str = ""
     fsync: bool = False
     segment_size: ByteSize = ByteSize(64 * 1024**2)
+
+    def validate(self) -> list[str]:
+        if self.num_consumers < 1:
+            return [f"num_consumers: must be at least 1, got {self.num_consumers}"]
+        return []
 
 
 @dataclass
@@ -188,6 +274,14 @@ class RetryConfig:
     # Without the disk queue, a batch still refused this long after its first attempt is dropped
     # (reason retry_expired; 0 = no limit). With exporter.queue.directory set, no clock drops data.
     max_elapsed_time: Duration = Duration(300.0)
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.multiplier < 1:
+            problems.append(f"multiplier: must be at least 1, got {self.multiplier}")
+        if not 0 <= self.randomization_factor <= 1:
+            problems.append(f"randomization_factor: must be between 0 and 1, got {self.randomization_factor}")
+        return problems
 
 
 @dataclass
@@ -204,6 +298,22 @@ class ExporterConfig:
     queue: QueueConfig = field(default_factory=QueueConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
 
+    def validate(self) -> list[str]:
+        problems = []
+        if self.endpoint and self.protocol == "http/protobuf" and not re.match(r"^https?://", self.endpoint):
+            problems.append(
+                "endpoint: an http/protobuf endpoint must start with http:// or https://, "
+                f"got {self.endpoint!r}"
+            )
+        if self.endpoint and self.protocol == "grpc":
+            # host:port, optionally behind http:// or https:// as OTEL_EXPORTER_OTLP_ENDPOINT allows.
+            address = re.sub(r"^(grpc|https?)://", "", self.endpoint).rstrip("/")
+            problems += _host_port_problems("endpoint", address)
+        problems += in_section("batch", self.batch.validate())
+        problems += in_section("queue", self.queue.validate())
+        problems += in_section("retry", self.retry.validate())
+        return problems
+
 
 @dataclass
 class SessionsConfig:
@@ -217,6 +327,11 @@ class SessionsConfig:
     # Per conversation, only the latest messages are kept (older ones are counted as trimmed).
     max_messages: int = 2000
 
+    def validate(self) -> list[str]:
+        if self.max_messages < 10:
+            return [f"max_messages: must be at least 10, got {self.max_messages}"]
+        return []
+
 
 @dataclass
 class AnalyzerConfig:
@@ -229,6 +344,18 @@ class AnalyzerConfig:
     # bytes the receivers answer UNAVAILABLE / 503 with Retry-After until the analysis catches up.
     queue_max_bytes: ByteSize = ByteSize(64 * 1024**2)
 
+    def validate(self) -> list[str]:
+        return [
+            f"{key}: must be at least {minimum}, got {getattr(self, key)}"
+            for key, minimum in (
+                ("max_message_bytes", 1024),
+                ("max_messages_per_span", 1),
+                ("max_span_text_bytes", 1024),
+                ("queue_max_bytes", 1024**2),
+            )
+            if int(getattr(self, key)) < minimum
+        ]
+
 
 @dataclass
 class SignalsConfig:
@@ -238,6 +365,11 @@ class SignalsConfig:
     legacy_attributes: bool = True
     # Efficiency is 1.0 up to this many user turns (SPEC §4).
     baseline_user_turns: int = 5
+
+    def validate(self) -> list[str]:
+        if self.baseline_user_turns < 1:
+            return [f"baseline_user_turns: must be at least 1, got {self.baseline_user_turns}"]
+        return []
 
 
 @dataclass
@@ -261,6 +393,14 @@ class EvalsConfig:
     # written longer ago than runs_max_age, then the oldest beyond runs_max_count, are removed.
     runs_max_age: Duration = Duration(7 * 86400.0)
     runs_max_count: int = 1000
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.runs_max_age <= 0:
+            problems.append(f"runs_max_age: must be greater than 0, got {self.runs_max_age:g}s")
+        if self.runs_max_count < 1:
+            problems.append(f"runs_max_count: must be at least 1, got {self.runs_max_count}")
+        return problems
 
 
 @dataclass
@@ -300,6 +440,51 @@ class SamplerConfig:
     # Agents with their own exemplar bucket (least recently seen forgotten beyond).
     max_agents: int = 10_000
 
+    def keep_quality_names(self) -> tuple[str, ...]:
+        """``keep_qualities``; a program may also give it as one comma-separated string."""
+        value: tuple[str, ...] | list[str] | str = self.keep_qualities
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return tuple(str(part) for part in value)
+
+    def validate(self) -> list[str]:
+        # Values are converted with float()/int() as the sampler will: a program (not the loader)
+        # may hand them over as strings.
+        problems = []
+        qualities = [name for name, _ in BUCKETS]
+        for quality in self.keep_quality_names():
+            if quality not in qualities:
+                problems.append(f"keep_qualities: unknown quality {quality!r}; one of {', '.join(qualities)}")
+        if not 0.0 <= float(self.baseline_rate) <= 1.0:  # NaN too
+            problems.append(f"baseline_rate: must be between 0 and 1, got {self.baseline_rate}")
+        for key in ("exemplars_per_minute", "exemplars_per_agent_per_minute", "budget_per_minute"):
+            if float(getattr(self, key)) < 0:
+                problems.append(f"{key}: must not be negative, got {getattr(self, key)}")
+        for category, weight in self.category_weights.items():
+            key = f"category_weights.{category}"
+            if category not in CATEGORIES:
+                problems.append(f"{key}: unknown category; one of {', '.join(CATEGORIES)}")
+                continue
+            try:
+                value = float(weight)
+            except (TypeError, ValueError):
+                problems.append(f"{key}: expected a number, got {weight!r}")
+                continue
+            if not value >= 0.0:  # NaN too
+                problems.append(f"{key}: must not be negative, got {weight}")
+        if not float(self.keep_priority) >= 0.0:  # NaN too; above 100 turns the rule off
+            problems.append(f"keep_priority: must not be negative, got {self.keep_priority}")
+        if not 0.0 <= float(self.priority_weight) <= 1.0:
+            problems.append(f"priority_weight: must be between 0 and 1, got {self.priority_weight}")
+        if self.non_conversation_traces not in ("keep", "drop"):
+            problems.append(
+                f"non_conversation_traces: must be keep or drop, got {self.non_conversation_traces!r}"
+            )
+        for key in ("max_sessions", "max_agents"):
+            if int(getattr(self, key)) < 1:
+                problems.append(f"{key}: must be at least 1, got {getattr(self, key)}")
+        return problems
+
 
 @dataclass
 class AdminConfig:
@@ -314,6 +499,20 @@ class AdminConfig:
     # are closed after receiver.idle_timeout and receiver.header_timeout.
     max_connections: int = 256
 
+    def validate(self) -> list[str]:
+        problems = _host_port_problems("endpoint", self.endpoint)
+        if not problems and self.enabled and not self.auth_token and not self.allow_unauthenticated:
+            host, _ = split_host_port(self.endpoint, "endpoint")
+            if not is_loopback(host):
+                problems.append(
+                    f"auth_token: the admin API would serve conversations on {self.endpoint} (not loopback) "
+                    "to anyone: set admin.auth_token (e.g. from a Secret), or admin.allow_unauthenticated: "
+                    "true on purpose"
+                )
+        if self.max_connections < 1:
+            problems.append(f"max_connections: must be at least 1, got {self.max_connections}")
+        return problems
+
 
 @dataclass
 class StoreConfig:
@@ -321,19 +520,6 @@ class StoreConfig:
     # Where reputation windows live: empty = an SQLite file in `directory`; or sqlite:///path,
     # redis://host:6379/0, postgresql://user@host/db when several replicas share one window.
     url: str = ""
-
-
-@dataclass
-class ReputationSettings:
-    enabled: bool = True
-    window: int = 500
-    calibration: int = 50
-    latency_good_ms: float = 1000.0
-    latency_bad_ms: float = 10000.0
-    latency_percentile: float = 95.0
-    streak_target: int = 20
-    # Evaluations waiting to be written to the store; beyond, new ones are dropped and counted.
-    max_pending: int = 10_000
 
 
 @dataclass
@@ -360,11 +546,20 @@ class Config:
     signals: SignalsConfig = field(default_factory=SignalsConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
-    reputation: ReputationSettings = field(default_factory=ReputationSettings)
+    reputation: ReputationConfig = field(default_factory=ReputationConfig)
     evals: EvalsConfig = field(default_factory=EvalsConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     log: LogConfig = field(default_factory=LogConfig)
     service: ServiceConfig = field(default_factory=ServiceConfig)
+
+    def validate(self) -> list[str]:
+        """Every section's problems, keys dotted from the top."""
+        problems = []
+        for section in dataclasses.fields(self):
+            value = getattr(self, section.name)
+            if isinstance(value, ConfigSection):
+                problems += in_section(section.name, value.validate())
+        return problems
 
 
 def load_config(path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
@@ -513,87 +708,10 @@ def is_loopback(host: str) -> bool:
 
 
 def validate(config: Config) -> Config:
-    """Cross-field checks that a single value cannot express."""
-    for key, endpoint in (
-        ("receiver.grpc.endpoint", config.receiver.grpc.endpoint),
-        ("receiver.http.endpoint", config.receiver.http.endpoint),
-        ("admin.endpoint", config.admin.endpoint),
-    ):
-        split_host_port(endpoint, key)
-    admin = config.admin
-    if admin.enabled and not admin.auth_token and not admin.allow_unauthenticated:
-        host, _ = split_host_port(admin.endpoint, "admin.endpoint")
-        if not is_loopback(host):
-            raise ConfigError(
-                "admin.auth_token",
-                f"the admin API would serve conversations on {admin.endpoint} (not loopback) to anyone: "
-                "set admin.auth_token (e.g. from a Secret), or admin.allow_unauthenticated: true on purpose",
-            )
-    exporter = config.exporter
-    if (
-        exporter.endpoint
-        and exporter.protocol == "http/protobuf"
-        and not re.match(r"^https?://", exporter.endpoint)
-    ):
-        raise ConfigError(
-            "exporter.endpoint", "an http/protobuf endpoint must start with http:// or https://"
-        )
-    if exporter.endpoint and exporter.protocol == "grpc":
-        # host:port, optionally behind http:// or https:// as OTEL_EXPORTER_OTLP_ENDPOINT allows.
-        split_host_port(re.sub(r"^(grpc|https?)://", "", exporter.endpoint).rstrip("/"), "exporter.endpoint")
-    if exporter.batch.max_bytes < 1024:
-        raise ConfigError("exporter.batch.max_bytes", "must be at least 1KiB")
-    if exporter.queue.num_consumers < 1:
-        raise ConfigError("exporter.queue.num_consumers", "must be at least 1")
-    if exporter.retry.multiplier < 1:
-        raise ConfigError("exporter.retry.multiplier", "must be at least 1")
-    if not 0 <= exporter.retry.randomization_factor <= 1:
-        raise ConfigError("exporter.retry.randomization_factor", "must be between 0 and 1")
-    analyzer = config.analyzer
-    for key, minimum in (
-        ("max_message_bytes", 1024),
-        ("max_messages_per_span", 1),
-        ("max_span_text_bytes", 1024),
-        ("queue_max_bytes", 1024**2),
-    ):
-        if int(getattr(analyzer, key)) < minimum:
-            raise ConfigError(f"analyzer.{key}", f"must be at least {minimum}")
-    if config.evals.runs_max_age <= 0:
-        raise ConfigError("evals.runs_max_age", "must be greater than 0")
-    if config.evals.runs_max_count < 1:
-        raise ConfigError("evals.runs_max_count", "must be at least 1")
-    if config.assembler.tick_interval <= 0:
-        # Zero would make the expiry ticker spin without sleeping.
-        raise ConfigError("assembler.tick_interval", "must be greater than 0")
-    if config.signals.baseline_user_turns < 1:
-        raise ConfigError("signals.baseline_user_turns", "must be at least 1")
-    if config.sessions.max_messages < 10:
-        raise ConfigError("sessions.max_messages", "must be at least 10")
-    from otelsignals.pipeline.sampler import validate_sampler_config  # the sampler knows its rules
-
-    validate_sampler_config(config.sampler)
-    if config.receiver.max_message_size < 1024:
-        raise ConfigError("receiver.max_message_size", "must be at least 1KiB")
-    for key in ("idle_timeout", "header_timeout", "read_timeout"):
-        if getattr(config.receiver, key) <= 0:
-            raise ConfigError(f"receiver.{key}", "must be greater than 0")
-    if config.receiver.max_connections < 1:
-        raise ConfigError("receiver.max_connections", "must be at least 1")
-    if config.admin.max_connections < 1:
-        raise ConfigError("admin.max_connections", "must be at least 1")
-    header = config.receiver.auth.header
-    # A name valid both as an HTTP header and as a gRPC (ASCII, not reserved) metadata key.
-    lowered = header.lower()
-    if (
-        not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", lowered)
-        or lowered.endswith("-bin")
-        or lowered.startswith("grpc-")
-    ):
-        raise ConfigError("receiver.auth.header", f"expected a header name such as x-api-key, got {header!r}")
-    from otelsignals.net import load_auth_token, load_server_tls  # they read and check the files
-
-    load_server_tls(config.receiver.tls)
-    load_auth_token(config.receiver.auth)
+    """``config`` if every section accepts it, else one :class:`ConfigError` listing every problem."""
+    problems = config.validate()
+    if problems:
+        raise ConfigError.from_problems(problems)
     return config
 
 
@@ -602,6 +720,14 @@ def split_host_port(endpoint: str, key: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(key, f"expected host:port, got {endpoint!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _host_port_problems(key: str, endpoint: str) -> list[str]:
+    try:
+        split_host_port(endpoint, key)
+    except ConfigError as exc:
+        return [f"{key}: {exc.problem}"]
+    return []
 
 
 def to_dict(config: Any) -> dict[str, Any]:

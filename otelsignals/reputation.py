@@ -54,26 +54,44 @@ class Evaluation:
         object.__setattr__(self, "at", float(self.at))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReputationConfig:
+    """The ``reputation`` section of the configuration, and the parameters of the score above."""
+
+    enabled: bool = True
     window: int = 500
     calibration: int = 50
     latency_good_ms: float = 1000.0
     latency_bad_ms: float = 10000.0
     latency_percentile: float = 95.0
     streak_target: int = 20
+    # Evaluations waiting to be written to the store; beyond, new ones are dropped and counted.
+    max_pending: int = 10_000
 
-    def __post_init__(self) -> None:
+    def validate(self) -> list[str]:
+        """Every problem, as ``"key: what is wrong"``. Only ``window`` matters when reputation is
+        off (the store keeps that many evaluations per agent), so only it is checked then."""
+        problems = []
         if self.window < 1:
-            raise ValueError("reputation window must be >= 1")
-        if not 1 <= self.calibration <= self.window:
-            raise ValueError("reputation calibration must be between 1 and the window")
-        if not (0 <= self.latency_good_ms < self.latency_bad_ms) or not math.isfinite(self.latency_bad_ms):
-            raise ValueError("reputation latency needs 0 <= good_ms < bad_ms (finite)")
+            problems.append(f"window: must be at least 1, got {self.window}")
+        if not self.enabled:
+            return problems
+        if self.calibration < 1 or 1 <= self.window < self.calibration:
+            problems.append(
+                f"calibration: must be between 1 and window ({self.window}), got {self.calibration}"
+            )
+        if not math.isfinite(self.latency_bad_ms) or not 0 <= self.latency_good_ms < self.latency_bad_ms:
+            problems.append(
+                "latency_bad_ms: must be finite and above latency_good_ms (itself at least 0), got "
+                f"latency_good_ms {self.latency_good_ms} and latency_bad_ms {self.latency_bad_ms}"
+            )
         if not 0 < self.latency_percentile <= 100:
-            raise ValueError("reputation latency_percentile must be in (0, 100]")
+            problems.append(
+                f"latency_percentile: must be above 0 and at most 100, got {self.latency_percentile}"
+            )
         if self.streak_target < 1:
-            raise ValueError("reputation streak_target must be >= 1")
+            problems.append(f"streak_target: must be at least 1, got {self.streak_target}")
+        return problems
 
 
 @dataclass(frozen=True, slots=True)

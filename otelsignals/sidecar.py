@@ -31,7 +31,7 @@ class Sidecar:
         self.config = config
         self.telemetry = Telemetry()
         self.pipeline = Pipeline(config, self.telemetry)
-        self.receivers = Receivers(config, self.pipeline)
+        self.receivers = Receivers(config.receiver, self.pipeline)
         self._admin: web.AppRunner | None = None
         self.endpoints = Endpoints(0, 0, 0)
 

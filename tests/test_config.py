@@ -344,6 +344,63 @@ def test_validate_names_the_key(environ: dict[str, str], key: str) -> None:
     assert config_error(environ=environ).key == key  # ...validate() refuses the combination
 
 
+def test_validate_reports_every_problem_of_every_section_at_once(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "assembler:\n  tick_interval: 0\n"
+        "exporter:\n  queue:\n    num_consumers: 0\n  retry:\n    multiplier: 0.5\n"
+        "reputation:\n  window: 0\n",
+    )
+    error = config_error(path)
+    assert [key for key, _ in error.problems] == [
+        "assembler.tick_interval",
+        "exporter.queue.num_consumers",
+        "exporter.retry.multiplier",
+        "reputation.window",
+    ]
+    assert error.key == "assembler.tick_interval"
+    message = str(error)
+    assert message.startswith(
+        "4 problems: config key 'assembler.tick_interval': must be greater than 0, got 0s; "
+    )
+    assert "config key 'exporter.queue.num_consumers': must be at least 1, got 0" in message
+    assert "config key 'exporter.retry.multiplier': must be at least 1, got 0.5" in message
+    assert "config key 'reputation.window': must be at least 1, got 0" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("environ", "key"),
+    [
+        ({"OTELSIGNALS_REPUTATION__WINDOW": "0"}, "reputation.window"),
+        ({"OTELSIGNALS_REPUTATION__CALIBRATION": "501"}, "reputation.calibration"),
+        ({"OTELSIGNALS_REPUTATION__LATENCY_BAD_MS": "500"}, "reputation.latency_bad_ms"),
+        ({"OTELSIGNALS_REPUTATION__LATENCY_PERCENTILE": "0"}, "reputation.latency_percentile"),
+        ({"OTELSIGNALS_REPUTATION__STREAK_TARGET": "0"}, "reputation.streak_target"),
+    ],
+)
+def test_reputation_settings_are_checked_when_reputation_is_on(environ: dict[str, str], key: str) -> None:
+    assert config_error(environ=environ).key == key
+    disabled = {**environ, "OTELSIGNALS_REPUTATION__ENABLED": "false"}
+    if key == "reputation.window":  # the store keeps that many evaluations per agent either way
+        assert config_error(environ=disabled).key == key
+    else:
+        validate(load_config(None, environ=disabled))
+
+
+def test_loading_the_config_does_not_import_the_pipeline() -> None:
+    """The stages import their config sections, never the other way round (no import cycle)."""
+    probe = (
+        "import sys, otelsignals.config; "
+        "print(sorted(name for name in sys.modules if name.startswith('otelsignals.pipeline')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
 def test_validate_accepts_good_endpoints() -> None:
     environ = {
         "OTELSIGNALS_RECEIVER__GRPC__ENDPOINT": "[::]:4317",
@@ -396,6 +453,7 @@ def _otelsignals() -> list[str]:
         ("assembler:\n  decision_wait: soon\n", "assembler.decision_wait"),
         ("exporter:\n  endpoint: [oops\n", "--config"),
         ("admin:\n  endpoint: nowhere\n", "admin.endpoint"),
+        ("admin:\n  endpoint: nowhere\nsessions:\n  max_messages: 2\n", "sessions.max_messages"),
     ],
 )
 def test_cli_run_with_a_bad_config_exits_2_with_one_line(tmp_path: Path, body: str, key: str) -> None:

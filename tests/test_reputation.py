@@ -188,8 +188,13 @@ def test_agent_id_and_mixed_windows() -> None:
     ],
 )
 def test_config_validation(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError):
-        ReputationConfig(**kwargs)  # type: ignore[arg-type]
+    problems = ReputationConfig(**kwargs).validate()  # type: ignore[arg-type]
+    assert len(problems) == 1
+    key = problems[0].split(":")[0]
+    assert key in kwargs or key == "calibration", problems
+    # Off, only the window is used (by the store), so only it is held against the section.
+    disabled = ReputationConfig(enabled=False, **kwargs).validate()  # type: ignore[arg-type]
+    assert disabled == (problems if key == "window" else [])
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from otelsignals.config import ReputationSettings
+import pytest
+
+from otelsignals.config import ConfigError
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder
-from otelsignals.reputation import Evaluation, reputation
+from otelsignals.reputation import Evaluation, ReputationConfig, reputation
 from otelsignals.stores.sqlite import SqliteStore
 from otelsignals.telemetry import Telemetry
 
@@ -24,9 +26,8 @@ class CountingStore(SqliteStore):
 
 def test_a_burst_is_written_in_batches_with_one_window_read_per_agent_and_batch(tmp_path: Path) -> None:
     store = CountingStore(str(tmp_path / "rep.db"), window_size=500)
-    settings = ReputationSettings()
     telemetry = Telemetry()
-    recorder = ReputationRecorder(store, settings, telemetry)
+    recorder = ReputationRecorder(store, ReputationConfig(), telemetry)
     evaluations = [
         Evaluation(f"agent-{i % 3}", i % 5 != 0, 200.0 + i, 1_700_000_000.0 + i) for i in range(1500)
     ]
@@ -57,7 +58,7 @@ class RefusingStore(SqliteStore):
 def test_one_refused_evaluation_does_not_cost_its_batch(tmp_path: Path) -> None:
     store = RefusingStore(str(tmp_path / "rep.db"), window_size=500)
     telemetry = Telemetry()
-    recorder = ReputationRecorder(store, ReputationSettings(), telemetry)
+    recorder = ReputationRecorder(store, ReputationConfig(), telemetry)
     for i in range(100):
         agent = "refused" if i == 50 else "fine"
         recorder.submit_evaluation(Evaluation(agent, True, 100.0, 1_700_000_000.0 + i))
@@ -66,4 +67,12 @@ def test_one_refused_evaluation_does_not_cost_its_batch(tmp_path: Path) -> None:
     assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 99
     assert telemetry.registry.get_sample_value("otelsignals_reputation_store_errors_total") == 1
     assert store.window("fine")[1] == 99
+    store.close()
+
+
+def test_a_recorder_refuses_settings_the_score_cannot_use(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "rep.db"), window_size=500)
+    with pytest.raises(ConfigError) as raised:
+        ReputationRecorder(store, ReputationConfig(streak_target=0), Telemetry())
+    assert raised.value.key == "reputation.streak_target"
     store.close()

@@ -23,6 +23,8 @@ from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from otelsignals.config import AnalyzerConfig
+
 logger = logging.getLogger("otelsignals.analysis_worker")
 
 T = TypeVar("T")
@@ -151,3 +153,8 @@ class AnalysisWorker:
         self.backlog_bytes -= done_bytes
         self._backlog_jobs -= done_jobs
         self._backlog_gauge.set(self.backlog_bytes)
+
+
+def create_analysis_worker(config: AnalyzerConfig, registry: CollectorRegistry) -> AnalysisWorker:
+    """The analysis thread, its backlog bounded by ``analyzer.queue_max_bytes``."""
+    return AnalysisWorker(int(config.queue_max_bytes), registry)

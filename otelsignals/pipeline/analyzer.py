@@ -291,3 +291,19 @@ class Analyzer:
                     "session_close_error", "summarising a closed session failed"
                 )
                 logger.debug("session close failure", exc_info=True)
+
+
+def create_analyzer(
+    config: AnalyzerConfig,
+    sessions: SessionsConfig,
+    signals: SignalsConfig,
+    evals: EvalsConfig,
+    telemetry: Telemetry,
+    on_session_closed: Callable[[ConversationState, str], None],
+) -> Analyzer:
+    """The analyzer of the ``analyzer`` section (its text limits) and the sections it reads:
+    conversation state (``sessions``), detectors (``signals``) and per-trace metrics (``evals``).
+    ``on_session_closed`` receives each session it closes."""
+    analyzer = Analyzer(telemetry, sessions, signals, evals, config)
+    analyzer.on_session_closed = on_session_closed
+    return analyzer

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from otelsignals.config import AssemblerConfig
 from otelsignals.otlp.wire import SpanRecord
 
 ReleaseReason = Literal["complete", "timeout", "evicted_max_traces", "evicted_max_bytes", "shutdown"]
@@ -137,3 +138,18 @@ class Assembler:
         self.buffered_bytes -= buffer.size
         self.buffered_spans -= len(buffer.spans)
         self._on_release(ReleasedTrace(trace_id, buffer.spans, reason, buffer.size))
+
+
+def create_assembler(
+    config: AssemblerConfig,
+    release: Callable[[ReleasedTrace], None],
+    on_duplicate: Callable[[SpanRecord], None],
+) -> Assembler:
+    """The assembler of the ``assembler`` section; ``release`` is the next stage's intake."""
+    return Assembler(
+        release,
+        on_duplicate,
+        decision_wait=config.decision_wait,
+        max_traces=config.max_traces,
+        max_bytes=config.max_bytes,
+    )

@@ -18,8 +18,12 @@ import logging
 import os
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from otelsignals.config import QueueConfig
+from otelsignals.otlp.wire import SpanRecord
 
 logger = logging.getLogger("otelsignals.disk_queue")
 
@@ -164,6 +168,12 @@ class DiskQueue:
         del segment.remaining_units[index]
         self._finish(segment, index)
 
+    def release_spans(self, records: Iterable[SpanRecord]) -> None:
+        """Spans that will not be delivered (the sampler dropped them) leave as if they had been."""
+        for record in records:
+            if record.ingest_seq:
+                self.release(record.ingest_seq)
+
     def close(self) -> None:
         for segment in list(self._segments.values()):
             self._sync(segment)
@@ -215,3 +225,10 @@ class DiskQueue:
 
 def _checksum(signal_code: int, payload: bytes) -> int:
     return zlib.crc32(payload, zlib.crc32(bytes((signal_code,))))
+
+
+def create_disk_queue(config: QueueConfig) -> DiskQueue | None:
+    """The on-disk queue of ``exporter.queue``; None when no ``directory`` is set (memory only)."""
+    if not config.directory:
+        return None
+    return DiskQueue(config.directory, config.segment_size, config.fsync)

@@ -44,7 +44,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from prometheus_client import Counter, Gauge
 
-from otelsignals.config import Config, ConfigError, ReceiverConfig, split_host_port
+from otelsignals.config import ConfigError, ReceiverConfig, split_host_port
 from otelsignals.net import ServerTls, load_auth_token, load_server_tls, serve_aiohttp
 from otelsignals.otlp.json_decode import (
     OtlpJsonError,
@@ -121,11 +121,11 @@ class Answer:
 class Intake:
     """The transport-independent half of the receivers: size, parse, admit, hand over."""
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(self, config: ReceiverConfig, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
         self.telemetry = pipeline.telemetry
-        self.max_size = pipeline.config.receiver.max_message_size
-        self.retry_after = pipeline.config.receiver.retry_after
+        self.max_size = config.max_message_size
+        self.retry_after = config.retry_after
         # One thread: bombs sent at once are inflated one after the other, and in the same malloc
         # arena, so they cost one max_message_size of memory rather than one each.
         self._inflater = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="inflate")
@@ -603,9 +603,10 @@ def _raise_open_files_limit() -> None:
 class Receivers:
     """Both receivers, started and stopped together."""
 
-    def __init__(self, config: Config, pipeline: Pipeline) -> None:
+    def __init__(self, config: ReceiverConfig, pipeline: Pipeline) -> None:
+        """The receivers of the ``receiver`` section, handing what they accept to ``pipeline``."""
         self.config = config
-        self.intake = Intake(pipeline)
+        self.intake = Intake(config, pipeline)
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
         self.grpc_port = 0
@@ -624,7 +625,7 @@ class Receivers:
         )
 
     async def start(self) -> None:
-        receiver = self.config.receiver
+        receiver = self.config
         loop = asyncio.get_running_loop()
         if not isinstance(loop.get_exception_handler(), _AcceptErrorLog):
             loop.set_exception_handler(_AcceptErrorLog(loop.get_exception_handler(), self._accept_errors))

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from otelsignals.analysis import Analysis
-from otelsignals.config import ReputationSettings, StoreConfig
+from otelsignals.config import ConfigError, StoreConfig
 from otelsignals.reputation import Evaluation, Reputation, ReputationConfig, reputation
-from otelsignals.stores import ReputationStore
+from otelsignals.stores import ReputationStore, open_store
 from otelsignals.telemetry import Telemetry
 
 logger = logging.getLogger("otelsignals.reputation")
@@ -62,19 +62,15 @@ def store_url(config: StoreConfig) -> str:
 
 
 class ReputationRecorder:
-    def __init__(self, store: ReputationStore, settings: ReputationSettings, telemetry: Telemetry) -> None:
-        self.settings = settings
-        self.config = ReputationConfig(
-            window=settings.window,
-            calibration=settings.calibration,
-            latency_good_ms=settings.latency_good_ms,
-            latency_bad_ms=settings.latency_bad_ms,
-            latency_percentile=settings.latency_percentile,
-            streak_target=settings.streak_target,
-        )
+    def __init__(self, store: ReputationStore, config: ReputationConfig, telemetry: Telemetry) -> None:
+        # A bad window or target would only fail later, on the writer thread, and stop it.
+        problems = config.validate()
+        if problems:
+            raise ConfigError.from_problems(problems, "reputation")
+        self.config = config
         self.telemetry = telemetry
         self.store = store
-        self._pending: queue.Queue[object] = queue.Queue(maxsize=settings.max_pending)
+        self._pending: queue.Queue[object] = queue.Queue(maxsize=config.max_pending)
         self._latest: dict[str, Reputation] = {}
         self._writer = threading.Thread(target=self._write_forever, name="reputation-writer", daemon=True)
 
@@ -160,3 +156,20 @@ class ReputationRecorder:
         self.telemetry.logged_once.warning(
             "reputation_store_error", f"reputation store failed: {exc}", error=type(exc).__name__
         )
+
+
+def open_configured_store(config: StoreConfig, window: int) -> ReputationStore:
+    """The store of the ``store`` section, keeping ``window`` evaluations per agent; one that
+    cannot be opened is an OSError naming the URL (the CLI reports those in one line)."""
+    url = store_url(config)
+    try:
+        return open_store(url, window_size=window)
+    except Exception as exc:  # each driver has its own error types
+        raise OSError(f"cannot open the store {url} (store.url): {exc}") from exc
+
+
+def create_reputation_recorder(
+    config: ReputationConfig, store: ReputationStore, telemetry: Telemetry
+) -> ReputationRecorder | None:
+    """The recorder of the ``reputation`` section; None when it is not enabled."""
+    return ReputationRecorder(store, config, telemetry) if config.enabled else None

@@ -68,6 +68,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from otelsignals.analysis import Analysis
@@ -75,8 +76,7 @@ from otelsignals.config import ConfigError, SamplerConfig
 from otelsignals.otlp.wire import SpanRecord
 from otelsignals.pipeline.assembler import ReleasedTrace
 from otelsignals.pipeline.enricher import write_attribute
-from otelsignals.scoring import BUCKETS
-from otelsignals.signals.taxonomy import CATEGORIES, SATISFACTION
+from otelsignals.signals.taxonomy import SATISFACTION
 
 # Keep reasons: a quality bucket named in keep_qualities ("severe", "poor"), or one of these.
 SESSION = "session"
@@ -96,49 +96,6 @@ SAMPLED_ATTRIBUTE = "signals.sampled"
 REASON_ATTRIBUTE = "signals.sample_reason"
 _UNKNOWN_AGENT = ""
 _DRAW_PERSON = b"otelsig-sampler"  # blake2b personalisation: the draw is the sampler's own hash
-
-
-def validate_sampler_config(config: SamplerConfig, prefix: str = "sampler") -> SamplerConfig:
-    """Cross-field checks; raises :class:`ConfigError` naming the dotted key."""
-    qualities = {name for name, _ in BUCKETS}
-    for quality in _qualities(config.keep_qualities):
-        if quality not in qualities:
-            raise ConfigError(
-                f"{prefix}.keep_qualities", f"unknown quality {quality!r}; one of {', '.join(qualities)}"
-            )
-    if not 0.0 <= float(config.baseline_rate) <= 1.0:
-        raise ConfigError(f"{prefix}.baseline_rate", "must be between 0 and 1")
-    for key in ("exemplars_per_minute", "exemplars_per_agent_per_minute", "budget_per_minute"):
-        if float(getattr(config, key)) < 0:
-            raise ConfigError(f"{prefix}.{key}", "must not be negative")
-    for category, weight in config.category_weights.items():
-        if category not in CATEGORIES:
-            raise ConfigError(
-                f"{prefix}.category_weights.{category}", f"unknown category; one of {', '.join(CATEGORIES)}"
-            )
-        try:
-            value = float(weight)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{prefix}.category_weights.{category}", "expected a number") from None
-        if not value >= 0.0:  # NaN too
-            raise ConfigError(f"{prefix}.category_weights.{category}", "must not be negative")
-    if not float(config.keep_priority) >= 0.0:  # NaN too; above 100 turns the rule off
-        raise ConfigError(f"{prefix}.keep_priority", "must not be negative")
-    if not 0.0 <= float(config.priority_weight) <= 1.0:
-        raise ConfigError(f"{prefix}.priority_weight", "must be between 0 and 1")
-    if config.non_conversation_traces not in ("keep", "drop"):
-        raise ConfigError(f"{prefix}.non_conversation_traces", "must be keep or drop")
-    for key in ("max_sessions", "max_agents"):
-        if int(getattr(config, key)) < 1:
-            raise ConfigError(f"{prefix}.{key}", "must be at least 1")
-    return config
-
-
-def _qualities(value: tuple[str, ...] | list[str] | str) -> tuple[str, ...]:
-    """A tuple or list, or a comma-separated string (an environment variable)."""
-    if isinstance(value, str):
-        return tuple(part.strip() for part in value.split(",") if part.strip())
-    return tuple(str(part) for part in value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +140,12 @@ class _SessionState:
 
 class TriageSampler:
     def __init__(self, config: SamplerConfig | None = None, clock: Callable[[], float] = time.monotonic):
-        self.config = config = validate_sampler_config(config or SamplerConfig())
+        self.config = config = config or SamplerConfig()
+        problems = config.validate()
+        if problems:
+            raise ConfigError.from_problems(problems, "sampler")
         self._clock = clock
-        self._keep_qualities = frozenset(_qualities(config.keep_qualities))
+        self._keep_qualities = frozenset(config.keep_quality_names())
         # Heaviest first, so the reason names the category that weighs most.
         self._weights = sorted(
             ((category, float(weight)) for category, weight in config.category_weights.items()),
@@ -381,3 +341,13 @@ class SamplerCollector:
         yield partial
         yield forgotten
         yield tracked
+
+
+def create_sampler(config: SamplerConfig, registry: CollectorRegistry) -> TriageSampler | None:
+    """The triage sampler of the ``sampler`` section, its decisions served as metrics; None when
+    the section is not enabled (every trace is forwarded)."""
+    if not config.enabled:
+        return None
+    sampler = TriageSampler(config)
+    registry.register(SamplerCollector(sampler))
+    return sampler

@@ -9,7 +9,8 @@ signal names (``tests/test_privacy.py`` checks it with PII markers).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -17,8 +18,13 @@ from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from otelsignals.conversation import ConversationState
+from otelsignals.evals.session_metrics import agent_consistency, agent_reliability
 from otelsignals.otlp.wire import ScopeContext, SpanRecord
 from otelsignals.pipeline.enricher import write_attribute as _set
+from otelsignals.pipeline.reputation_recorder import ReputationRecorder, session_evaluation
+from otelsignals.scoring import score
+from otelsignals.telemetry import Telemetry
 
 SPAN_NAME = "otelsignals.session"
 _RESOURCE = Resource()
@@ -65,3 +71,55 @@ def session_span(
         link.trace_id, link.span_id = trace_id, span_id
     data = span.SerializeToString()
     return SpanRecord(span.trace_id, span.span_id, b"", data, _CONTEXT)
+
+
+class SessionCloser:
+    """What a closed session leaves (the analyzer calls :meth:`close` on the analysis thread): its
+    verdict goes downstream as an ``otelsignals.session`` span, and counts as one evaluation of its
+    agent's reputation."""
+
+    def __init__(
+        self,
+        threshold: float,
+        baseline_user_turns: int,
+        telemetry: Telemetry,
+        on_event_loop: Callable[[Callable[[], None]], None],
+        forward: Callable[[list[SpanRecord], int], None],
+        reputation: ReputationRecorder | None = None,
+    ) -> None:
+        self.threshold = threshold
+        self.baseline_user_turns = baseline_user_turns
+        self.telemetry = telemetry
+        self._on_event_loop = on_event_loop
+        self._forward = forward
+        self.reputation = reputation
+
+    def close(self, state: ConversationState, reason: str) -> None:
+        traces = list(state.trace_signals)
+        metrics = [
+            agent_reliability(traces, threshold=self.threshold),
+            agent_consistency(traces, threshold=self.threshold),
+        ]
+        record = session_span(
+            state.conversation.key,
+            state.conversation.agent_id,
+            state.trace_spans,
+            metrics,
+            reason,
+            state.first_seen_ns or time.time_ns(),
+            time.time_ns(),
+        )
+        # The exporter lives on the event loop.
+        self._on_event_loop(lambda: self._forward([record], len(record.data)))
+        self.telemetry.sessions_closed.labels(reason).inc()
+        if self.reputation is not None and state.trace_spans:
+            final = score(state.conversation, state.leaf_counts, self.baseline_user_turns)
+            self.reputation.submit_evaluation(
+                session_evaluation(
+                    state.conversation.agent_id,
+                    final.quality,
+                    dict(state.leaf_counts),
+                    list(state.turn_latencies_ms),
+                    time.time(),
+                )
+            )

@@ -97,3 +97,17 @@ class TraceJudge:
                 sources = dict(signals.sources) | dict.fromkeys(judged, "llm_judge")
                 state.trace_signals[index] = dataclasses.replace(signals, **judged, sources=sources)
                 break
+
+
+def create_trace_judge(
+    evals: EvalsConfig,
+    sessions: SessionStore,
+    telemetry: Telemetry,
+    on_event_loop: Callable[[Callable[[], None]], None],
+    on_analysis_thread: Callable[[Callable[[], None]], None],
+) -> TraceJudge | None:
+    """The per-trace judge of the ``evals`` section: only with a judge (``judge_url``) asked to
+    judge every trace (``judge_traces``)."""
+    if not (evals.judge_url and evals.judge_traces):
+        return None
+    return TraceJudge(evals, sessions, telemetry, on_event_loop, on_analysis_thread)
