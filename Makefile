@@ -22,6 +22,7 @@ test: $(STAMP)
 	scripts/test-deps
 	$(BIN)/ruff check otelsignals tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

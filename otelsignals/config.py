@@ -16,7 +16,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -646,55 +646,92 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
     if dataclasses.is_dataclass(hint):
         # A type hint is a class: is_dataclass() narrows to "instance or class" only.
         return _build(typing.cast(type, hint), value if value is not None else {}, key + ".")
-    try:
-        if hint is Duration:
-            return parse_duration(value)
-        if hint is ByteSize:
-            return parse_byte_size(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from exc
     origin = typing.get_origin(hint)
-    if origin is Literal:
-        choices = typing.get_args(hint)
-        if value not in choices:
-            raise ConfigError(key, f"must be one of {', '.join(map(str, choices))}, got {value!r}")
-        return value
-    if origin is tuple:
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
-        if not isinstance(value, list | tuple):
-            raise ConfigError(key, f"expected a list, got {type(value).__name__}")
-        return tuple(str(v) for v in value)
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
-        value_type = typing.get_args(hint)[1]
-        if value_type is float:
-            return {str(k): _convert(float, v, f"{key}.{k}") for k, v in value.items()}
-        return {str(k): str(v) for k, v in value.items()}
     if origin in (types.UnionType, typing.Union):
         raise ConfigError(key, "unsupported union type")  # no such key today; fail loudly if added
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(key, f"expected true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"expected an integer, got {value!r}")
-        if value < 0:
-            raise ConfigError(key, "must not be negative")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-            raise ConfigError(key, f"expected a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if value is None:
-            return ""
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
-            raise ConfigError(key, f"expected a string, got {value!r}")
-        return str(value)
-    raise ConfigError(key, f"unsupported type {hint}")
+    convert = _GENERIC_CONVERTERS.get(origin) if origin is not None else _SCALAR_CONVERTERS.get(hint)
+    if convert is None:
+        raise ConfigError(key, f"unsupported type {hint}")
+    return convert(hint, value, key)
+
+
+def _to_duration(_: Any, value: Any, key: str) -> Duration:
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from exc
+
+
+def _to_byte_size(_: Any, value: Any, key: str) -> ByteSize:
+    try:
+        return parse_byte_size(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from exc
+
+
+def _to_bool(_: Any, value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, f"expected true or false, got {value!r}")
+    return value
+
+
+def _to_int(_: Any, value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"expected an integer, got {value!r}")
+    if value < 0:
+        raise ConfigError(key, "must not be negative")
+    return value
+
+
+def _to_float(_: Any, value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ConfigError(key, f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _to_str(_: Any, value: Any, key: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise ConfigError(key, f"expected a string, got {value!r}")
+    return str(value)
+
+
+def _to_literal(hint: Any, value: Any, key: str) -> Any:
+    choices = typing.get_args(hint)
+    if value not in choices:
+        raise ConfigError(key, f"must be one of {', '.join(map(str, choices))}, got {value!r}")
+    return value
+
+
+def _to_tuple(_: Any, value: Any, key: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, list | tuple):
+        raise ConfigError(key, f"expected a list, got {type(value).__name__}")
+    return tuple(str(v) for v in value)
+
+
+def _to_dict(hint: Any, value: Any, key: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
+    if typing.get_args(hint)[1] is float:
+        return {str(k): _to_float(float, v, f"{key}.{k}") for k, v in value.items()}
+    return {str(k): str(v) for k, v in value.items()}
+
+
+_Converter = Callable[[Any, Any, str], Any]
+# By type hint (Duration and ByteSize before their bases float and int: exact lookups, no isinstance).
+_SCALAR_CONVERTERS: dict[Any, _Converter] = {
+    Duration: _to_duration,
+    ByteSize: _to_byte_size,
+    bool: _to_bool,
+    int: _to_int,
+    float: _to_float,
+    str: _to_str,
+}
+# By the generic hint's origin: Literal["a", "b"], tuple[str, ...], dict[str, float | str].
+_GENERIC_CONVERTERS: dict[Any, _Converter] = {Literal: _to_literal, tuple: _to_tuple, dict: _to_dict}
 
 
 def is_loopback(host: str) -> bool:
@@ -728,8 +765,3 @@ def _host_port_problems(key: str, endpoint: str) -> list[str]:
     except ConfigError as exc:
         return [f"{key}: {exc.problem}"]
     return []
-
-
-def to_dict(config: Any) -> dict[str, Any]:
-    """Plain nested dict of a config object (for printing the effective config)."""
-    return dataclasses.asdict(config)

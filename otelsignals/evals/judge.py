@@ -300,28 +300,45 @@ def validate(instance: Any, schema: Mapping[str, Any], path: str = "$") -> list[
     if "enum" in schema and instance not in schema["enum"]:
         errors.append(f"{path} must be one of {schema['enum']}, got {instance!r}")
     if _TYPES["number"](instance):
-        if "minimum" in schema and instance < schema["minimum"]:
-            errors.append(f"{path} must be >= {schema['minimum']}, got {instance}")
-        if "maximum" in schema and instance > schema["maximum"]:
-            errors.append(f"{path} must be <= {schema['maximum']}, got {instance}")
+        errors += _number_errors(instance, schema, path)
     if isinstance(instance, str) and len(instance) < schema.get("minLength", 0):
         errors.append(f"{path} must have at least {schema['minLength']} characters")
     if isinstance(instance, list):
-        if len(instance) < schema.get("minItems", 0):
-            errors.append(f"{path} must have at least {schema['minItems']} items")
-        if "maxItems" in schema and len(instance) > schema["maxItems"]:
-            errors.append(f"{path} must have at most {schema['maxItems']} items")
-        if isinstance(schema.get("items"), dict):
-            for i, item in enumerate(instance):
-                errors += validate(item, schema["items"], f"{path}[{i}]")
+        errors += _array_errors(instance, schema, path)
     if isinstance(instance, dict):
-        props: dict[str, Any] = schema.get("properties") or {}
-        errors += [f"{path}.{key} is required" for key in schema.get("required", ()) if key not in instance]
-        for key, value in instance.items():
-            if key in props:
-                errors += validate(value, props[key], f"{path}.{key}")
-            elif schema.get("additionalProperties") is False:
-                errors.append(f"{path}.{key} is not allowed")
+        errors += _object_errors(instance, schema, path)
+    return errors
+
+
+def _number_errors(instance: float, schema: Mapping[str, Any], path: str) -> list[str]:
+    errors: list[str] = []
+    if "minimum" in schema and instance < schema["minimum"]:
+        errors.append(f"{path} must be >= {schema['minimum']}, got {instance}")
+    if "maximum" in schema and instance > schema["maximum"]:
+        errors.append(f"{path} must be <= {schema['maximum']}, got {instance}")
+    return errors
+
+
+def _array_errors(instance: list[Any], schema: Mapping[str, Any], path: str) -> list[str]:
+    errors: list[str] = []
+    if len(instance) < schema.get("minItems", 0):
+        errors.append(f"{path} must have at least {schema['minItems']} items")
+    if "maxItems" in schema and len(instance) > schema["maxItems"]:
+        errors.append(f"{path} must have at most {schema['maxItems']} items")
+    if isinstance(schema.get("items"), dict):
+        for i, item in enumerate(instance):
+            errors += validate(item, schema["items"], f"{path}[{i}]")
+    return errors
+
+
+def _object_errors(instance: dict[str, Any], schema: Mapping[str, Any], path: str) -> list[str]:
+    props: dict[str, Any] = schema.get("properties") or {}
+    errors = [f"{path}.{key} is required" for key in schema.get("required", ()) if key not in instance]
+    for key, value in instance.items():
+        if key in props:
+            errors += validate(value, props[key], f"{path}.{key}")
+        elif schema.get("additionalProperties") is False:
+            errors.append(f"{path}.{key} is not allowed")
     return errors
 
 

@@ -86,16 +86,20 @@ class Analyzer:
         self._read_spans: OrderedDict[tuple[bytes, bytes], tuple[str, dict]] = OrderedDict()
         self.evals = evals or EvalsConfig(trace_metrics=False)
         self.embedder: Embedder | None = None
-        if self.evals.trace_metrics:
-            self.embedder = (
-                OpenAIEmbedder(
-                    OpenAIEmbeddingsEndpoint(self.evals.embeddings_url), self.evals.embeddings_model
-                )
-                if self.evals.embeddings_url
-                else default_embedder()
-            )
+        # The remote embeddings endpoint owns a thread and an HTTP session: closed by close().
+        self._embeddings_endpoint: OpenAIEmbeddingsEndpoint | None = None
+        if self.evals.trace_metrics and self.evals.embeddings_url:
+            self._embeddings_endpoint = OpenAIEmbeddingsEndpoint(self.evals.embeddings_url)
+            self.embedder = OpenAIEmbedder(self._embeddings_endpoint, self.evals.embeddings_model)
+        elif self.evals.trace_metrics:
+            self.embedder = default_embedder()
         # Called with (state, reason) when a session closes: idle (ttl) or evicted (capacity).
         self.on_session_closed: Callable[[ConversationState, str], None] | None = None
+
+    def close(self) -> None:
+        """Releases the remote embeddings endpoint's thread and connections (when there is one)."""
+        if self._embeddings_endpoint is not None:
+            self._embeddings_endpoint.close()
 
     def process(self, trace: ReleasedTrace) -> Analysis | None:
         """Analyse ``trace``'s part of its conversation; None when it carries no conversation."""

@@ -143,6 +143,7 @@ class Pipeline:
                 extra={"fields": {"traces": len(unanalysed)}},
             )
         await asyncio.to_thread(self.analysis.stop)
+        await asyncio.to_thread(self.analyzer.close)
         # Open sessions are not closed by a restart (another replica, or this one after the restart,
         # may continue them): no session span is emitted for them here.
         await self.exporter.stop(self.config.service.shutdown_timeout)

@@ -143,9 +143,6 @@ class Scan:
     candidates: int = 0  # automaton hits examined
     corrections: int = 0  # deletion-index look-ups made for typo correction
 
-    def is_quoted(self, position: int) -> bool:
-        return _inside(self.quoted_spans, position)
-
     def quoted_end(self, position: int) -> int | None:
         """End of the quoted span containing ``position``; None when it is not quoted."""
         at = bisect.bisect_right(self.quoted_spans, (position, _FAR)) - 1

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from otelsignals.config import EvalsConfig
 from otelsignals.evals.embeddings import (
     Embedder,
     EmbeddingError,
@@ -25,8 +26,10 @@ from otelsignals.evals.embeddings import (
     default_embedder,
     tokenize,
 )
+from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.pipeline.http_client import Backoff, RetryPolicy
 from otelsignals.pipeline.llm_endpoints import OpenAIEmbeddingsEndpoint
+from otelsignals.telemetry import Telemetry
 
 # ---------------------------------------------------------------------------------------------
 # The shipped model
@@ -290,3 +293,16 @@ def test_openai_embedder_validates_its_arguments(endpoint: MakeEndpoint) -> None
         OpenAIEmbedder(endpoint("http://127.0.0.1:1"), "m", batch_size=0)
     with pytest.raises(ValueError, match="timeout"):
         OpenAIEmbeddingsEndpoint("http://127.0.0.1:1", timeout=0)
+
+
+def test_the_analyzer_closes_its_remote_embeddings_endpoint(server: str) -> None:
+    """The endpoint runs its requests on a thread of its own: stopping the pipeline ends it."""
+    before = {thread.ident for thread in threading.enumerate()}
+    analyzer = Analyzer(Telemetry(), evals=EvalsConfig(embeddings_url=server, embeddings_model="m"))
+    assert analyzer.embedder is not None
+    analyzer.embedder.embed(["hello"])
+    started = [thread for thread in threading.enumerate() if thread.ident not in before]
+    assert started, "the endpoint's request thread"
+    analyzer.close()
+    assert not any(thread.is_alive() for thread in started)
+    analyzer.close()  # twice is harmless
