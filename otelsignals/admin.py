@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -27,6 +28,7 @@ from otelsignals.pipeline.reputation_recorder import ReputationRecorder
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.scoring import score
 from otelsignals.signals.base import redact_metadata
+from otelsignals.stores.conversation_index import ConversationFilter, ConversationIndex
 from otelsignals.telemetry import Telemetry
 
 
@@ -39,10 +41,13 @@ def admin_app(
     auth_token: str = "",
     eval_runs: EvalRuns | None = None,
     read_state: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+    index: ConversationIndex | None = None,
 ) -> web.Application:
     """``read_state`` runs a reader of the sessions where that is safe (the pipeline's analysis
     thread changes them); without it they are read directly."""
-    api = AdminApi(telemetry, is_ready, sessions, show_content, reputation, auth_token, eval_runs, read_state)
+    api = AdminApi(
+        telemetry, is_ready, sessions, show_content, reputation, auth_token, eval_runs, read_state, index
+    )
     app = web.Application(middlewares=[api.bearer_token])
     app.router.add_post("/v1/eval-runs", api.start_eval_run)
     app.router.add_get("/v1/eval-runs/{run_id}", api.get_eval_run)
@@ -51,6 +56,7 @@ def admin_app(
     app.router.add_get("/healthz", api.healthz)
     app.router.add_get("/readyz", api.readyz)
     app.router.add_get("/metrics", api.metrics)
+    app.router.add_get("/v1/sessions", api.list_sessions)
     app.router.add_get("/v1/sessions/{session_id}", api.session)
     return app
 
@@ -67,6 +73,7 @@ class AdminApi:
     auth_token: str
     eval_runs: EvalRuns | None
     read_state: Callable[[Callable[[], Any]], Awaitable[Any]] | None
+    index: ConversationIndex | None = None
 
     async def healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -90,9 +97,27 @@ class AdminApi:
             return session_json(state, self.show_content) if state is not None else None
 
         found = await self.read_state(read) if self.read_state is not None else read()
+        if found is None and self.index is not None:
+            indexed = await asyncio.to_thread(self.index.get, key)
+            found = {**indexed.to_json(), "source": "index"} if indexed is not None else None
         if found is None:
-            return web.json_response({"error": f"no session {key!r} is being tracked"}, status=404)
+            return web.json_response({"error": f"no session {key!r} is open or indexed"}, status=404)
         return web.json_response(found)
+
+    async def list_sessions(self, request: web.Request) -> web.Response:
+        """The indexed conversations matching the query's filters, a page at a time."""
+        if self.index is None:
+            return web.json_response(
+                {"error": "the conversation index is disabled (index.enabled)"}, status=404
+            )
+        try:
+            conditions, sort, limit, cursor = listing_request(request.query)
+            page = await asyncio.to_thread(self.index.query, conditions, sort, limit, cursor)
+        except ValueError as exc:  # CursorError included
+            return web.json_response({"error": str(exc)}, status=400)
+        return web.json_response(
+            {"sessions": [item.to_json() for item in page.items], "next_cursor": page.next_cursor}
+        )
 
     async def reputation_of(self, request: web.Request) -> web.Response:
         agent_id = request.match_info["agent_id"]
@@ -146,6 +171,87 @@ class AdminApi:
                     headers={"WWW-Authenticate": 'Bearer realm="otelsignals"'},
                 )
         return await handler(request)
+
+
+def listing_request(query: Mapping[str, str]) -> tuple[ConversationFilter, str, int, str | None]:
+    """(filter, sort, limit, cursor) of ``GET /v1/sessions?quality=severe,poor&flagged=true&
+    signal=execution.failure&agent=…&since=…&until=…&min_priority=…&closed=…&sort=-priority&
+    limit=…&cursor=…``; raises ValueError naming the parameter."""
+    unknown = sorted(set(query) - _LISTING_PARAMETERS)
+    if unknown:
+        raise ValueError(
+            f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(_LISTING_PARAMETERS))}"
+        )
+    conditions = ConversationFilter(
+        qualities=_names(query, "quality"),
+        flagged=_flag(query, "flagged"),
+        signals=_names(query, "signal"),
+        agents=_names(query, "agent"),
+        since=_time(query, "since"),
+        until=_time(query, "until"),
+        min_priority=_number(query, "min_priority"),
+        closed=_flag(query, "closed"),
+    )
+    limit = int(_number(query, "limit") or 50)
+    return conditions, query.get("sort", "-priority"), limit, query.get("cursor")
+
+
+_LISTING_PARAMETERS = frozenset(
+    [
+        "quality",
+        "flagged",
+        "signal",
+        "agent",
+        "since",
+        "until",
+        "min_priority",
+        "closed",
+        "sort",
+        "limit",
+        "cursor",
+    ]
+)
+
+
+def _names(query: Mapping[str, str], name: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in query.get(name, "").split(",") if part.strip())
+
+
+def _flag(query: Mapping[str, str], name: str) -> bool | None:
+    value = query.get(name)
+    if value is None:
+        return None
+    if value.lower() not in ("true", "false"):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value.lower() == "true"
+
+
+def _number(query: Mapping[str, str], name: str) -> float | None:
+    value = query.get(name)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+
+
+def _time(query: Mapping[str, str], name: str) -> float | None:
+    """Unix seconds, or an ISO 8601 time (UTC when it names no zone)."""
+    value = query.get(name)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{name} must be Unix seconds or an ISO 8601 time, got {value!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
 
 
 def session_json(state: ConversationState, show_content: bool) -> dict[str, Any]:

@@ -77,7 +77,7 @@ class ByteSize(int):
     """Bytes. Parsed from integers or strings such as ``512KiB``, ``64MiB``, ``1GB``."""
 
 
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SIZE_UNITS = {
     "": 1,
     "b": 1,
@@ -96,7 +96,7 @@ def parse_duration(value: Any) -> Duration:
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*", str(value))
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|d)?\s*", str(value))
         if not match:
             raise ValueError(f"expected a duration such as 2s or 250ms, got {value!r}")
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
@@ -523,6 +523,49 @@ class StoreConfig:
 
 
 @dataclass
+class IndexConfig:
+    """The conversation index (stores/conversation_index.py): every analysed conversation, findable
+    after its session closed (GET /v1/sessions)."""
+
+    enabled: bool = True
+    # Empty = an SQLite file (index.db) in store.directory; or sqlite:///path, postgresql://… when
+    # several replicas share one index.
+    url: str = ""
+    # Keep the messages' text (off: counts, signals without snippets, metrics, trace ids only).
+    # signals.snippets off withholds it too. Text kept is masked by redact_patterns first.
+    content: bool = False
+    # Regular expressions whose matches are replaced by [redacted] in kept text (emails, phone
+    # numbers and card numbers by default).
+    redact_patterns: tuple[str, ...] = (
+        r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+",
+        r"\+?\d[\d ().-]{7,}\d",
+    )
+    # Conversations not seen for this long are removed, then the least recently seen past max_bytes.
+    max_age: Duration = Duration(30 * 86400.0)
+    max_bytes: ByteSize = ByteSize(1024**3)
+    # Changes are written in batches this often (latest state per conversation wins).
+    flush_interval: Duration = Duration(1.0)
+    # Conversations waiting for the next write; beyond, the oldest change is dropped and counted.
+    max_pending: int = 10_000
+
+    def validate(self) -> list[str]:
+        problems = []
+        for pattern in self.redact_patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                problems.append(f"redact_patterns: {pattern!r} is not a regular expression: {exc}")
+        if self.flush_interval <= 0:
+            problems.append(f"flush_interval: must be greater than 0, got {self.flush_interval}s")
+        if self.max_pending < 1:
+            problems.append(f"max_pending: must be at least 1, got {self.max_pending}")
+        scheme = self.url.split(":", 1)[0].lower()
+        if self.url and scheme not in ("sqlite", "postgresql", "postgres"):
+            problems.append(f"url: must be sqlite:///… or postgresql://…, got {self.url!r}")
+        return problems
+
+
+@dataclass
 class LogConfig:
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["text", "json"] = "text"
@@ -547,6 +590,7 @@ class Config:
     admin: AdminConfig = field(default_factory=AdminConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     reputation: ReputationConfig = field(default_factory=ReputationConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
     evals: EvalsConfig = field(default_factory=EvalsConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     log: LogConfig = field(default_factory=LogConfig)

@@ -22,6 +22,7 @@ from otelsignals.pipeline.analysis_worker import AnalysisWorker
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.pipeline.assembler import ReleasedTrace
 from otelsignals.pipeline.enricher import Enricher
+from otelsignals.pipeline.index_writer import IndexWriter
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder
 from otelsignals.pipeline.sampler import TriageSampler
 from otelsignals.pipeline.trace_judge import TraceJudge
@@ -48,6 +49,7 @@ class AnalysisStage:
         reputation: ReputationRecorder | None = None,
         trace_judge: TraceJudge | None = None,
         sampler: TriageSampler | None = None,
+        index_writer: IndexWriter | None = None,
     ) -> None:
         self.worker = worker
         self.analyzer = analyzer
@@ -58,6 +60,7 @@ class AnalysisStage:
         self.reputation = reputation
         self.trace_judge = trace_judge
         self.sampler = sampler
+        self.index_writer = index_writer
         self._expiry_pending = False
         # prometheus-client's labels() lookup costs more than the rest of a small trace's release.
         self._released_counters: dict[str, Counter] = {}
@@ -106,6 +109,8 @@ class AnalysisStage:
                     current = self.reputation.current(analysis.agent_id)
                 if self.trace_judge is not None:
                     self.trace_judge.submit(analysis)
+                if self.index_writer is not None:
+                    self._index(self.index_writer, analysis)
                 self.enricher.enrich(trace, analysis, current)
         except Exception:
             # Analysis is best effort; forwarding is not. The spans leave as they came.
@@ -115,6 +120,11 @@ class AnalysisStage:
             release = self._release_dropped
             return (lambda: release(trace.spans)) if release is not None else None
         return lambda: self._forward(trace.spans, trace.size)
+
+    def _index(self, writer: IndexWriter, analysis: Analysis) -> None:
+        state = self.analyzer.sessions.get(analysis.conversation_id)
+        if state is not None:
+            writer.record(state, current=analysis.score)
 
     def _sampled_in(self, sampler: TriageSampler, trace: ReleasedTrace, analysis: Analysis | None) -> bool:
         """The triage sampler's verdict (a sampler bug forwards the trace)."""

@@ -26,6 +26,7 @@ from otelsignals.pipeline.disk_queue import create_disk_queue
 from otelsignals.pipeline.enricher import Enricher
 from otelsignals.pipeline.eval_runs import EvalRuns
 from otelsignals.pipeline.exporter import Batch, Exporter
+from otelsignals.pipeline.index_writer import create_index_writer
 from otelsignals.pipeline.reputation_recorder import create_reputation_recorder, open_configured_store
 from otelsignals.pipeline.sampler import create_sampler
 from otelsignals.pipeline.senders import Sender, make_sender
@@ -55,6 +56,7 @@ class Pipeline:
         self.store = open_configured_store(config.store, config.reputation.window)
         self.reputation = create_reputation_recorder(config.reputation, self.store, telemetry)
         self.disk_queue = create_disk_queue(config.exporter.queue)
+        self.index_writer = create_index_writer(config.index, config.store, registry, config.signals.snippets)
         self.exporter = Exporter(
             config.exporter, sender or make_sender(config.exporter), telemetry, self._on_batch_done
         )
@@ -65,6 +67,7 @@ class Pipeline:
             self._on_event_loop,
             self.exporter.add_spans,
             self.reputation,
+            self.index_writer,
         )
         self.analyzer = create_analyzer(
             config.analyzer,
@@ -94,6 +97,7 @@ class Pipeline:
                 config.evals, self.analyzer.sessions, telemetry, self._on_event_loop, self.analysis.submit
             ),
             sampler=create_sampler(config.sampler, registry),
+            index_writer=self.index_writer,
         )
         self.assembler = create_assembler(config.assembler, self.analysis_stage.take, self._on_duplicate)
         self.gc_policy = GcPolicy(config.service.gc_freeze_interval, registry)
@@ -110,6 +114,8 @@ class Pipeline:
             await asyncio.to_thread(self.analyzer.embedder.embed, ["warm up"])
         if self.reputation is not None:
             self.reputation.start()
+        if self.index_writer is not None:
+            self.index_writer.start()
         self.analysis.start()
         self.exporter.start()
         if self.disk_queue is not None:
@@ -144,6 +150,8 @@ class Pipeline:
             )
         await asyncio.to_thread(self.analysis.stop)
         await asyncio.to_thread(self.analyzer.close)
+        if self.index_writer is not None:
+            await asyncio.to_thread(self.index_writer.stop)
         # Open sessions are not closed by a restart (another replica, or this one after the restart,
         # may continue them): no session span is emitted for them here.
         await self.exporter.stop(self.config.service.shutdown_timeout)

@@ -22,6 +22,7 @@ from otelsignals.conversation import ConversationState
 from otelsignals.evals.session_metrics import agent_consistency, agent_reliability
 from otelsignals.otlp.wire import ScopeContext, SpanRecord
 from otelsignals.pipeline.enricher import write_attribute as _set
+from otelsignals.pipeline.index_writer import IndexWriter
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder, session_evaluation
 from otelsignals.scoring import score
 from otelsignals.telemetry import Telemetry
@@ -86,8 +87,10 @@ class SessionCloser:
         on_event_loop: Callable[[Callable[[], None]], None],
         forward: Callable[[list[SpanRecord], int], None],
         reputation: ReputationRecorder | None = None,
+        index_writer: IndexWriter | None = None,
     ) -> None:
         self.threshold = threshold
+        self.index_writer = index_writer
         self.baseline_user_turns = baseline_user_turns
         self.telemetry = telemetry
         self._on_event_loop = on_event_loop
@@ -112,6 +115,8 @@ class SessionCloser:
         # The exporter lives on the event loop.
         self._on_event_loop(lambda: self._forward([record], len(record.data)))
         self.telemetry.sessions_closed.labels(reason).inc()
+        if self.index_writer is not None:
+            self.index_writer.record(state, closed=True, session_metrics=metrics)
         if self.reputation is not None and state.trace_spans:
             final = score(state.conversation, state.leaf_counts, self.baseline_user_turns)
             self.reputation.submit_evaluation(

@@ -1,0 +1,249 @@
+"""Keeps the conversation index up to date: after each analysed trace and when a session closes.
+
+The analysis thread hands over the conversation's state; :func:`indexed_conversation` turns it into
+the row the index keeps (no text unless ``index.content`` and ``signals.snippets`` are both on, and
+then masked by ``index.redact_patterns``). Rows wait in memory, the latest per conversation, and a
+thread of the writer's own writes them in one transaction every ``index.flush_interval`` — the
+analysis never waits for the database. A write that fails keeps its rows for the next attempt
+(newer states of the same conversation win); past ``index.max_pending`` waiting conversations the
+oldest change is dropped and counted. Retention (``max_age``, ``max_bytes``) runs once a minute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from otelsignals.config import IndexConfig, StoreConfig
+from otelsignals.conversation import ConversationState
+from otelsignals.evals.session_metrics import MetricResult
+from otelsignals.model import Message
+from otelsignals.scoring import Score, score
+from otelsignals.signals.base import redact_metadata
+from otelsignals.stores.conversation_index import ConversationIndex, IndexedConversation, open_index
+from otelsignals.triage import NO_PRIORITY
+
+logger = logging.getLogger("otelsignals.index")
+
+PRUNE_INTERVAL_S = 60.0
+TRACES_KEPT = 200  # trace ids (and per-trace metrics) kept per conversation: the latest
+REDACTED = "[redacted]"
+
+
+class Redactor:
+    """Masks every match of the configured patterns (emails, phone and card numbers by default)."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self._pattern = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+
+    def __call__(self, text: str | None) -> str | None:
+        if text is None or self._pattern is None:
+            return text
+        return self._pattern.sub(REDACTED, text)
+
+
+def indexed_conversation(
+    state: ConversationState,
+    *,
+    now: float,
+    closed: bool = False,
+    session_metrics: Sequence[MetricResult] = (),
+    redact: Redactor | None = None,
+    current: Score | None = None,
+) -> IndexedConversation:
+    """The index row of ``state``; ``redact`` given = keep the messages' text, masked by it."""
+    conversation = state.conversation
+    current = current or score(conversation, state.leaf_counts)
+    keep_text = redact is not None
+    detail: dict[str, Any] = {
+        "counts": {category: n for category, n in current.counts.items() if n},
+        "leaf_counts": {leaf: n for leaf, n in state.leaf_counts.items() if n},
+        "efficiency_score": current.efficiency_score,
+        "turn_count": current.turn_count,
+        "priority_reasons": state.priority.reasons,
+        "content_captured": conversation.content_captured,
+        "trace_ids": [trace_id.hex() for trace_id in conversation.trace_ids[-TRACES_KEPT:]],
+        "signals": [
+            {
+                "type": signal.type,
+                "message_index": signal.message_index,
+                "confidence": signal.confidence,
+                "snippet": redact(signal.snippet) if redact is not None else None,
+                "metadata": signal.metadata if keep_text else redact_metadata(signal.metadata),
+            }
+            for signal in state.recent_signals
+        ],
+        "trace_metrics": [dataclasses.asdict(t) for t in list(state.trace_signals)[-TRACES_KEPT:]],
+        "session_metrics": [metric.as_dict() for metric in session_metrics] or None,
+        "message_offset": conversation.message_offset,
+        "messages": [_message(m, redact) for m in conversation.messages] if redact is not None else None,
+    }
+    first_seen = state.first_seen_ns / 1e9 if state.first_seen_ns else now
+    return IndexedConversation(
+        key=conversation.key,
+        agent=conversation.agent_id or "unknown",
+        first_seen=min(first_seen, now),
+        last_seen=now,
+        turns=current.user_turns,
+        quality=current.quality,
+        quality_score=current.quality_score,
+        priority=None if state.priority is NO_PRIORITY else state.priority.value,
+        flagged=current.flagged,
+        closed=closed,
+        signal_types=tuple(sorted(leaf for leaf, n in state.leaf_counts.items() if n)),
+        detail=detail,
+    )
+
+
+def _message(message: Message, redact: Redactor) -> dict[str, Any]:
+    entry: dict[str, Any] = {"role": message.role.value, "content": redact(message.content)}
+    if message.tool_calls:
+        entry["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
+        ]
+    result = message.tool_result
+    if result is not None:
+        entry["tool_result"] = {
+            "name": result.name,
+            "is_error": result.is_error,
+            "error_type": result.error_type,
+        }
+    return entry
+
+
+class IndexWriter:
+    def __init__(
+        self, config: IndexConfig, index: ConversationIndex, registry: CollectorRegistry, keep_text: bool
+    ) -> None:
+        self.config = config
+        self.index = index
+        self._redact = Redactor(config.redact_patterns) if keep_text else None
+        self._pending: OrderedDict[str, IndexedConversation] = OrderedDict()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._last_prune = 0.0
+        self._failing = False
+        self.writes = Counter(
+            "otelsignals_index_writes", "Conversation rows written to the index.", registry=registry
+        )
+        self.write_errors = Counter(
+            "otelsignals_index_write_errors",
+            "Index writes that failed (kept for the next try).",
+            registry=registry,
+        )
+        self.dropped = Counter(
+            "otelsignals_index_dropped",
+            "Conversation changes dropped before reaching the index (index.max_pending).",
+            registry=registry,
+        )
+        self.pruned = Counter(
+            "otelsignals_index_pruned", "Conversations removed by retention.", ["reason"], registry=registry
+        )
+        self.rows = Gauge("otelsignals_index_conversations", "Conversations in the index.", registry=registry)
+        self.size = Gauge(
+            "otelsignals_index_bytes", "Bytes of conversation rows in the index.", registry=registry
+        )
+
+    # -- on the analysis thread --------------------------------------------------------------------
+    def record(
+        self,
+        state: ConversationState,
+        *,
+        closed: bool = False,
+        session_metrics: Sequence[MetricResult] = (),
+        current: Score | None = None,
+    ) -> None:
+        row = indexed_conversation(
+            state,
+            now=time.time(),
+            closed=closed,
+            session_metrics=session_metrics,
+            redact=self._redact,
+            current=current,
+        )
+        with self._lock:
+            self._pending[row.key] = row
+            self._pending.move_to_end(row.key)
+            while len(self._pending) > self.config.max_pending:
+                self._pending.popitem(last=False)
+                self.dropped.inc()
+
+    # -- the writer's thread -----------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="otelsignals-index", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Writes what is waiting and stops."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.flush()
+        self.index.close()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait(self.config.flush_interval)
+            self.flush()
+            if time.monotonic() - self._last_prune >= PRUNE_INTERVAL_S:
+                self.prune()
+
+    def flush(self) -> None:
+        with self._lock:
+            batch, self._pending = list(self._pending.values()), OrderedDict()
+        if not batch:
+            return
+        try:
+            self.index.upsert(batch)
+        except Exception as exc:
+            self.write_errors.inc()
+            with self._lock:  # back in line, unless a newer state of the conversation arrived meanwhile
+                for row in batch:
+                    self._pending.setdefault(row.key, row)
+            if not self._failing:
+                logger.warning("writing the conversation index failed; retrying: %s", exc)
+            self._failing = True
+            return
+        if self._failing:
+            logger.info("writing the conversation index works again")
+        self._failing = False
+        self.writes.inc(len(batch))
+
+    def prune(self) -> None:
+        self._last_prune = time.monotonic()
+        try:
+            by_age, by_bytes = self.index.prune(self.config.max_age, int(self.config.max_bytes))
+            rows, size = self.index.count()
+        except Exception as exc:
+            logger.warning("conversation index retention failed: %s", exc)
+            return
+        self.pruned.labels("age").inc(by_age)
+        self.pruned.labels("bytes").inc(by_bytes)
+        self.rows.set(rows)
+        self.size.set(size)
+
+
+def index_url(config: IndexConfig, store: StoreConfig) -> str:
+    return config.url or f"sqlite:///{os.path.join(store.directory, 'index.db')}"
+
+
+def create_index_writer(
+    config: IndexConfig, store: StoreConfig, registry: CollectorRegistry, snippets: bool
+) -> IndexWriter | None:
+    """The writer of the ``index`` section (None when it is off); text is kept only when both
+    ``index.content`` and ``signals.snippets`` are on."""
+    if not config.enabled:
+        return None
+    return IndexWriter(config, open_index(index_url(config, store)), registry, config.content and snippets)
