@@ -24,7 +24,8 @@ from itertools import chain
 from typing import Any
 
 from otelsignals.conventions.base import (
-    HistoryCache,
+    READ_IN_FULL,
+    Histories,
     SpanReading,
     SpanView,
     ToolExecution,
@@ -35,7 +36,6 @@ from otelsignals.conventions.base import (
     text_value,
     tool_result_of,
 )
-from otelsignals.conventions.decoding import indexed_groups
 from otelsignals.model import LlmCall, Message, Role, ToolCall, ToolResult
 
 CONVENTION = "openinference"
@@ -79,6 +79,7 @@ _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
 class OpenInferenceReader:
     name = CONVENTION
+    key_prefixes: tuple[str, ...] = ("llm.", "openinference.")
 
     def read(self, span: SpanView) -> SpanReading | None:
         attributes = span.attributes
@@ -114,10 +115,13 @@ def _read_llm(span: SpanView, model_call: bool = True) -> SpanReading:
     span_id = span.span_id
 
     input_fields, output_fields = _message_fields(span)
-    inputs = _indexed_messages(input_fields, INPUT_MESSAGES, Role.USER, span_id, span.history) or _prompts(
+    inputs = _indexed_messages(input_fields, INPUT_MESSAGES, Role.USER, span_id, span.histories) or _prompts(
         span
     )
-    outputs = _indexed_messages(output_fields, OUTPUT_MESSAGES, Role.ASSISTANT, span_id) or _choices(span)
+    # The answer is this call's own, never part of a history: read in full.
+    outputs = _indexed_messages(
+        output_fields, OUTPUT_MESSAGES, Role.ASSISTANT, span_id, READ_IN_FULL
+    ) or _choices(span)
     redacted = _redacted(attributes)
     output_body = None
     if model_call:
@@ -298,7 +302,7 @@ _MESSAGE_PREFIXES = (INPUT_MESSAGES + ".", OUTPUT_MESSAGES + ".")
 def _message_fields(span: SpanView) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The fields of each ``llm.input_messages.{i}`` and ``llm.output_messages.{i}``, in index order.
     The entries of attributes an earlier span of the conversation had too are that span's
-    (decoding.indexed_groups)."""
+    (SpanView.indexed_groups)."""
     attributes = span.attributes
     structured = [attributes.get(prefix) for prefix in (INPUT_MESSAGES, OUTPUT_MESSAGES)]
     if any(isinstance(value, list) for value in structured):
@@ -322,7 +326,7 @@ def _message_fields(span: SpanView) -> tuple[list[dict[str, Any]], list[dict[str
         group = 0 if key.startswith(_MESSAGE_PREFIXES[0]) else 1
         entry[_slot_of(key, len(_MESSAGE_PREFIXES[group]))[1]] = value  # type: ignore[index]  # located
 
-    inputs, outputs = indexed_groups(CONVENTION, attributes, span.attribute_origin, 2, locate, fill)
+    inputs, outputs = span.indexed_groups(CONVENTION, 2, locate, fill)
     return inputs, outputs
 
 
@@ -336,20 +340,16 @@ def _indexed_messages(
     prefix: str,
     default_role: Role,
     span_id: bytes,
-    history: HistoryCache | None = None,
+    histories: Histories,
 ) -> list[Message]:
-    """The messages of ``{prefix}.{i}.*`` (``positions``: the fields of each index, in order). With
-    the conversation's history cache (given for the input history only), the indexes already read
-    in the previous call (the same attribute values at the same position) give back the messages
-    built then: only the new turn is built."""
+    """The messages of ``{prefix}.{i}.*`` (``positions``: the fields of each index, in order), one
+    position of the history per index."""
 
     def build(fields: dict[str, Any]) -> list[Message]:
         message = _indexed_message(fields, default_role, span_id)
         return [] if message is None else [message]
 
-    if history is not None:
-        return history.indexed(f"{CONVENTION}:{prefix}", positions, build)
-    return [message for fields in positions for message in build(fields)]
+    return histories.indexed(f"{CONVENTION}:{prefix}", positions, build)
 
 
 def _group_indexed(items: Iterable[tuple[str, Any]], prefix: str) -> dict[int, dict[str, Any]]:
