@@ -14,7 +14,8 @@ from otelsignals.config import SessionsConfig
 from otelsignals.conventions import READERS
 from otelsignals.conventions.base import SpanReading, SpanView
 from otelsignals.conventions.markers import genai_markers
-from otelsignals.conventions.span_decoder import SpanDecoder
+from otelsignals.conventions.memory import ConversationMemory
+from otelsignals.conventions.span_decoder import SerializedSpan, SpanDecoder
 from otelsignals.model import Message, Role
 from otelsignals.otlp.wire import ScopeContext, SpanRecord
 from otelsignals.pipeline.analyzer import Analyzer
@@ -98,3 +99,32 @@ def test_a_registered_reader_with_a_new_prefix_is_read_without_touching_the_pre_
     # The reader knows nothing of the conversation's history cache, yet each later call parsed
     # only what its history added.
     assert acme.parsed == [1, 2, 2]
+
+
+def serialized(session: str | None) -> SerializedSpan:
+    span = Span(trace_id=b"\x07" * 16, span_id=b"\x08" * 8, name="chat")
+    span.attributes.append(KeyValue(key="gen_ai.operation.name", value=AnyValue(string_value="chat")))
+    if session is not None:
+        span.attributes.append(KeyValue(key="session.id", value=AnyValue(string_value=session)))
+    return SerializedSpan(span.SerializeToString(), {"service.name": "agent"}, "scope")
+
+
+def test_a_trace_is_decoded_with_the_memory_of_the_conversation_it_names():
+    decoder = SpanDecoder()
+    known = ConversationMemory()
+    memories = {"known": known}
+    decoded = decoder.decode_trace(b"\x07" * 16, [serialized("known")], [], memories.get)
+    assert decoded.key == "known" and decoded.memory is known
+    assert decoded.genai[0].resource == {"service.name": "agent"} and decoded.genai[0].scope_name == "scope"
+    # A conversation not known yet gets a memory of its own; a trace naming none is its own.
+    fresh = decoder.decode_trace(b"\x07" * 16, [serialized("other")], [], memories.get)
+    assert fresh.key == "other" and fresh.memory is not known
+    alone = decoder.decode_trace(b"\x07" * 16, [serialized(None)], [], memories.get)
+    assert alone.key == (b"\x07" * 16).hex() and alone.memory is not known
+    # The key may come from a span decoded only for it; bytes that are not a span are left out.
+    broken = SerializedSpan(b"\xff\xff", {}, "")
+    named = decoder.decode_trace(
+        b"\x07" * 16, [serialized(None), broken], [serialized("known")], memories.get
+    )
+    assert named.key == "known" and named.memory is known
+    assert (len(named.genai), len(named.others), named.undecodable) == (1, 1, 1)
