@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from google.protobuf.message import DecodeError
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from otelsignals.conventions.base import HistoryCache, SpanReading, SpanView, ToolExecution
-from otelsignals.conventions.decoding import any_value, varint
+from otelsignals.conventions.base import SpanReading, SpanView, ToolExecution
+from otelsignals.conventions.memory import ConversationMemory
 from otelsignals.model import Conversation, LlmCall, Message, Role, SignalInstance, ToolCall, ToolResult
 from otelsignals.triage import NO_PRIORITY, Priority
 
@@ -52,39 +50,6 @@ def conversation_key(spans: Iterable[SpanView], trace_id: bytes) -> str:
             if isinstance(value, str | int) and not isinstance(value, bool) and str(value).strip():
                 return str(value).strip()
     return trace_id.hex()
-
-
-def conversation_key_hint(spans: Iterable[bytes], trace_id: bytes) -> str:
-    """:func:`conversation_key` guessed from serialized spans without decoding them: the first key
-    attribute found by its bytes. Only a hint (the bytes could sit inside another value)."""
-    spans = list(spans)
-    for marker in _KEY_ATTRIBUTE_MARKERS:
-        for data in spans:
-            # Ids are set when a span starts or ends, so they sit before or after a resent history.
-            at = data.find(marker, 0, HINT_SEARCH_BYTES)
-            if at < 0 and len(data) > HINT_SEARCH_BYTES:
-                at = data.find(marker, max(HINT_SEARCH_BYTES, len(data) - HINT_SEARCH_BYTES))
-            if at < 0:
-                continue
-            try:
-                length, start = varint(data, at + len(marker))
-                value = any_value(AnyValue.FromString(data[start : start + length]))
-            except (IndexError, DecodeError):
-                continue
-            if isinstance(value, str | int) and not isinstance(value, bool) and str(value).strip():
-                return str(value).strip()
-    return trace_id.hex()
-
-
-HINT_SEARCH_BYTES = 4096
-
-
-def _key_marker(name: str) -> bytes:
-    # A top-level KeyValue with this key, up to its value: field 1 (key), then field 2's tag.
-    return b"\n" + bytes([len(name)]) + name.encode() + b"\x12"
-
-
-_KEY_ATTRIBUTE_MARKERS = tuple(_key_marker(name) for name in CONVERSATION_KEY_ATTRIBUTES)
 
 
 def agent_id_of(spans: Iterable[SpanView]) -> str | None:
@@ -159,7 +124,8 @@ class ConversationState:
     tool_names: dict[str, str] = field(default_factory=dict)  # tool call id -> tool name
     provisional: list[Message] = field(default_factory=list)  # tool results no snapshot has placed yet
     unanswered: deque[ToolCall] = field(default_factory=lambda: deque(maxlen=64))  # calls awaiting results
-    history_cache: HistoryCache = field(default_factory=HistoryCache)
+    # What the span decoder remembers of the conversation (decoded spans, histories read).
+    decoder_memory: ConversationMemory = field(default_factory=ConversationMemory)
     last_inputs: _SnapshotInputs | None = None  # the latest merged history, split (see _split_inputs)
     has_content: bool = False
     has_system_prompt: bool = False

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from otelsignals.conventions import might_carry_genai
+from otelsignals.conventions.span_decoder import SpanDecoder
+
+might_carry_genai = SpanDecoder().might_carry_genai
 
 
 def span_bytes(**attributes: str) -> bytes:

@@ -2,14 +2,15 @@
 
 The registry is explicit: a span is offered to each reader in ``READERS`` order and the first that
 recognises it wins, so the current OTel GenAI attributes take precedence over legacy forms that
-some libraries still emit beside them.
+some libraries still emit beside them. Registering a reader is all a new convention needs: the
+GenAI pre-filter searches for the key prefixes the registered readers declare (markers.py), and the
+span decoder (span_decoder.py) decodes and offers them the spans.
 """
 
 from __future__ import annotations
 
 from otelsignals.conventions.base import Reader, SpanReading, SpanView
 from otelsignals.conventions.genai import GENAI_READER
-from otelsignals.conventions.markers import might_carry_genai
 from otelsignals.conventions.openinference import OPENINFERENCE_READER
 from otelsignals.conventions.openllmetry import OPENLLMETRY_READER
 from otelsignals.conventions.pydantic_ai import PYDANTIC_AI_READER
@@ -28,13 +29,4 @@ READERS: tuple[Reader, ...] = (
 )
 
 
-def read_span(span: SpanView, readers: tuple[Reader, ...] | None = None) -> SpanReading | None:
-    """The span's conversation data, read by the first reader that recognises its convention."""
-    for reader in READERS if readers is None else readers:
-        reading = reader.read(span)
-        if reading is not None:
-            return reading
-    return None
-
-
-__all__ = ["READERS", "Reader", "SpanReading", "SpanView", "might_carry_genai", "read_span"]
+__all__ = ["READERS", "Reader", "SpanReading", "SpanView"]

@@ -2,12 +2,16 @@
 
 A reader gets a :class:`SpanView` (a span's attributes and events as plain Python values) and
 returns a :class:`SpanReading` (messages in, messages out, the model call, the tool execution) or
-None when the span is not written in its convention. Readers never see protobuf.
+None when the span is not written in its convention. Readers never see protobuf, and never see
+what is remembered of a conversation: a history is turned into messages through the view's
+:class:`Histories` and indexed attributes are grouped through :meth:`SpanView.indexed_groups`,
+which read in full or reuse an earlier span's work as the span decoder arranged
+(``span_decoder.py``), with the same result either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import islice
@@ -15,15 +19,9 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 import orjson
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from otelsignals.conventions.decoding import (
-    AttributeOrigin,
-    EventView,
-    SpanDecodeMemo,
-    decode_span,
-    decode_whole,
-)
+from otelsignals.conventions.decoding import AttributeOrigin, EventView
+from otelsignals.conventions.indexed import Fill, Locate, indexed_groups
 from otelsignals.model import LlmCall, Message, ToolResult
 
 STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
@@ -31,31 +29,8 @@ _TOOL_RESULT = attrgetter("tool_result")
 EVENT_NAME = attrgetter("name")
 
 
-class HistoryCache:
-    """Per conversation, what was read of the history last time, to read only what is new.
-
-    Stateless chat APIs resend the whole history on every call, and instrumentations write it the
-    same way each time. Two forms are remembered:
-
-    - a history written as one JSON string (:meth:`messages`): a new history string usually starts
-      with the previous one minus its closing ``]`` (or ``]}``), and then only the new tail is parsed;
-    - a history written one message per index (:meth:`indexed`: OpenLLMetry's
-      ``gen_ai.prompt.{i}.*``, OpenInference's ``llm.input_messages.{i}.*``, one deprecated
-      ``gen_ai.*.message`` event per message): the reader gives, per position, the raw values it
-      reads there, and the leading positions whose raw values equal those of a history read before
-      give back the messages built then.
-
-    Either way the messages read before are the same objects (their fingerprints are computed
-    once), and the cost of a turn stays the cost of its new messages, however long the
-    conversation. What is remembered is bounded (the last history string per key, a few indexed
-    histories per namespace), and the cache is per conversation: messages are never shared
-    between conversations.
-    """
-
-    def __init__(self) -> None:
-        self._last: dict[str, list[_JsonHistory]] = {}
-        self._indexed: dict[str, list[_IndexedHistory]] = {}
-        self.decoding = SpanDecodeMemo()  # what was decoded of the conversation's spans
+class Histories(Protocol):
+    """How a reader turns the history a span was sent into messages."""
 
     def messages(
         self,
@@ -65,178 +40,50 @@ class HistoryCache:
         items: Callable[[list[Any]], list[Message]] | None = None,
         closing: str = "]",
     ) -> list[Message]:
-        """The messages of a history written as one JSON text.
-
-        ``read(value)`` reads the whole text: its parsed JSON, or the text itself when it is not
-        JSON. A text that continues the previous one of ``key`` (the same up to the ``closing``
-        that ends its last array, then ``,`` and further values of that array, then ``closing``)
-        gives the previous messages plus ``items(further values)`` (``read`` by default).
-        ``closing`` is ``]`` for a JSON array; ``]}`` for an object whose last key holds the
-        array, when reading the object amounts to reading its arrays in order.
-        """
-        remembered = self._last.setdefault(key, [])
-        longest: _JsonHistory | None = None
-        further: list[Any] | None = None
-        for history in remembered:
-            if longest is None or history.head_length > longest.head_length:
-                found = history.continued_by(text, closing)
-                if found is not None:
-                    longest, further = history, found
-        if longest is not None and further is not None:
-            messages = longest.messages + ((items or read)(further) if further else [])
-            link_tool_names(messages, len(longest.messages))
-            self._remember(remembered, text, closing, messages)
-            return messages
-        value: Any = text
-        if text.lstrip()[:1] in ("[", "{"):
-            with suppress(orjson.JSONDecodeError):
-                value = orjson.loads(text)
-        messages = read(value)
-        if value is not text:  # only valid JSON is continued
-            self._remember(remembered, text, closing, messages)
-        return messages
-
-    @staticmethod
-    def _remember(remembered: list[_JsonHistory], text: str, closing: str, messages: list[Message]) -> None:
-        history = _JsonHistory.of(text, closing, messages)
-        if history is None:
-            return
-        remembered[:] = [h for h in remembered if h.head_length != history.head_length]
-        remembered.insert(0, history)
-        del remembered[_JSON_HISTORIES:]
+        """The messages of a history written as one JSON text under attribute ``key``: ``read(value)``
+        reads the text's parsed JSON (the text itself when it is not a JSON array or object);
+        ``items`` reads values appended to the text's last array (``read`` by default), and
+        ``closing`` is what ends that array (``]``, or ``]}`` for an object whose last key holds it)."""
+        ...
 
     def indexed(
         self, namespace: str, raws: list[Any], build: Callable[[Any], list[Message]]
     ) -> list[Message]:
-        """The messages of a history given as one raw key per position, in order.
-
-        ``raws[i]`` is what the reader reads for position ``i`` (the attribute values of one index,
-        one event's name and attributes …): everything the messages built for that position depend
-        on, compared with ``==``. ``build(raws[i])`` builds them (none, one or several messages).
-
-        The longest run of leading positions whose raw keys equal those of a history read before
-        reuses the messages built then; the rest is built. A position is reused only when every
-        position before it matched too, so a history edited in the middle, cut at the front or
-        belonging to another agent is read exactly as a cache-less read would read it.
-        ``namespace`` keeps apart histories that must never share messages (the inputs of one
-        convention from its outputs and from another convention's). A few histories are kept per
-        namespace (the latest used first), so spans of two agents in one conversation, or an
-        agent span next to its model calls, do not evict each other on every call.
-        """
-        if not raws:
-            return []  # a span without this history (a tool span…) leaves the memo alone
-        branches = self._indexed.setdefault(namespace, [])
-        best: _IndexedHistory | None = None
-        kept = 0
-        for branch in branches:
-            common = branch.common_prefix(raws)
-            if common > kept:
-                best, kept = branch, common
-                if common == len(raws):
-                    break  # the whole history: nothing longer to find
-        if best is not None and kept == len(raws):
-            # This history or an older one of the same branch (a late span): nothing new.
-            branches.remove(best)
-            branches.insert(0, best)
-            return best.messages[: best.ends[kept - 1]]
-        if best is not None and kept == len(best.raws):
-            branch = best  # the common case: the last history, resent with more
-            branches.remove(best)
-        else:
-            branch = best.fork(kept) if best is not None else _IndexedHistory()
-        branches.insert(0, branch)
-        del branches[_INDEXED_BRANCHES:]
-        for raw in raws[kept:]:
-            branch.add(raw, build(raw))
-        return list(branch.messages)
+        """The messages of a history given as one raw key per position, in order: ``build(raw)`` gives
+        a position's messages from everything they depend on. ``namespace`` names the history
+        (a convention's inputs are not its outputs nor another convention's)."""
+        ...
 
 
-# JSON histories remembered per key of a conversation: an agent span's short input next to its model
-# calls' whole histories must not make each call parse its history again.
-_JSON_HISTORIES = 4
+def json_or_text(text: str) -> Any:
+    """``text`` parsed when it is a JSON array or object, else the text itself."""
+    if text.lstrip()[:1] in ("[", "{"):
+        with suppress(orjson.JSONDecodeError):
+            return orjson.loads(text)
+    return text
 
 
-class _JsonHistory:
-    """A history read before from one JSON text, remembered by the length and hash of the text up
-    to its closing (not the text itself: a conversation's history can be megabytes)."""
+class ReadInFull:
+    """Every history read whole: what a span is read with when no conversation is known, and the
+    reference any reuse of earlier readings must equal."""
 
-    __slots__ = ("head_hash", "head_length", "messages")
+    def messages(
+        self,
+        key: str,
+        text: str,
+        read: Callable[[Any], list[Message]],
+        items: Callable[[list[Any]], list[Message]] | None = None,
+        closing: str = "]",
+    ) -> list[Message]:
+        return read(json_or_text(text))
 
-    def __init__(self, head_length: int, head_hash: int, messages: list[Message]) -> None:
-        self.head_length = head_length
-        self.head_hash = head_hash
-        self.messages = messages
-
-    @classmethod
-    def of(cls, text: str, closing: str, messages: list[Message]) -> _JsonHistory | None:
-        trimmed = text.rstrip()
-        if not trimmed.endswith(closing) or len(trimmed) == len(closing):
-            return None
-        head_length = len(trimmed) - len(closing)
-        return cls(head_length, hash(trimmed[:head_length]), messages)
-
-    def continued_by(self, text: str, closing: str) -> list[Any] | None:
-        """The values ``text`` adds to the last array of this history ([] when it is this history
-        again), or None when it does not merely continue it."""
-        head_length = self.head_length
-        if len(text) < head_length or hash(text[:head_length]) != self.head_hash:
-            return None
-        rest = text[head_length:].strip()
-        if rest == closing:
-            return []
-        if not rest.startswith(",") or not rest.endswith(closing):
-            return None
-        try:
-            further = orjson.loads("[" + rest[1 : len(rest) - len(closing) + 1])
-        except orjson.JSONDecodeError:
-            return None
-        return further if isinstance(further, list) else None
+    def indexed(
+        self, namespace: str, raws: list[Any], build: Callable[[Any], list[Message]]
+    ) -> list[Message]:
+        return [message for raw in raws for message in build(raw)]
 
 
-# Indexed histories remembered per namespace of a conversation (each at most one history long).
-_INDEXED_BRANCHES = 4
-
-
-class _IndexedHistory:
-    """The raw keys of an indexed history read before, the messages each position gave, and all
-    of those messages in order."""
-
-    __slots__ = ("ends", "messages", "raws")
-
-    def __init__(self) -> None:
-        self.raws: list[Any] = []
-        self.ends: list[int] = []  # ends[i]: len(messages) once position i is read
-        self.messages: list[Message] = []
-
-    def common_prefix(self, raws: list[Any]) -> int:
-        """How many leading positions of ``raws`` equal this history's."""
-        held = self.raws
-        count = min(len(held), len(raws))
-        if raws[:count] == held[:count]:
-            return count  # the common case: this history resent, usually with more
-        # A binary search on slice comparisons (made in C): the first ``low`` positions are
-        # equal, the first ``high`` are not.
-        low, high = 0, count
-        while high - low > 1:
-            middle = (low + high) // 2
-            if raws[low:middle] == held[low:middle]:
-                low = middle
-            else:
-                high = middle
-        return low
-
-    def add(self, raw: Any, messages: list[Message]) -> None:
-        self.raws.append(raw)
-        self.messages.extend(messages)
-        self.ends.append(len(self.messages))
-
-    def fork(self, positions: int) -> _IndexedHistory:
-        """A new history holding this one's first ``positions`` positions (the same messages)."""
-        fork = _IndexedHistory()
-        fork.raws = self.raws[:positions]
-        fork.ends = self.ends[:positions]
-        fork.messages = self.messages[: fork.ends[-1]] if positions else []
-        return fork
+READ_IN_FULL = ReadInFull()
 
 
 @dataclass(slots=True)
@@ -255,10 +102,20 @@ class SpanView:
     status_message: str = ""
     resource: dict[str, Any] = field(default_factory=dict)
     scope_name: str = ""
-    # The conversation's history cache, when the caller knows the conversation (readers may use it).
-    history: HistoryCache | None = None
-    # Set when the attributes were decoded against an earlier span's (see decoding.indexed_groups).
+    # What the span's histories are read with: the span decoder sets the conversation's history
+    # cache once it knows the conversation.
+    histories: Histories = READ_IN_FULL
+    # Set when the attributes were decoded against an earlier span's (see indexed_groups).
     attribute_origin: AttributeOrigin | None = None
+
+    def indexed_groups(
+        self, name: str, groups: int, locate: Locate, fill: Fill
+    ) -> list[list[dict[str, Any]]]:
+        """Per group ``0 .. groups - 1``, the entries of its indexed attributes in index order:
+        ``locate(key)`` says which (group, index) a key belongs to (None: not an indexed key) and
+        ``fill(entry, key, value)`` puts it into that index's entry. The entries may be shared with
+        an earlier span's: never changed. ``name`` keeps apart the groupings of different readers."""
+        return indexed_groups(name, self.attributes, self.attribute_origin, groups, locate, fill)
 
     def attribute_str(self, key: str) -> str | None:
         value = self.attributes.get(key)
@@ -299,51 +156,13 @@ class SpanReading:
 
 class Reader(Protocol):
     name: str
+    # The attribute key (or event name) prefixes that mark a span as written in this convention:
+    # the GenAI pre-filter passes only spans holding one of the registered readers' prefixes.
+    key_prefixes: tuple[str, ...]
 
     def read(self, span: SpanView) -> SpanReading | None:
         """The span's conversation data in this convention, or None if it is not written in it."""
         ...
-
-
-# -- protobuf → plain values (see decoding.py) ---------------------------------------------------
-def span_view(span: Span, resource: Mapping[str, Any] | None = None, scope_name: str = "") -> SpanView:
-    """A parsed span as plain values."""
-    return _view(*decode_whole(span), resource, scope_name)
-
-
-def decoded_span_view(
-    data: bytes, memo: SpanDecodeMemo | None, resource: Mapping[str, Any] | None = None, scope_name: str = ""
-) -> SpanView:
-    """The serialized span ``data`` as plain values. With the conversation's ``memo``, what it shares
-    with the conversation's previous spans is not parsed or decoded again (see decoding.py).
-    Raises ``DecodeError`` for bytes that are not a span."""
-    return _view(*decode_span(data, memo), resource, scope_name)
-
-
-def _view(
-    span: Span,
-    attributes: dict[str, Any],
-    events: list[EventView],
-    origin: AttributeOrigin | None,
-    resource: Mapping[str, Any] | None,
-    scope_name: str,
-) -> SpanView:
-    return SpanView(
-        trace_id=span.trace_id,
-        span_id=span.span_id,
-        parent_span_id=span.parent_span_id,
-        name=span.name,
-        kind=span.kind,
-        start_time_unix_nano=span.start_time_unix_nano,
-        end_time_unix_nano=span.end_time_unix_nano,
-        attributes=attributes,
-        events=events,
-        status_code=span.status.code,
-        status_message=span.status.message,
-        resource=dict(resource or {}),
-        scope_name=scope_name,
-        attribute_origin=origin,
-    )
 
 
 # -- helpers shared by the readers ------------------------------------------------------------

@@ -29,8 +29,9 @@ from typing import Any
 
 from otelsignals.conventions.base import (
     EVENT_NAME,
+    READ_IN_FULL,
     EventView,
-    HistoryCache,
+    Histories,
     SpanReading,
     SpanView,
     as_text,
@@ -55,7 +56,7 @@ DEPRECATED_MESSAGE_EVENTS: dict[str, Role] = {
     "gen_ai.assistant.message": Role.ASSISTANT,
     "gen_ai.tool.message": Role.TOOL,
 }
-# The HistoryCache namespace of the history sent as deprecated message events.
+# The history namespace (base.Histories) of the history sent as deprecated message events.
 DEPRECATED_EVENTS_HISTORY = "genai:deprecated-message-events"
 # Attributes in which emitters put a deprecated event's whole body instead of spreading it.
 EVENT_BODY_KEYS = ("gen_ai.event.content", "event.body", "body", "gen_ai.event.body")
@@ -348,7 +349,7 @@ def system_message_of(value: Any, span_id: bytes) -> Message | None:
 
 
 def messages_of_attributes(
-    attributes: Mapping[str, Any], span_id: bytes, history: HistoryCache | None = None
+    attributes: Mapping[str, Any], span_id: bytes, histories: Histories
 ) -> tuple[list[Message], list[Message], bool]:
     """(inputs, outputs, whether any of the three attributes was there) from span or event attributes."""
     inputs: list[Message] = []
@@ -362,9 +363,9 @@ def messages_of_attributes(
     if INPUT_MESSAGES in attributes:
         present = True
         value = attributes[INPUT_MESSAGES]
-        if history is not None and isinstance(value, str):
+        if isinstance(value, str):
             read = lambda parsed: otel_messages(parsed, span_id, Role.USER)  # noqa: E731
-            inputs.extend(history.messages(INPUT_MESSAGES, value, read))
+            inputs.extend(histories.messages(INPUT_MESSAGES, value, read))
         else:
             inputs.extend(otel_messages(value, span_id, Role.USER))
     if OUTPUT_MESSAGES in attributes:
@@ -421,7 +422,7 @@ def _choice(body: Mapping[str, Any], span_id: bytes) -> tuple[int, list[Message]
 
 
 def _messages_of_span_events(
-    events: list[EventView], span_id: bytes, history: HistoryCache | None = None
+    events: list[EventView], span_id: bytes, histories: Histories
 ) -> tuple[list[Message], list[Message], bool]:
     # The opt-in details event, when present, holds the whole call; else the deprecated events.
     # A resent history has one event per message: they are sorted by name at C level (map, compress),
@@ -429,18 +430,13 @@ def _messages_of_span_events(
     names = list(map(EVENT_NAME, events))
     details = last_event(events, DETAILS_EVENT) if DETAILS_EVENT in names else None
     if details is not None:
-        return messages_of_attributes(details.attributes, span_id)
+        return messages_of_attributes(details.attributes, span_id, READ_IN_FULL)
     sent = list(compress(events, map(DEPRECATED_MESSAGE_EVENTS.__contains__, names)))
     choices = [(CHOICE_EVENT, event_body(e.attributes)) for e in compress(events, map(_is_choice, names))]
-    if history is None:
-        pairs = [(event.name, event_body(event.attributes)) for event in sent]
-        inputs, outputs = messages_of_events(pairs + choices, span_id)
-        return inputs, outputs, bool(sent or choices)
-    # One event per history message: the events already read in the previous call (equal views at
-    # the same position; a resent history's are the same objects, see decoding.py) give back the
-    # messages built then, so only the new turn's events are read. Choices are this call's answer:
-    # always read (and never cached as inputs).
-    inputs = history.indexed(
+    # One event per history message, so the history is indexed by event (equal views at the same
+    # position; a resent history's are the same objects, see decoding.py). Choices are this call's
+    # answer: always read, never part of the history.
+    inputs = histories.indexed(
         DEPRECATED_EVENTS_HISTORY,
         sent,
         lambda e: plain_message(event_body(e.attributes), DEPRECATED_MESSAGE_EVENTS[e.name], span_id),
@@ -455,14 +451,15 @@ def _carries_other_convention(attributes: Mapping[str, Any]) -> bool:
 
 class GenAiReader:
     name = "genai"
+    key_prefixes: tuple[str, ...] = ("gen_ai.",)
 
     def read(self, span: SpanView) -> SpanReading | None:
         operation = span.attribute_str(OPERATION)
         if operation in NOT_OURS_OPERATIONS:
             return None
-        inputs, outputs, present = messages_of_attributes(span.attributes, span.span_id, span.history)
+        inputs, outputs, present = messages_of_attributes(span.attributes, span.span_id, span.histories)
         if not inputs and not outputs:
-            inputs, outputs, on_events = _messages_of_span_events(span.events, span.span_id, span.history)
+            inputs, outputs, on_events = _messages_of_span_events(span.events, span.span_id, span.histories)
             present = present or on_events
         if not present and operation not in MODEL_OPERATIONS:
             return None

@@ -1,25 +1,31 @@
 """A cheap pre-filter: could this serialized span carry GenAI data?
 
-Attribute keys sit verbatim in a span's protobuf bytes, so a few substring searches tell "certainly
-not GenAI" (the vast majority of spans, which then cost nothing more) from "worth parsing". A
-marker found inside a value is a harmless false positive: the reader then finds nothing.
+Attribute keys and event names sit verbatim in a span's protobuf bytes, so a few substring searches
+tell "certainly not GenAI" (the vast majority of spans, which then cost nothing more) from "worth
+parsing". The markers searched for are the key prefixes the registered readers declare
+(``Reader.key_prefixes``), so a reader of a new convention is offered its spans as soon as it is
+registered. A marker found inside a value is a harmless false positive: the readers then find
+nothing.
 """
 
 from __future__ import annotations
 
-# Each marker is the shortest common piece of a family of keys:
-#   ai.             gen_ai.* (OTel GenAI, OpenLLMetry, Pydantic AI) and ai.* (Vercel AI SDK)
-#   llm.            OpenInference llm.*
-#   openinference.  openinference.span.kind on OpenInference tool and agent spans
-#   traceloop.      OpenLLMetry span kinds and association properties
-GENAI_MARKERS: tuple[bytes, ...] = (b"ai.", b"llm.", b"openinference.", b"traceloop.")
+from collections.abc import Iterable
 
 
-def might_carry_genai(span_bytes: bytes) -> bool:
-    # Spelled out rather than any(...): this runs once per span and a generator costs as much as a search.
-    return (
-        b"ai." in span_bytes
-        or b"llm." in span_bytes
-        or b"openinference." in span_bytes
-        or b"traceloop." in span_bytes
-    )
+def genai_markers(key_prefixes: Iterable[str]) -> tuple[bytes, ...]:
+    """The byte strings to search for: per declared prefix (in declared order) the shortest
+    declared prefix it contains, each once. A span holding ``gen_ai.`` holds ``ai.`` too, so one
+    search does for both and the same spans pass."""
+    prefixes = tuple(dict.fromkeys(key_prefixes))
+    shortest = (min((other for other in prefixes if other in prefix), key=len) for prefix in prefixes)
+    return tuple(dict.fromkeys(prefix.encode() for prefix in shortest))
+
+
+def carries_any(span_bytes: bytes, markers: tuple[bytes, ...]) -> bool:
+    # A plain loop rather than any(...): this runs once per span, and a generator costs about as
+    # much as one search.
+    for marker in markers:  # noqa: SIM110  (see above)
+        if marker in span_bytes:
+            return True
+    return False

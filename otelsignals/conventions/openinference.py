@@ -5,7 +5,7 @@ OpenInference flattens messages into indexed attributes
 ``semconv/trace/__init__.py``) and also records the raw request/response bodies in
 ``input.value`` / ``output.value``. Instrumentations differ in what they fill in (the Anthropic one
 only records role and text; tool use lives in the bodies), so the indexed keys are read first and
-the bodies are the fallback.
+the bodies are the fallback (their shapes are read in openinference_messages.py).
 
 Span kinds read here: ``LLM`` (a model call: history in, answer out), ``TOOL`` (a tool execution) and
 any other kind that carries indexed messages (no model call then). ``CHAIN``/``AGENT``/``RETRIEVER``…
@@ -24,7 +24,8 @@ from itertools import chain
 from typing import Any
 
 from otelsignals.conventions.base import (
-    HistoryCache,
+    READ_IN_FULL,
+    Histories,
     SpanReading,
     SpanView,
     ToolExecution,
@@ -35,11 +36,18 @@ from otelsignals.conventions.base import (
     text_value,
     tool_result_of,
 )
-from otelsignals.conventions.decoding import indexed_groups
+from otelsignals.conventions.openinference_messages import (
+    REDACTED,
+    TEXT_PART_TYPES,
+    arguments_of,
+    request_messages,
+    response_messages,
+    role_of,
+    text_message,
+)
 from otelsignals.model import LlmCall, Message, Role, ToolCall, ToolResult
 
 CONVENTION = "openinference"
-REDACTED = "__REDACTED__"  # openinference.instrumentation.config.REDACTED_VALUE
 JSON_MIME = "application/json"
 
 SPAN_KIND = "openinference.span.kind"
@@ -58,27 +66,10 @@ MAX_NESTING = 8
 # Longest attribute key whose parse is memoised (indexed keys are short; the memo keeps its keys).
 MAX_MEMO_KEY = 256
 
-_ROLES: dict[str, Role] = {
-    "system": Role.SYSTEM,
-    "developer": Role.SYSTEM,
-    "user": Role.USER,
-    "human": Role.USER,
-    "assistant": Role.ASSISTANT,
-    "ai": Role.ASSISTANT,
-    "model": Role.ASSISTANT,  # Gemini / Vertex AI
-    "agent": Role.ASSISTANT,
-    "bot": Role.ASSISTANT,
-    "chatbot": Role.ASSISTANT,  # Cohere
-    "tool": Role.TOOL,
-    "function": Role.TOOL,  # OpenAI legacy function results, LangChain FunctionMessage
-    "ipython": Role.TOOL,
-}
-# Content part types that are the message's text (OpenAI chat, Responses API and Anthropic spellings).
-_TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
-
 
 class OpenInferenceReader:
     name = CONVENTION
+    key_prefixes: tuple[str, ...] = ("llm.", "openinference.")
 
     def read(self, span: SpanView) -> SpanReading | None:
         attributes = span.attributes
@@ -114,10 +105,13 @@ def _read_llm(span: SpanView, model_call: bool = True) -> SpanReading:
     span_id = span.span_id
 
     input_fields, output_fields = _message_fields(span)
-    inputs = _indexed_messages(input_fields, INPUT_MESSAGES, Role.USER, span_id, span.history) or _prompts(
+    inputs = _indexed_messages(input_fields, INPUT_MESSAGES, Role.USER, span_id, span.histories) or _prompts(
         span
     )
-    outputs = _indexed_messages(output_fields, OUTPUT_MESSAGES, Role.ASSISTANT, span_id) or _choices(span)
+    # The answer is this call's own, never part of a history: read in full.
+    outputs = _indexed_messages(
+        output_fields, OUTPUT_MESSAGES, Role.ASSISTANT, span_id, READ_IN_FULL
+    ) or _choices(span)
     redacted = _redacted(attributes)
     output_body = None
     if model_call:
@@ -125,10 +119,10 @@ def _read_llm(span: SpanView, model_call: bool = True) -> SpanReading:
         # content: older Anthropic instrumentations record only role + text, so a tool-use turn is a
         # bare role there while the request body has it whole. Redacted text is not recovered.
         if not inputs or (not redacted and _has_empty(inputs)):
-            inputs = _better(inputs, _request_messages, _body(span, "input"), span_id)
+            inputs = _better(inputs, request_messages, _body(span, "input"), span_id)
         if not outputs or (not redacted and _has_empty(outputs)):
             output_body = _body(span, "output")
-            outputs = _better(outputs, _response_messages, output_body, span_id)
+            outputs = _better(outputs, response_messages, output_body, span_id)
         elif "llm.finish_reason" not in attributes:
             # Indexed output messages carry no finish reason; the response body's choices do.
             output_body = _body(span, "output", MAX_FINISH_REASON_BODY_CHARS)
@@ -232,7 +226,7 @@ def _read_tool(span: SpanView) -> SpanReading:
     attributes = span.attributes
     name = span.attribute_str("tool.name")
     call_id = text_value(attributes.get("tool_call.id")) or text_value(attributes.get("tool.id"))
-    arguments = _tool_arguments(span)
+    arguments = _toolarguments_of(span)
     content, output_call_id, output_failed = _tool_output(span)
     call_id = call_id or output_call_id
 
@@ -247,7 +241,7 @@ def _read_tool(span: SpanView) -> SpanReading:
     )
 
 
-def _tool_arguments(span: SpanView) -> Any:
+def _toolarguments_of(span: SpanView) -> Any:
     """The call's arguments: ``tool.parameters`` when it holds them, else ``input.value``.
 
     Some instrumentations put the arguments in ``tool.parameters``; the semantic conventions
@@ -298,7 +292,7 @@ _MESSAGE_PREFIXES = (INPUT_MESSAGES + ".", OUTPUT_MESSAGES + ".")
 def _message_fields(span: SpanView) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The fields of each ``llm.input_messages.{i}`` and ``llm.output_messages.{i}``, in index order.
     The entries of attributes an earlier span of the conversation had too are that span's
-    (decoding.indexed_groups)."""
+    (SpanView.indexed_groups)."""
     attributes = span.attributes
     structured = [attributes.get(prefix) for prefix in (INPUT_MESSAGES, OUTPUT_MESSAGES)]
     if any(isinstance(value, list) for value in structured):
@@ -322,7 +316,7 @@ def _message_fields(span: SpanView) -> tuple[list[dict[str, Any]], list[dict[str
         group = 0 if key.startswith(_MESSAGE_PREFIXES[0]) else 1
         entry[_slot_of(key, len(_MESSAGE_PREFIXES[group]))[1]] = value  # type: ignore[index]  # located
 
-    inputs, outputs = indexed_groups(CONVENTION, attributes, span.attribute_origin, 2, locate, fill)
+    inputs, outputs = span.indexed_groups(CONVENTION, 2, locate, fill)
     return inputs, outputs
 
 
@@ -336,20 +330,16 @@ def _indexed_messages(
     prefix: str,
     default_role: Role,
     span_id: bytes,
-    history: HistoryCache | None = None,
+    histories: Histories,
 ) -> list[Message]:
-    """The messages of ``{prefix}.{i}.*`` (``positions``: the fields of each index, in order). With
-    the conversation's history cache (given for the input history only), the indexes already read
-    in the previous call (the same attribute values at the same position) give back the messages
-    built then: only the new turn is built."""
+    """The messages of ``{prefix}.{i}.*`` (``positions``: the fields of each index, in order), one
+    position of the history per index."""
 
     def build(fields: dict[str, Any]) -> list[Message]:
         message = _indexed_message(fields, default_role, span_id)
         return [] if message is None else [message]
 
-    if history is not None:
-        return history.indexed(f"{CONVENTION}:{prefix}", positions, build)
-    return [message for fields in positions for message in build(fields)]
+    return histories.indexed(f"{CONVENTION}:{prefix}", positions, build)
 
 
 def _group_indexed(items: Iterable[tuple[str, Any]], prefix: str) -> dict[int, dict[str, Any]]:
@@ -406,7 +396,7 @@ def _flatten(value: Any, prefix: str, depth: int = 0) -> Iterator[tuple[str, Any
 
 
 def _indexed_message(fields: dict[str, Any], default_role: Role, span_id: bytes) -> Message | None:
-    role = _role(fields.get("message.role"), default_role)
+    role = role_of(fields.get("message.role"), default_role)
     text = _indexed_text(fields)
     tool_calls = _indexed_tool_calls(fields)
     if "message.role" not in fields and text is None and not tool_calls:
@@ -434,11 +424,7 @@ def _indexed_text(fields: dict[str, Any]) -> str | None:
     for _, part in sorted(_group_indexed(fields.items(), "message.contents").items()):
         part_type = part.get("message_content.type")
         text = part.get("message_content.text")
-        if (
-            (part_type is None or part_type in _TEXT_PART_TYPES)
-            and isinstance(text, str)
-            and text != REDACTED
-        ):
+        if (part_type is None or part_type in TEXT_PART_TYPES) and isinstance(text, str) and text != REDACTED:
             parts.append(text)
     return "\n".join(parts) if parts else None
 
@@ -452,12 +438,12 @@ def _indexed_tool_calls(fields: dict[str, Any]) -> list[ToolCall]:
         if name is None and call_id is None and arguments is None:
             continue
         calls.append(
-            ToolCall(name=text_value(name) or "", arguments=_arguments(arguments), id=text_value(call_id))
+            ToolCall(name=text_value(name) or "", arguments=arguments_of(arguments), id=text_value(call_id))
         )
     # The deprecated single function call (OpenAI functions API, LangChain additional_kwargs).
     legacy_name = text_value(fields.get("message.function_call_name"))
     if legacy_name and not calls and fields.get("message.role") not in ("tool", "function"):
-        arguments = _arguments(fields.get("message.function_call_arguments_json"))
+        arguments = arguments_of(fields.get("message.function_call_arguments_json"))
         calls.append(ToolCall(name=legacy_name, arguments=arguments))
     return calls
 
@@ -470,14 +456,14 @@ def _prompts(span: SpanView) -> list[Message]:
     else:
         grouped = _group_indexed(span.attributes.items(), "llm.prompts")
         texts = [t for _, f in sorted(grouped.items()) if isinstance(t := f.get("prompt.text"), str)]
-    return [_text_message(Role.USER, t, span.span_id) for t in texts]
+    return [text_message(Role.USER, t, span.span_id) for t in texts]
 
 
 def _choices(span: SpanView) -> list[Message]:
     """Completions API choices: ``llm.choices.{i}.completion.text``."""
     grouped = _group_indexed(span.attributes.items(), "llm.choices")
     texts = [t for _, f in sorted(grouped.items()) if isinstance(t := f.get("completion.text"), str)]
-    return [_text_message(Role.ASSISTANT, t, span.span_id) for t in texts]
+    return [text_message(Role.ASSISTANT, t, span.span_id) for t in texts]
 
 
 # -- input.value / output.value -------------------------------------------------------------------
@@ -497,186 +483,3 @@ def _body(span: SpanView, which: str, max_chars: int = MAX_BODY_CHARS) -> Any:
         parsed = parse_json(value)
         return parsed if isinstance(parsed, (dict, list)) else None
     return value
-
-
-def _request_messages(body: Any, span_id: bytes) -> list[Message]:
-    """History from a request body: OpenAI chat/Responses, Anthropic Messages, or plain text."""
-    if isinstance(body, str):
-        return [_text_message(Role.USER, body, span_id)]
-    if isinstance(body, list):
-        return _body_messages(body, span_id)
-    if not isinstance(body, dict):
-        return []
-    messages: list[Message] = []
-    system = _blocks_text(body.get("system")) or text_value(body.get("instructions"))
-    if system:
-        messages.append(_text_message(Role.SYSTEM, system, span_id))
-    if isinstance(body.get("messages"), list):
-        messages.extend(_body_messages(body["messages"], span_id))
-    elif isinstance(body.get("input"), (list, str)):  # OpenAI Responses API
-        request_input = body["input"]
-        if isinstance(request_input, str):
-            messages.append(_text_message(Role.USER, request_input, span_id))
-        else:
-            messages.extend(_body_messages(request_input, span_id))
-    elif isinstance(prompt := body.get("prompt"), str):  # completions API
-        messages.append(_text_message(Role.USER, prompt, span_id))
-    return messages
-
-
-def _response_messages(body: Any, span_id: bytes) -> list[Message]:
-    """The answer from a response body: OpenAI chat/Responses, Anthropic Messages, or plain text."""
-    if isinstance(body, str):
-        return [_text_message(Role.ASSISTANT, body, span_id)]
-    if not isinstance(body, dict):
-        return []
-    choices = body.get("choices")
-    if isinstance(choices, list):
-        messages = []
-        for choice in choices:
-            if not isinstance(choice, dict):
-                continue
-            if isinstance(choice.get("message"), dict):
-                messages.extend(_body_message(choice["message"], span_id, Role.ASSISTANT))
-            elif isinstance(text := choice.get("text"), str):  # completions API
-                messages.append(_text_message(Role.ASSISTANT, text, span_id))
-        return messages
-    if isinstance(body.get("output"), list):  # OpenAI Responses API
-        return _body_messages(body["output"], span_id, Role.ASSISTANT)
-    if body.get("role") == "assistant" and "content" in body:  # Anthropic Messages API
-        return _body_message(body, span_id, Role.ASSISTANT)
-    return []
-
-
-def _body_messages(items: list[Any], span_id: bytes, default_role: Role = Role.USER) -> list[Message]:
-    messages: list[Message] = []
-    for item in items:
-        if not isinstance(item, dict):
-            continue
-        item_type = item.get("type")
-        if item_type == "function_call":  # Responses API: a tool call item of the assistant's turn
-            call = ToolCall(
-                name=text_value(item.get("name")) or "",
-                arguments=_arguments(item.get("arguments")),
-                id=text_value(item.get("call_id")) or text_value(item.get("id")),
-            )
-            if messages and messages[-1].role is Role.ASSISTANT:
-                messages[-1].tool_calls.append(call)
-            else:
-                messages.append(Message(role=Role.ASSISTANT, tool_calls=[call], span_id=span_id))
-        elif item_type == "function_call_output":  # Responses API: the tool's result
-            messages.append(_tool_message(item.get("call_id"), None, item.get("output"), False, span_id))
-        elif item_type not in (None, "message"):
-            continue  # Responses API reasoning, web search, file search… items: not conversation text
-        else:
-            messages.extend(_body_message(item, span_id, default_role))
-    return messages
-
-
-def _body_message(item: dict[str, Any], span_id: bytes, default_role: Role) -> list[Message]:
-    """One request/response message; an Anthropic user turn with tool_result blocks yields several."""
-    role = _role(item.get("role"), default_role)
-    content = item.get("content")
-    if role is Role.TOOL:  # OpenAI tool (or legacy function) result
-        return [_tool_message(item.get("tool_call_id"), item.get("name"), content, False, span_id)]
-
-    texts: list[str] = []
-    tool_calls = _body_tool_calls(item)
-    results: list[Message] = []
-    if isinstance(content, str):
-        texts.append(content)
-    elif isinstance(content, list):
-        for block in content:
-            if isinstance(block, str):
-                texts.append(block)
-            elif not isinstance(block, dict):
-                continue
-            elif block.get("type") in _TEXT_PART_TYPES and isinstance(block.get("text"), str):
-                texts.append(block["text"])
-            elif block.get("type") == "tool_use":  # Anthropic
-                tool_calls.append(
-                    ToolCall(
-                        name=text_value(block.get("name")) or "",
-                        arguments=_arguments(block.get("input")),
-                        id=text_value(block.get("id")),
-                    )
-                )
-            elif block.get("type") == "tool_result":  # Anthropic: results travel in the user turn
-                failed = block.get("is_error") is True
-                results.append(
-                    _tool_message(block.get("tool_use_id"), None, block.get("content"), failed, span_id)
-                )
-    elif content is not None:
-        texts.append(as_text(content) or "")
-
-    messages = results
-    if texts or tool_calls or not results:
-        text = "\n".join(texts) if texts else None
-        messages = [*results, Message(role=role, content=text, tool_calls=tool_calls, span_id=span_id)]
-    last = messages[-1]
-    if last.role is Role.ASSISTANT and isinstance(reason := item.get("stop_reason"), str):
-        last.finish_reason = reason
-    return messages
-
-
-def _body_tool_calls(item: dict[str, Any]) -> list[ToolCall]:
-    calls = []
-    tool_calls = item.get("tool_calls")
-    for call in tool_calls if isinstance(tool_calls, list) else ():
-        if not isinstance(call, dict):
-            continue
-        function = raw if isinstance(raw := call.get("function"), dict) else {}
-        calls.append(
-            ToolCall(
-                name=text_value(function.get("name")) or "",
-                arguments=_arguments(function.get("arguments")),
-                id=text_value(call.get("id")),
-            )
-        )
-    function_call = item.get("function_call")
-    if not calls and isinstance(function_call, dict):
-        calls.append(
-            ToolCall(
-                name=text_value(function_call.get("name")) or "",
-                arguments=_arguments(function_call.get("arguments")),
-            )
-        )
-    return calls
-
-
-def _tool_message(call_id: Any, name: Any, content: Any, failed: bool, span_id: bytes) -> Message:
-    text = _blocks_text(content) if isinstance(content, list) else as_text(content)
-    result = ToolResult(call_id=text_value(call_id), name=text_value(name), content=text, is_error=failed)
-    return Message(role=Role.TOOL, content=text, tool_result=result, span_id=span_id)
-
-
-def _blocks_text(value: Any) -> str | None:
-    """A string, or the text blocks of an Anthropic-style content list, joined."""
-    if isinstance(value, str):
-        return value or None
-    if not isinstance(value, list):
-        return None
-    texts = [
-        block["text"] if isinstance(block, dict) else block
-        for block in value
-        if isinstance(block, str) or (isinstance(block, dict) and isinstance(block.get("text"), str))
-    ]
-    return "\n".join(texts) if texts else None
-
-
-# -- small helpers --------------------------------------------------------------------------------
-def _role(value: Any, default: Role) -> Role:
-    if isinstance(value, str):
-        return _ROLES.get(value.strip().lower(), default)
-    return default
-
-
-def _text_message(role: Role, text: str, span_id: bytes) -> Message:
-    return Message(role=role, content=text, span_id=span_id)
-
-
-def _arguments(value: Any) -> Any:
-    """Tool-call arguments: parsed JSON when they are JSON, else the raw text."""
-    if value == REDACTED:
-        return None
-    return parse_json(value)

@@ -34,7 +34,6 @@ from otelsignals.conventions.base import (
     parse_json,
     tool_result_of,
 )
-from otelsignals.conventions.decoding import indexed_groups
 from otelsignals.conventions.genai import (
     arguments_of,
     content_blocks,
@@ -53,7 +52,7 @@ from otelsignals.model import LlmCall, Message, Role, ToolCall
 
 PROMPT_PREFIXES = ("gen_ai.prompt.", "llm.prompts.")
 COMPLETION_PREFIXES = ("gen_ai.completion.", "llm.completions.")
-# The HistoryCache namespace of the prompt history (completions are new on every call: not cached).
+# The history namespace (base.Histories) of the prompt history (completions are new on every call).
 PROMPT_HISTORY = "openllmetry:gen_ai.prompt"
 SPAN_KIND = "traceloop.span.kind"
 ENTITY_NAME = "traceloop.entity.name"
@@ -83,7 +82,7 @@ def _indexed_entries(span: SpanView, groups: tuple[tuple[str, ...], ...]) -> lis
     """:func:`indexed_entries` for several groups of prefixes at once. A span resending a long history
     has hundreds of them, the same keys every call: what a key means is worked out once
     (:func:`_slot`), and the entries of attributes an earlier span of the conversation had too are
-    that span's (decoding.indexed_groups)."""
+    that span's (SpanView.indexed_groups)."""
     every = tuple(prefix for prefixes in groups for prefix in prefixes)
 
     def slot_of(key: str) -> tuple[int, int, str, str, int] | None:
@@ -107,9 +106,7 @@ def _indexed_entries(span: SpanView, groups: tuple[tuple[str, ...], ...]) -> lis
         elif kind == _CALLS_VALUE:
             entry["tool_calls_value"] = value  # the whole list as one JSON attribute
 
-    return indexed_groups(
-        f"openllmetry:{groups}", span.attributes, span.attribute_origin, len(groups), locate, fill
-    )
+    return span.indexed_groups(f"openllmetry:{groups}", len(groups), locate, fill)
 
 
 MAX_MEMO_KEY = 256
@@ -191,13 +188,9 @@ def prompt_messages(entry: Mapping[str, Any], span_id: bytes) -> list[Message]:
 
 
 def prompt_history(entries: list[dict[str, Any]], span: SpanView) -> list[Message]:
-    """The messages of the prompt entries; with the conversation's history cache, the entries
-    already read in the previous call (the same raw values at the same position) give back the
-    messages built then, so only the new turn is built."""
+    """The messages of the prompt entries, one position of the history per entry."""
     span_id = span.span_id
-    if span.history is None:
-        return [message for entry in entries for message in prompt_messages(entry, span_id)]
-    return span.history.indexed(PROMPT_HISTORY, entries, lambda entry: prompt_messages(entry, span_id))
+    return span.histories.indexed(PROMPT_HISTORY, entries, lambda entry: prompt_messages(entry, span_id))
 
 
 def completion_messages(entries: list[dict[str, Any]], span_id: bytes) -> list[Message]:
@@ -286,6 +279,7 @@ def tool_reading(span: SpanView, convention: str) -> SpanReading:
 
 class OpenLlmetryReader:
     name = "openllmetry"
+    key_prefixes: tuple[str, ...] = ("gen_ai.", "llm.", "traceloop.")
 
     def read(self, span: SpanView) -> SpanReading | None:
         if span.attribute_str(SPAN_KIND) == "tool":

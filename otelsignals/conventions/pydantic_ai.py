@@ -201,6 +201,7 @@ def split_answer(messages: list[Message]) -> tuple[list[Message], list[Message]]
 
 class PydanticAiReader:
     name = "pydantic_ai"
+    key_prefixes: tuple[str, ...] = ("gen_ai.", "pydantic_ai.")
 
     def read(self, span: SpanView) -> SpanReading | None:
         attributes = span.attributes

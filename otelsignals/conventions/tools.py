@@ -44,6 +44,7 @@ def tool_name_of(span: SpanView) -> str | None:
 
 class ToolsReader:
     name = "tools"
+    key_prefixes: tuple[str, ...] = ("gen_ai.",)
 
     def read(self, span: SpanView) -> SpanReading | None:
         if not is_tool_span(span):

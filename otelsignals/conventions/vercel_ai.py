@@ -62,6 +62,7 @@ PROMPT_MESSAGES = "ai.prompt.messages"
 
 class VercelAiReader:
     name = CONVENTION
+    key_prefixes: tuple[str, ...] = ("ai.",)
 
     def read(self, span: SpanView) -> SpanReading | None:
         operation = _operation(span)
@@ -195,20 +196,20 @@ def _prompt_messages(prompt: Any, span_id: bytes) -> list[Message]:
 
 
 def _prompt_history(span: SpanView) -> list[Message]:
-    """``ai.prompt.messages``, reusing what was read of the same history last call (HistoryCache)."""
+    """``ai.prompt.messages``: the history, one JSON array."""
     value = span.attributes.get(PROMPT_MESSAGES)
-    if span.history is not None and isinstance(value, str) and len(value) <= MAX_JSON_CHARS:
-        return span.history.messages(PROMPT_MESSAGES, value, lambda parsed: _messages(parsed, span.span_id))
+    if isinstance(value, str) and len(value) <= MAX_JSON_CHARS:
+        return span.histories.messages(PROMPT_MESSAGES, value, lambda parsed: _messages(parsed, span.span_id))
     return _messages(_json(value), span.span_id)
 
 
 def _outer_prompt(span: SpanView) -> list[Message]:
     """The outer span's ``ai.prompt``. The SDK writes it as ``{system, prompt, messages}``, each an
-    array of messages read in that order (or text), so a prompt that only adds messages to its last
-    array is read as the previous one plus those (HistoryCache, closing ``]}``)."""
+    array of messages read in that order (or text): reading it amounts to reading its arrays in
+    order, which is what lets its history end in ``]}`` (base.Histories)."""
     value = span.attributes.get(PROMPT)
-    if span.history is not None and isinstance(value, str) and len(value) <= MAX_JSON_CHARS:
-        return span.history.messages(
+    if isinstance(value, str) and len(value) <= MAX_JSON_CHARS:
+        return span.histories.messages(
             PROMPT,
             value,
             lambda parsed: _prompt_messages(parsed, span.span_id),

@@ -12,23 +12,16 @@ import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 
-from google.protobuf.message import DecodeError
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from otelsignals.analysis import Analysis, analyze_update
 from otelsignals.config import AnalyzerConfig, EvalsConfig, SessionsConfig, SignalsConfig
-from otelsignals.conventions import might_carry_genai, read_span
-from otelsignals.conventions.base import HistoryCache, SpanReading, SpanView, decoded_span_view
-from otelsignals.conventions.decoding import SpanDecodeMemo, key_values
-from otelsignals.conversation import (
-    ConversationState,
-    TraceUpdate,
-    agent_id_of,
-    apply_trace,
-    conversation_key,
-    conversation_key_hint,
-)
+from otelsignals.conventions.base import SpanReading, SpanView
+from otelsignals.conventions.decoding import key_values
+from otelsignals.conventions.memory import ConversationMemory
+from otelsignals.conventions.span_decoder import SerializedSpan, SpanDecoder
+from otelsignals.conversation import ConversationState, TraceUpdate, agent_id_of, apply_trace
 from otelsignals.evals.embeddings import Embedder, OpenAIEmbedder, default_embedder
 from otelsignals.evals.per_trace import trace_signals, turn_texts
 from otelsignals.limits import TextLimits, cap_reading
@@ -42,9 +35,6 @@ from otelsignals.triage import AgentBaselines
 
 logger = logging.getLogger("otelsignals.analyzer")
 
-# Non-GenAI spans are read only when they may name the conversation (an app often sets session.id
-# on its own request span rather than on the model-call spans).
-_KEY_MARKERS = (b"session", b"conversation.id")
 _CONTEXT_CACHE_LIMIT = 4096
 READ_SPANS_KEPT = 50_000
 
@@ -79,6 +69,8 @@ class Analyzer:
         )
         # What is usual per agent (conversation length, tool calls), for the triage priority.
         self.agent_baselines = AgentBaselines()
+        # Decodes and reads the GenAI spans; used on the analysis thread only, like the sessions.
+        self.decoder = SpanDecoder()
         self._contexts: dict[ScopeContext, tuple[dict, str]] = {}
         self.log_events = LogEventBuffer(on_forget=telemetry.log_events.labels("forgotten").inc)
         # Spans read without content, for log-record events that arrive after them: (trace id, span
@@ -122,7 +114,8 @@ class Analyzer:
         """Read ``trace``'s GenAI spans into its conversation; None when it carries no conversation."""
         if not trace.analyzable:
             return None
-        candidates = [record for record in trace.spans if might_carry_genai(record.data)]
+        decoder = self.decoder
+        candidates = [record for record in trace.spans if decoder.might_carry_genai(record.data)]
         if not candidates:
             return None
         self.telemetry.genai_spans.inc(len(candidates))
@@ -130,29 +123,24 @@ class Analyzer:
         key_records = [
             record
             for record in trace.spans
-            if id(record) not in candidate_ids and any(marker in record.data for marker in _KEY_MARKERS)
+            if id(record) not in candidate_ids and decoder.might_name_conversation(record.data)
         ]
-        # The conversation is guessed from the raw spans before they are decoded, so that what they
-        # share with its previous spans is not decoded again (decoding.py; a wrong guess only costs
-        # that saving), and known once they are, so the readers reuse what they read of its history.
-        hint = conversation_key_hint([record.data for record in (*candidates, *key_records)], trace.trace_id)
-        guessed = self.sessions.get(hint)
-        guessed_history = guessed.history_cache if guessed is not None else HistoryCache()
-        memo = guessed_history.decoding
-        candidate_views = [view for record in candidates if (view := self._view(record, memo)) is not None]
-        key_views = [view for record in key_records if (view := self._view(record)) is not None]
-        views = candidate_views + key_views
-        key = conversation_key(views, trace.trace_id)
-        known = self.sessions.get(key)
-        if known is not None:
-            history = known.history_cache
-        else:
-            history = guessed_history if key == hint else HistoryCache()
+        decoded = decoder.decode_trace(
+            trace.trace_id,
+            [self._serialized(record) for record in candidates],
+            [self._serialized(record) for record in key_records],
+            self._memory_of,
+        )
+        if decoded.undecodable:
+            self.telemetry.unreadable_spans.labels("undecodable").inc(decoded.undecodable)
+        views = decoded.genai + decoded.others
+        for view in views:
+            self._join_log_events(view)
+        key, memory = decoded.key, decoded.memory
         readings: list[tuple[SpanView, SpanReading]] = []
-        for view in candidate_views:
-            view.history = history
+        for view in decoded.genai:
             try:
-                reading = read_span(view)
+                reading = decoder.read(view, memory)
             except Exception:  # a reader bug must not cost the other spans their analysis
                 self.telemetry.unreadable_spans.labels("reader_error").inc()
                 self.telemetry.logged_once.warning("reader_error", "a convention reader failed on a span")
@@ -164,7 +152,7 @@ class Analyzer:
         if not readings:
             return None
         state = self.sessions.touch(key)
-        state.history_cache = history
+        state.decoder_memory = memory
         for view, reading in readings:
             if not (reading.input_messages or reading.output_messages):
                 # Its content may still come as log records: remember what identifies the call.
@@ -209,10 +197,8 @@ class Analyzer:
             state = self.sessions.get(key)
             if state is None:
                 continue
-            view = SpanView(
-                trace_id, span_id, attributes=attributes, events=events, history=state.history_cache
-            )
-            reading = read_span(view)
+            view = SpanView(trace_id, span_id, attributes=attributes, events=events)
+            reading = self.decoder.read(view, state.decoder_memory)
             if reading is None or not (reading.input_messages or reading.output_messages):
                 continue
             reading.llm_call = None  # the model call was counted when the span was read
@@ -236,19 +222,20 @@ class Analyzer:
         self.telemetry.conversations.set(len(self.sessions))
         self.telemetry.conversation_bytes.set(self.sessions.bytes)
 
-    def _view(self, record: SpanRecord, memo: SpanDecodeMemo | None = None) -> SpanView | None:
+    def _serialized(self, record: SpanRecord) -> SerializedSpan:
         resource, scope_name = self._context(record.context)
-        try:
-            view = decoded_span_view(record.data, memo, resource, scope_name)
-        except DecodeError:  # cannot happen for spans the receiver parsed; kept for replayed data
-            self.telemetry.unreadable_spans.labels("undecodable").inc()
-            return None
-        # Content some instrumentations send as log records, joined back to its span (in a new list:
-        # the view's own events may be the conversation's decode memo's, which are never changed).
+        return SerializedSpan(record.data, resource, scope_name)
+
+    def _memory_of(self, key: str) -> ConversationMemory | None:
+        state = self.sessions.get(key)
+        return state.decoder_memory if state is not None else None
+
+    def _join_log_events(self, view: SpanView) -> None:
+        """Content some instrumentations send as log records, joined back to its span (in a new
+        list: the view's own events may be the conversation's decode memo's, which never change)."""
         joined = self.log_events.take(view.trace_id, view.span_id)
         if joined:
             view.events = [*view.events, *joined]
-        return view
 
     def _context(self, context: ScopeContext) -> tuple[dict, str]:
         cached = self._contexts.get(context)

@@ -12,7 +12,8 @@ from typing import Any
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from otelsignals.conventions.base import STATUS_ERROR, SpanView, span_view
+from otelsignals.conventions.base import STATUS_ERROR, SpanView
+from otelsignals.conventions.span_decoder import span_view
 
 SPAN_ID = bytes.fromhex("00f067aa0ba902b7")
 TRACE_ID = bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736")

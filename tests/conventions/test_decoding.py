@@ -17,9 +17,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from bench.reassembly import traces_of
 from otelsignals.config import SessionsConfig
 from otelsignals.conventions import decoding
-from otelsignals.conventions.base import decoded_span_view
-from otelsignals.conventions.decoding import SpanDecodeMemo, indexed_groups, key_values
+from otelsignals.conventions.decoding import key_values
+from otelsignals.conventions.indexed import indexed_groups
+from otelsignals.conventions.memory import ConversationMemory
 from otelsignals.conventions.openllmetry import COMPLETION_PREFIXES, PROMPT_PREFIXES, _indexed_entries
+from otelsignals.conventions.span_decoder import SpanDecoder
 from otelsignals.demo.traffic import CONVENTIONS
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.telemetry import Telemetry
@@ -61,11 +63,11 @@ def chat_span(history: list[tuple[str, str]], answer: str, body: bool = True, n:
     return span
 
 
-def decode_all(spans: list[Span], memo: SpanDecodeMemo | None):
+def decode_all(spans: list[Span], memory: ConversationMemory | None):
     views = []
     for span in spans:
         data = span.SerializeToString()
-        views.append(decoded_span_view(data, memo))
+        views.append(SpanDecoder().view(data, memory))
     return views
 
 
@@ -86,8 +88,7 @@ def growing_conversation(turns: int, body: bool) -> list[Span]:
 @pytest.mark.parametrize("body", [False, True], ids=["prefix only", "changing body before the history"])
 def test_a_resent_history_decodes_as_if_alone_and_reuses_what_it_shares(body):
     spans = growing_conversation(LONG, body)
-    memo = SpanDecodeMemo()
-    remembered = decode_all(spans, memo)
+    remembered = decode_all(spans, ConversationMemory())
     alone = decode_all(spans, None)
     for with_memo, without in zip(remembered, alone, strict=True):
         assert with_memo.attributes == without.attributes
@@ -102,9 +103,9 @@ def test_a_resent_history_decodes_as_if_alone_and_reuses_what_it_shares(body):
     assert (late.replaced == (2,)) is body
     # What the span shares is not even parsed: the parsed span holds only its new attributes.
     last = spans[-1].SerializeToString()
-    memo_again = SpanDecodeMemo()
-    decode_all(spans[:-1], memo_again)
-    parsed, attributes, _, _ = decoding.decode_span(last, memo_again)
+    memory = ConversationMemory()
+    decode_all(spans[:-1], memory)
+    parsed, attributes, _, _ = decoding.decode_span(last, memory.spans)
     assert len(parsed.attributes) == 7 and len(attributes) == len(spans[-1].attributes)
     assert parsed.name == "chat" and parsed.span_id == spans[-1].span_id
 
@@ -139,8 +140,8 @@ def test_any_edit_of_a_long_span_decodes_as_if_alone(data):
         del span.attributes[:]
         span.attributes.extend(items)
         spans.append(span)
-    memo = SpanDecodeMemo()
-    for with_memo, without in zip(decode_all(spans, memo), decode_all(spans, None), strict=True):
+    memory = ConversationMemory()
+    for with_memo, without in zip(decode_all(spans, memory), decode_all(spans, None), strict=True):
         assert with_memo.attributes == without.attributes
         assert with_memo.events == without.events
         assert entries(with_memo) == entries(without)
@@ -161,8 +162,7 @@ def test_resent_events_stamped_anew_are_shared_and_decode_as_if_alone():
         ("gen_ai.user.message", f"question {i} " + "x" * 250) for i in range(decoding.MEMO_MIN_EVENTS + 4)
     ]
     spans = [event_span(events[: len(events) - 3 + n], n) for n in range(4)]
-    memo = SpanDecodeMemo()
-    remembered = decode_all(spans, memo)
+    remembered = decode_all(spans, ConversationMemory())
     for with_memo, without in zip(remembered, decode_all(spans, None), strict=True):
         assert with_memo.events == without.events
     # The events the previous span had are the views made then, not decoded again.
@@ -191,8 +191,8 @@ def test_any_edit_of_resent_events_decodes_as_if_alone(data):
             else:
                 events.append(("gen_ai.user.message", f"new {n}"))
         spans.append(event_span(list(events), n))
-    memo = SpanDecodeMemo()
-    for with_memo, without in zip(decode_all(spans, memo), decode_all(spans, None), strict=True):
+    memory = ConversationMemory()
+    for with_memo, without in zip(decode_all(spans, memory), decode_all(spans, None), strict=True):
         assert with_memo.events == without.events
 
 
@@ -203,16 +203,16 @@ def test_a_span_whose_attributes_are_not_one_run_is_decoded_in_full():
     extra = Span()
     extra.attributes.append(attribute("late.key", "late"))
     data += extra.SerializeToString()
-    memo = SpanDecodeMemo()
-    first = decoded_span_view(data, memo)
-    again = decoded_span_view(data, memo)
+    decoder, memory = SpanDecoder(), ConversationMemory()
+    first = decoder.view(data, memory)
+    again = decoder.view(data, memory)
     assert first.attributes == again.attributes == key_values(Span.FromString(data).attributes)
     assert again.attributes["late.key"] == "late"
 
 
 def test_indexed_groups_keeps_readers_apart_and_never_changes_a_kept_entry():
     spans = growing_conversation(LONG, False)
-    views = decode_all(spans, SpanDecodeMemo())
+    views = decode_all(spans, ConversationMemory())
 
     def locate(key):
         return (0, int(key.split(".")[2])) if key.startswith("gen_ai.prompt.") else None
@@ -246,7 +246,9 @@ def test_indexed_groups_sorts_indexes_written_out_of_order():
     rest = [kv for kv in items if kv not in newest]
     del last.attributes[:]
     last.attributes.extend(rest[:2] + newest + rest[2:])
-    for with_memo, without in zip(decode_all(spans, SpanDecodeMemo()), decode_all(spans, None), strict=True):
+    for with_memo, without in zip(
+        decode_all(spans, ConversationMemory()), decode_all(spans, None), strict=True
+    ):
         assert entries(with_memo) == entries(without)
     prompts = entries(decode_all(spans, None)[-1])[0]
     assert [entry["content"] for entry in prompts] == [content for _, content in history]
@@ -279,7 +281,7 @@ def test_log_records_joined_to_a_span_leave_the_memo_s_resent_events_unchanged()
     for trace in traces[:-1]:
         analyzer.assemble(trace)
     (state,) = list(analyzer.sessions)
-    kept = state.history_cache.decoding.events
+    kept = state.decoder_memory.spans.events
     assert kept is not None and len(kept.views) >= decoding.MEMO_MIN_EVENTS
     views_before = list(kept.views)
     last = max(traces[-1].spans, key=lambda record: len(record.data))
@@ -290,6 +292,6 @@ def test_log_records_joined_to_a_span_leave_the_memo_s_resent_events_unchanged()
     )
     analyzer.assemble(traces[-1])
     assert kept.views == views_before
-    latest = state.history_cache.decoding.events
+    latest = state.decoder_memory.spans.events
     assert latest is not None
     assert all(view.attributes.get("body") != "sent as a log record" for view in latest.views)

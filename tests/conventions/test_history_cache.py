@@ -10,8 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
-from otelsignals.conventions.base import HistoryCache, Reader, SpanReading, SpanView
+from otelsignals.conventions.base import Reader, SpanReading, SpanView
 from otelsignals.conventions.genai import GENAI_READER, otel_messages
+from otelsignals.conventions.memory import HistoryCache
 from otelsignals.conventions.openinference import OPENINFERENCE_READER
 from otelsignals.conventions.openllmetry import OPENLLMETRY_READER
 from otelsignals.model import Message, Role
@@ -223,12 +224,12 @@ def described(messages: list[Message]) -> list[tuple]:
 
 
 def read(
-    convention: str, history: list[dict], answer: str, cache: HistoryCache | None
+    convention: str, history: list[dict], answer: str, cache: HistoryCache
 ) -> tuple[SpanReading, SpanReading]:
     """(the reading through ``cache``, a cache-less reading) of one span."""
     make, reader = CONVENTIONS[convention]
     cached_view, plain_view = make(history, answer), make(history, answer)
-    cached_view.history = cache
+    cached_view.histories = cache
     cached, plain = reader.read(cached_view), reader.read(plain_view)
     assert cached is not None and plain is not None and cached.convention == plain.convention
     return cached, plain

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from otelsignals.conventions.base import SpanView, span_view
+from otelsignals.conventions.base import SpanView
 from otelsignals.conventions.openinference import OPENINFERENCE_READER
+from otelsignals.conventions.span_decoder import span_view
 from otelsignals.model import Role
 from tests.conventions.spans import any_value as _any
 

@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from otelsignals.conventions.base import SpanView, span_view
+from otelsignals.conventions.base import SpanView
+from otelsignals.conventions.span_decoder import span_view
 from otelsignals.conventions.vercel_ai import VERCEL_AI_READER
 from otelsignals.model import Role
 from tests.conventions.spans import any_value as _any
