@@ -23,6 +23,7 @@ test: $(STAMP)
 	$(BIN)/ruff check otelsignals tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	scripts/dead-code
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -24,7 +24,7 @@ from otelsignals.conventions.decoding import AttributeOrigin, EventView
 from otelsignals.conventions.indexed import Fill, Locate, indexed_groups
 from otelsignals.model import LlmCall, Message, ToolResult
 
-STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
+STATUS_UNSET, STATUS_ERROR = 0, 2  # OTLP Status.code values read here (1 is OK)
 _TOOL_RESULT = attrgetter("tool_result")
 EVENT_NAME = attrgetter("name")
 

@@ -94,9 +94,9 @@ _ROLES: dict[str, Role] = {
     "function": Role.TOOL,  # OpenAI's pre-tools function results
     "ipython": Role.TOOL,
 }
+# Only these parts become message text: reasoning ("reasoning", "thinking", "redacted_thinking") is
+# not what the user saw.
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
-# Reasoning is not what the user saw: it never becomes message text.
-REASONING_PART_TYPES = frozenset({"reasoning", "thinking", "redacted_thinking"})
 
 
 # -- shared helpers ---------------------------------------------------------------------------

@@ -72,14 +72,10 @@ def _index(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
-def indexed_entries(attributes: Mapping[str, Any], prefixes: tuple[str, ...]) -> list[dict[str, Any]]:
-    """``{prefix}{i}.{field}`` attributes grouped per index ``i`` and sorted numerically (indexes may be
-    sparse or arrive in any order). ``tool_calls.{j}.{field}`` become ``entry["tool_calls"][j]``."""
-    return _indexed_entries(SpanView(b"", b"", attributes=dict(attributes)), (prefixes,))[0]
-
-
 def _indexed_entries(span: SpanView, groups: tuple[tuple[str, ...], ...]) -> list[list[dict[str, Any]]]:
-    """:func:`indexed_entries` for several groups of prefixes at once. A span resending a long history
+    """Per group of prefixes, the ``{prefix}{i}.{field}`` attributes grouped per index ``i`` and sorted
+    numerically (indexes may be sparse or arrive in any order); ``tool_calls.{j}.{field}`` become
+    ``entry["tool_calls"][j]``. A span resending a long history
     has hundreds of them, the same keys every call: what a key means is worked out once
     (:func:`_slot`), and the entries of attributes an earlier span of the conversation had too are
     that span's (SpanView.indexed_groups)."""
