@@ -20,12 +20,7 @@ from typing import Any
 from otelsignals.model import SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, DetectorSpec
-from otelsignals.signals.matching import (
-    DEFAULT_NEGATORS,
-    Scan,
-    Token,
-    snippet,
-)
+from otelsignals.signals.matching import DEFAULT_NEGATORS, Scan, snippet
 from otelsignals.signals.phrase_analysis import (
     COMPLAINTS,
     TextAnalysis,
@@ -35,6 +30,7 @@ from otelsignals.signals.phrase_analysis import (
     sentence_spans,
     user_texts,
 )
+from otelsignals.signals.tokens import Token
 from otelsignals.signals.word_lists import word_sequences, word_set
 
 CAPS_RATIO = 0.7

@@ -18,12 +18,7 @@ from __future__ import annotations
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, DetectorSpec
-from otelsignals.signals.matching import (
-    DEFAULT_NEGATORS,
-    Token,
-    snippet,
-    tokenise,
-)
+from otelsignals.signals.matching import DEFAULT_NEGATORS, snippet
 from otelsignals.signals.phrase_analysis import (
     COMPARE_CHARS,
     SEED_LOOKBACK,
@@ -37,6 +32,7 @@ from otelsignals.signals.phrase_analysis import (
     user_texts,
 )
 from otelsignals.signals.rephrase import detect_rephrase
+from otelsignals.signals.tokens import Token, tokenise
 from otelsignals.signals.word_lists import word_order, word_sequences, word_set
 
 # --- misalignment ----------------------------------------------------------------------------------

@@ -64,11 +64,10 @@ from otelsignals.signals.matching import (
     PhraseGroup,
     PhraseMatcher,
     Scan,
-    Token,
     phrase_tokens,
     snippet,
-    tokenise,
 )
+from otelsignals.signals.tokens import Token, tokenise
 from otelsignals.signals.word_lists import phrase_file, word_set
 
 FUZZY_PENALTY = 0.15

@@ -27,11 +27,7 @@ from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext
 from otelsignals.signals.disengagement import caps_cue, caps_run_cue
-from otelsignals.signals.matching import (
-    DEFAULT_NEGATORS,
-    Token,
-    snippet,
-)
+from otelsignals.signals.matching import DEFAULT_NEGATORS, snippet
 from otelsignals.signals.phrase_analysis import (
     COMPARE_CHARS,
     SEED_LOOKBACK,
@@ -46,6 +42,7 @@ from otelsignals.signals.phrase_analysis import (
     user_texts,
 )
 from otelsignals.signals.stagnation import REPETITION_WINDOW, Answer, comparable_answer, most_similar
+from otelsignals.signals.tokens import Token
 from otelsignals.signals.word_lists import canonical_forms, word_order, word_sequences, word_set
 
 # The near-duplicate thresholds were calibrated on the labelled pairs REPHRASE_PAIRS (tests/signals/

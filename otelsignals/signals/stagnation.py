@@ -19,10 +19,8 @@ from rapidfuzz import fuzz, process
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, DetectorSpec
-from otelsignals.signals.matching import (
-    tokenise,
-)
 from otelsignals.signals.phrase_analysis import COMPARE_CHARS, recent_messages, sentence_spans
+from otelsignals.signals.tokens import tokenise
 
 # Repetition, over normalised text: repeated answers scored ratio ≥ 93.5; templated answers with other
 # data ("added milk" / "added eggs to your shopping list") ≤ 88.9.

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from otelsignals.signals.matching import (
-    PhraseGroup,
-    PhraseMatcher,
-    interior_one_edit,
-    normalise,
-    snippet,
-    tokenise,
-    unify,
-)
+from otelsignals.signals.matching import PhraseGroup, PhraseMatcher, interior_one_edit, snippet
+from otelsignals.signals.tokens import normalise, tokenise, unify
 
 GROUPS = (
     PhraseGroup("gratitude", ("thanks", "thank you", "much appreciated"), exclude=("thanks to",)),

@@ -13,7 +13,7 @@ import pytest
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals import word_lists
 from otelsignals.signals.failure import is_query_call
-from otelsignals.signals.matching import tokenise
+from otelsignals.signals.tokens import tokenise
 from otelsignals.signals.word_lists import canonical_forms, phrase_file, word_sequences, word_set
 from tests.signals.conversations import assert_fires, only, rule_conversations
 from tests.signals.tool_conversations import (
