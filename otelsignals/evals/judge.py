@@ -51,33 +51,26 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import math
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 from string import Template
 from typing import Any, Literal, Protocol
 
-from otelsignals.model import Conversation, Message, Role
-
-try:  # the session metrics' result type, when that module provides it
-    from otelsignals.evals.session_metrics import MetricResult
-except ImportError:  # pragma: no cover - only while session_metrics does not exist
-
-    @dataclass(frozen=True)
-    class MetricResult:  # type: ignore[no-redef]
-        name: str
-        score: float | None  # None when errored
-        passed: bool
-        reason: str
-        metadata: dict[str, Any]
-
-        def as_dict(self) -> dict[str, Any]:
-            return dataclasses.asdict(self)
-
+from otelsignals.evals.judge_prompts import (
+    Stage,
+    args_text,
+    load_stage,
+    parse_json_reply,
+    prompts_root,
+    render_tools,
+    render_transcript,
+    section,
+    tool_calls_of,
+    validate,
+)
+from otelsignals.evals.session_metrics import MetricResult
+from otelsignals.model import Conversation
 
 __all__ = [
     "METRICS",
@@ -89,13 +82,7 @@ __all__ = [
     "JudgeConfig",
     "JudgeError",
     "JudgeStats",
-    "MetricResult",
     "is_errored",
-    "load_stage",
-    "proxy_confidence",
-    "proxy_tool_correctness",
-    "render_transcript",
-    "validate",
 ]
 
 METRICS: tuple[str, ...] = (
@@ -109,7 +96,6 @@ METRICS: tuple[str, ...] = (
 )
 
 JUDGE_SOURCE = "llm_judge"
-PROXY_SOURCE = "proxy"
 
 
 # ---- configuration and counters ------------------------------------------------------------------
@@ -221,235 +207,6 @@ class Complete(Protocol):
     async def __call__(self, body: dict[str, Any]) -> Completion: ...
 
 
-# ---- prompts and schemas -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    prompt: str  # the system message, $schema substituted
-    schema: dict[str, Any]
-
-
-def _prompts_root(prompts_dir: str | None) -> Any:
-    return Path(prompts_dir) if prompts_dir else resources.files("otelsignals.evals") / "prompts"
-
-
-def load_stage(name: str, prompts_dir: str | None = None) -> Stage:
-    root = _prompts_root(prompts_dir)
-    schema = json.loads((root / f"{name}.schema.json").read_text(encoding="utf-8"))
-    unsupported = _unsupported_keywords(schema)
-    if unsupported:
-        raise ValueError(f"schema {name}: unsupported keywords {sorted(unsupported)}")
-    template = Template((root / f"{name}.txt").read_text(encoding="utf-8"))
-    return Stage(name, template.substitute(schema=json.dumps(schema, indent=2)), schema)
-
-
-_SUPPORTED = frozenset(
-    {
-        "type",
-        "properties",
-        "required",
-        "additionalProperties",
-        "items",
-        "enum",
-        "minimum",
-        "maximum",
-        "minItems",
-        "maxItems",
-        "minLength",
-        "description",
-        "title",
-        "$schema",
-    }
-)
-
-
-def _unsupported_keywords(schema: Any) -> set[str]:
-    if not isinstance(schema, dict):
-        return set()
-    found = set(schema) - _SUPPORTED
-    for sub in (schema.get("properties") or {}).values():
-        found |= _unsupported_keywords(sub)
-    for key in ("items", "additionalProperties"):
-        found |= _unsupported_keywords(schema.get(key))
-    return found
-
-
-_TYPES: dict[str, Callable[[Any], bool]] = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-    "integer": lambda v: (
-        (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
-    ),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
-}
-
-
-def validate(instance: Any, schema: Mapping[str, Any], path: str = "$") -> list[str]:
-    """Errors of `instance` against a JSON-schema subset (see _SUPPORTED); [] when valid."""
-    expected = schema.get("type")
-    if expected is not None:
-        names = [expected] if isinstance(expected, str) else list(expected)
-        if not any(_TYPES[n](instance) for n in names):
-            return [f"{path} must be of type {' or '.join(names)}, got {type(instance).__name__}"]
-    errors: list[str] = []
-    if "enum" in schema and instance not in schema["enum"]:
-        errors.append(f"{path} must be one of {schema['enum']}, got {instance!r}")
-    if _TYPES["number"](instance):
-        errors += _number_errors(instance, schema, path)
-    if isinstance(instance, str) and len(instance) < schema.get("minLength", 0):
-        errors.append(f"{path} must have at least {schema['minLength']} characters")
-    if isinstance(instance, list):
-        errors += _array_errors(instance, schema, path)
-    if isinstance(instance, dict):
-        errors += _object_errors(instance, schema, path)
-    return errors
-
-
-def _number_errors(instance: float, schema: Mapping[str, Any], path: str) -> list[str]:
-    errors: list[str] = []
-    if "minimum" in schema and instance < schema["minimum"]:
-        errors.append(f"{path} must be >= {schema['minimum']}, got {instance}")
-    if "maximum" in schema and instance > schema["maximum"]:
-        errors.append(f"{path} must be <= {schema['maximum']}, got {instance}")
-    return errors
-
-
-def _array_errors(instance: list[Any], schema: Mapping[str, Any], path: str) -> list[str]:
-    errors: list[str] = []
-    if len(instance) < schema.get("minItems", 0):
-        errors.append(f"{path} must have at least {schema['minItems']} items")
-    if "maxItems" in schema and len(instance) > schema["maxItems"]:
-        errors.append(f"{path} must have at most {schema['maxItems']} items")
-    if isinstance(schema.get("items"), dict):
-        for i, item in enumerate(instance):
-            errors += validate(item, schema["items"], f"{path}[{i}]")
-    return errors
-
-
-def _object_errors(instance: dict[str, Any], schema: Mapping[str, Any], path: str) -> list[str]:
-    props: dict[str, Any] = schema.get("properties") or {}
-    errors = [f"{path}.{key} is required" for key in schema.get("required", ()) if key not in instance]
-    for key, value in instance.items():
-        if key in props:
-            errors += validate(value, props[key], f"{path}.{key}")
-        elif schema.get("additionalProperties") is False:
-            errors.append(f"{path}.{key} is not allowed")
-    return errors
-
-
-def _parse_json_reply(content: Any) -> Any:
-    """The reply's JSON object; tolerates one surrounding ``` fence. Raises ValueError."""
-    if not isinstance(content, str) or not content.strip():
-        raise ValueError("the reply was empty")
-    text = content.strip()
-    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL)
-    if fenced:
-        text = fenced.group(1)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"the reply was not valid JSON ({exc.msg} at position {exc.pos})") from None
-
-
-# ---- rendering conversations ---------------------------------------------------------------------
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more characters]"
-
-
-def _args_text(arguments: Any) -> str:
-    if arguments is None:
-        return ""
-    if isinstance(arguments, str):
-        return arguments
-    return json.dumps(arguments, ensure_ascii=False, sort_keys=True)
-
-
-def _render_message(number: int, message: Message, limit: int) -> str:
-    content = "(content not captured)" if message.content is None else _clip(message.content, limit)
-    if message.role is Role.TOOL:
-        result = message.tool_result
-        name = (result.name if result else None) or "tool"
-        status = ""
-        if result is not None and result.is_error:
-            detail = result.error_message or result.error_type or (result.status_code or "")
-            status = f" [ERROR{': ' + str(detail) if detail else ''}]"
-        return f"[{number}] tool result ({name}){status}: {content}"
-    lines = []
-    if message.content is not None or not message.tool_calls:
-        lines.append(f"[{number}] {message.role.value}: {content}")
-    else:
-        lines.append(f"[{number}] {message.role.value}:")
-    for call in message.tool_calls:
-        lines.append(f"    -> tool call {call.name}({_clip(_args_text(call.arguments), limit)})")
-    return "\n".join(lines)
-
-
-def render_transcript(
-    conversation: Conversation, max_chars: int = 60_000, max_message_chars: int = 4_000
-) -> str:
-    """Numbered messages (absolute numbers); the oldest are elided beyond `max_chars`, the first kept."""
-    offset = conversation.message_offset
-    rendered = [
-        _render_message(offset + i, m, max_message_chars) for i, m in enumerate(conversation.messages)
-    ]
-    if not rendered:
-        return "(no messages)"
-    total = sum(len(r) + 1 for r in rendered)
-    if total <= max_chars:
-        return "\n".join(rendered)
-    head, tail, size = rendered[0], [], len(rendered[0]) + 60
-    for line in reversed(rendered[1:]):
-        if size + len(line) + 1 > max_chars:
-            break
-        tail.append(line)
-        size += len(line) + 1
-    elided = len(rendered) - 1 - len(tail)
-    return "\n".join([head, f"[… {elided} messages elided …]", *reversed(tail)])
-
-
-def _tool_calls(conversation: Conversation) -> list[tuple[int, Any]]:
-    """(message number, ToolCall) for every call the assistant made, in order."""
-    offset = conversation.message_offset
-    return [
-        (offset + i, call)
-        for i, message in enumerate(conversation.messages)
-        if message.role is Role.ASSISTANT
-        for call in message.tool_calls
-    ]
-
-
-def _tool_line(tool: Any) -> str:
-    if isinstance(tool, str):
-        return f"- {tool}"
-    if isinstance(tool, Mapping):
-        spec = raw if isinstance(raw := tool.get("function"), Mapping) else tool
-        name = spec.get("name", "?")
-        description = spec.get("description") or ""
-        params = spec.get("parameters") or spec.get("input_schema")
-        line = f"- {name}" + (f": {description}" if description else "")
-        if params:
-            line += f"\n  parameters: {json.dumps(params, sort_keys=True)}"
-        return line
-    return f"- {tool}"
-
-
-def _render_tools(available_tools: Any) -> list[str]:
-    if isinstance(available_tools, Mapping):  # {name: description}
-        return [f"- {name}: {desc}" if desc else f"- {name}" for name, desc in available_tools.items()]
-    return [_tool_line(tool) for tool in available_tools]
-
-
-def _section(title: str, body: str) -> str:
-    return f"## {title}\n{body}"
-
-
 # ---- the judge -----------------------------------------------------------------------------------
 
 
@@ -478,7 +235,7 @@ class Judge:
         self._stats = JudgeStats()
         self._semaphore = asyncio.Semaphore(config.max_concurrency)
         self._stages: dict[str, Stage] = {}
-        root = _prompts_root(config.prompts_dir)
+        root = prompts_root(config.prompts_dir)
         self._corrective = Template((root / "corrective.txt").read_text(encoding="utf-8"))
 
     @property
@@ -551,7 +308,7 @@ class Judge:
             payload = await self._post(body, run)
             content = _content(payload)
             try:
-                parsed = _parse_json_reply(content)
+                parsed = parse_json_reply(content)
                 errors = validate(parsed, stage.schema)
                 if errors:
                     raise ValueError("it does not match the schema: " + "; ".join(errors[:5]))
@@ -618,12 +375,12 @@ class Judge:
 
     async def _task(self, conversation: Conversation, run: _Run) -> dict[str, Any]:
         return await self._run_stage(
-            "extract_task", _section("Conversation", self._transcript(conversation)), run
+            "extract_task", section("Conversation", self._transcript(conversation)), run
         )
 
     async def _plan(self, conversation: Conversation, run: _Run) -> list[str] | None:
         found = await self._run_stage(
-            "extract_plan", _section("Conversation", self._transcript(conversation)), run
+            "extract_plan", section("Conversation", self._transcript(conversation)), run
         )
         steps = [s.strip() for s in found["plan"] if s.strip()]
         return steps if found["has_plan"] and steps else None
@@ -642,9 +399,9 @@ class Judge:
                 return 1.0, "No task found in the conversation.", {"task": "", "outcome": found["outcome"]}
             user = "\n\n".join(
                 [
-                    _section("Conversation", self._transcript(conversation)),
-                    _section("Task", task),
-                    _section("Outcome", found["outcome"]),
+                    section("Conversation", self._transcript(conversation)),
+                    section("Task", task),
+                    section("Outcome", found["outcome"]),
                 ]
             )
             verdict = await self._run_stage("task_completion", user, run)
@@ -657,18 +414,18 @@ class Judge:
         self, conversation: Conversation, available_tools: Iterable[Any] | Mapping[str, str] | None = None
     ) -> MetricResult:
         """Were the right tools chosen? ``available_tools``: names, OpenAI tool dicts or {name: text}."""
-        tools = _render_tools(available_tools) if available_tools is not None else []
+        tools = render_tools(available_tools) if available_tools is not None else []
 
         async def body(run: _Run) -> _Outcome:
-            calls = _tool_calls(conversation)
+            calls = tool_calls_of(conversation)
             if not calls and not tools:
                 return 1.0, "No tool calls and no tools available.", {"tool_calls": 0}
-            listed = "\n".join(f"- [{n}] {c.name}({_args_text(c.arguments)})" for n, c in calls)
+            listed = "\n".join(f"- [{n}] {c.name}({args_text(c.arguments)})" for n, c in calls)
             user = "\n\n".join(
                 [
-                    _section("Conversation", self._transcript(conversation)),
-                    _section("Available tools", "\n".join(tools) if tools else "(not known)"),
-                    _section("Tool calls made", listed or "(none)"),
+                    section("Conversation", self._transcript(conversation)),
+                    section("Available tools", "\n".join(tools) if tools else "(not known)"),
+                    section("Tool calls made", listed or "(none)"),
                 ]
             )
             verdict = await self._run_stage("tool_correctness", user, run)
@@ -685,11 +442,11 @@ class Judge:
         """One verdict per tool call; score = correct verdicts / tool calls (1.0, no request, with none)."""
 
         async def body(run: _Run) -> _Outcome:
-            calls = _tool_calls(conversation)
+            calls = tool_calls_of(conversation)
             if not calls:
                 return 1.0, "No tool calls to judge.", {"tool_calls": 0, "verdicts": []}
             listed = "\n".join(
-                f"{i}. {call.name}({_args_text(call.arguments)}) (message {n})"
+                f"{i}. {call.name}({args_text(call.arguments)}) (message {n})"
                 for i, (n, call) in enumerate(calls, 1)
             )
 
@@ -704,8 +461,8 @@ class Judge:
 
             user = "\n\n".join(
                 [
-                    _section("Conversation", self._transcript(conversation)),
-                    _section("Tool calls to judge", listed),
+                    section("Conversation", self._transcript(conversation)),
+                    section("Tool calls to judge", listed),
                 ]
             )
             reply = await self._run_stage("argument_correctness", user, run, check)
@@ -747,7 +504,7 @@ class Judge:
             if not task:
                 return 1.0, "No task found in the conversation.", {"task": ""}
             user = "\n\n".join(
-                [_section("Conversation", self._transcript(conversation)), _section("Task", task)]
+                [section("Conversation", self._transcript(conversation)), section("Task", task)]
             )
             verdict = await self._run_stage("step_efficiency", user, run)
             meta = {"task": task, "redundant_steps": verdict["redundant_steps"]}
@@ -761,7 +518,7 @@ class Judge:
         async def body(run: _Run) -> _Outcome:
             if not conversation.messages:
                 raise JudgeError("empty", "the conversation has no messages to judge")
-            user = _section("Conversation", self._transcript(conversation))
+            user = section("Conversation", self._transcript(conversation))
             verdict = await self._run_stage("confidence", user, run)
             return verdict["score"], verdict["reason"], {"concerns": verdict["concerns"]}
 
@@ -774,7 +531,7 @@ class Judge:
                 return 1.0, "No plan found in the conversation.", {"plan_found": False, "plan": []}
             steps = "\n".join(f"{i}. {step}" for i, step in enumerate(plan, 1))
             user = "\n\n".join(
-                [_section("Conversation", self._transcript(conversation)), _section("Plan", steps)]
+                [section("Conversation", self._transcript(conversation)), section("Plan", steps)]
             )
             verdict = await self._run_stage(name, user, run)
             key = "deviations" if name == "plan_adherence" else "issues"
@@ -815,75 +572,3 @@ def _content(payload: Mapping[str, Any]) -> Any:
 
 def _int(value: Any) -> int:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
-
-
-# ---- model-free proxies --------------------------------------------------------------------------
-
-# Weight of one occurrence of each signal in proxy_confidence; a bare category key counts with the
-# category's weight. Quitting or asking for a human is the strongest sign the answer was not accepted.
-PROXY_CONFIDENCE_WEIGHTS: dict[str, float] = {
-    "interaction.misalignment": 0.25,
-    "interaction.misalignment.correction": 0.25,
-    "interaction.misalignment.rephrase": 0.25,
-    "interaction.misalignment.clarification": 0.25,
-    "interaction.disengagement": 0.5,
-    "interaction.disengagement.negative_stance": 0.5,
-    "interaction.disengagement.escalation": 1.0,
-    "interaction.disengagement.quit": 1.0,
-}
-
-
-def proxy_confidence(signal_counts: Mapping[str, int], *, threshold: float = 0.5) -> MetricResult:
-    """Model-free confidence from misalignment and disengagement signal counts.
-
-    confidence = 1 − (1 − exp(−Σ wᵢ·countᵢ)) = exp(−Σ wᵢ·countᵢ), with the weights in
-    PROXY_CONFIDENCE_WEIGHTS (misalignment 0.25 each, negative stance 0.5, escalation/quit 1.0):
-    no signals → 1.0; one correction → 0.78; two corrections → 0.61; one quit → 0.37. Other signal
-    types are ignored; negative counts count as 0.
-    """
-    counted: dict[str, int] = {}
-    load = 0.0
-    for signal_type, count in signal_counts.items():
-        weight = PROXY_CONFIDENCE_WEIGHTS.get(signal_type)
-        if weight is None or not count or count < 0:
-            continue
-        counted[signal_type] = int(count)
-        load += weight * count
-    misalignment = sum(n for t, n in counted.items() if t.startswith("interaction.misalignment"))
-    disengagement = sum(n for t, n in counted.items() if t.startswith("interaction.disengagement"))
-    score = math.exp(-load)
-    reason = (
-        "No misalignment or disengagement signals."
-        if not counted
-        else f"{misalignment} misalignment and {disengagement} disengagement signals lower confidence."
-    )
-    metadata = {
-        "source": PROXY_SOURCE,
-        "status": "ok",
-        "formula": "exp(-sum(weight * count))",
-        "weighted_load": round(load, 6),
-        "misalignment_count": misalignment,
-        "disengagement_count": disengagement,
-        "counted_signals": counted,
-        "weights": {t: PROXY_CONFIDENCE_WEIGHTS[t] for t in counted},
-    }
-    return MetricResult("confidence", score, score >= threshold, reason, metadata)
-
-
-def proxy_tool_correctness(conversation: Conversation, *, threshold: float = 0.5) -> MetricResult:
-    """Model-free tool correctness: successful tool results / tool results (1.0 with none)."""
-    results = [
-        m.tool_result for m in conversation.messages if m.role is Role.TOOL and m.tool_result is not None
-    ]
-    failed = [r for r in results if r.is_error]
-    total = len(results)
-    score = 1.0 if total == 0 else (total - len(failed)) / total
-    reason = "No tool results." if total == 0 else f"{total - len(failed)} of {total} tool calls succeeded."
-    metadata = {
-        "source": PROXY_SOURCE,
-        "status": "ok",
-        "tool_results": total,
-        "failed": len(failed),
-        "failed_tools": [r.name or "?" for r in failed],
-    }
-    return MetricResult("tool_correctness", score, score >= threshold, reason, metadata)

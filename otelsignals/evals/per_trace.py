@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from otelsignals.evals.embeddings import Embedder
-from otelsignals.evals.judge import proxy_confidence, proxy_tool_correctness
+from otelsignals.evals.proxies import proxy_confidence, proxy_tool_correctness
 from otelsignals.evals.session_metrics import TraceSignals
 from otelsignals.evals.trace_metrics import coherence, loop_detection
 from otelsignals.model import Conversation, Message, Role, SignalInstance

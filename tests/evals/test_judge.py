@@ -15,17 +15,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from otelsignals.evals.judge import (
-    METRICS,
-    Judge,
-    JudgeConfig,
-    is_errored,
-    load_stage,
-    proxy_confidence,
-    proxy_tool_correctness,
-    render_transcript,
-    validate,
-)
+from otelsignals.evals.judge import METRICS, Judge, JudgeConfig, is_errored
+from otelsignals.evals.judge_prompts import load_stage, render_transcript, validate
+from otelsignals.evals.proxies import proxy_confidence, proxy_tool_correctness
 from otelsignals.model import Conversation, Message, Role, ToolCall, ToolResult
 from otelsignals.pipeline.http_client import Backoff, RetryPolicy
 from otelsignals.pipeline.llm_endpoints import ChatCompletions
