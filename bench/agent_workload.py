@@ -1031,7 +1031,7 @@ STAGES = (
 
 def profile(workload: Workload, top: int) -> dict[str, Any]:
     import otelsignals.analysis as analysis_module
-    from otelsignals.config import load_config
+    from otelsignals.config_loading import load_config
     from otelsignals.otlp.wire import SpanRecord, encode_request, split_by_size, split_request
     from otelsignals.pipeline.analyzer import Analyzer
     from otelsignals.pipeline.assembler import Assembler, ReleasedTrace

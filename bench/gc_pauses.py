@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from otelsignals.config import load_config  # noqa: E402
+from otelsignals.config_loading import load_config  # noqa: E402
 from otelsignals.gc_policy import GcPolicy  # noqa: E402
 from otelsignals.offline import read_requests, traces_in_time_order  # noqa: E402
 from otelsignals.pipeline.analyzer import Analyzer  # noqa: E402

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from otelsignals.config import Config, ConfigError, load_config, validate
+from otelsignals.config import Config, ConfigError, validate
+from otelsignals.config_loading import load_config
 from otelsignals.telemetry import metric_total, setup_logging
 
 if TYPE_CHECKING:

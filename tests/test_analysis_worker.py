@@ -15,7 +15,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client import CollectorRegistry
 
-from otelsignals.config import load_config
+from otelsignals.config_loading import load_config
 from otelsignals.pipeline.analysis_worker import AnalysisWorker
 from otelsignals.sidecar import Sidecar
 from tests.support.clients import export_grpc, make_spans

@@ -20,11 +20,11 @@ from otelsignals.config import (
     Config,
     ConfigError,
     Duration,
-    load_config,
     parse_byte_size,
     parse_duration,
     validate,
 )
+from otelsignals.config_loading import load_config
 
 REPO = Path(__file__).resolve().parent.parent
 DOCUMENTED = REPO / "config" / "otelsignals.yaml"

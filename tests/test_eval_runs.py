@@ -180,7 +180,8 @@ def test_old_runs_are_removed_by_count_on_write(tmp_path):
     [("OTELSIGNALS_EVALS__RUNS_MAX_COUNT", "0"), ("OTELSIGNALS_EVALS__RUNS_MAX_AGE", "0s")],
 )
 def test_retention_settings_are_validated(variable, value):
-    from otelsignals.config import Config, ConfigError, load_config, validate
+    from otelsignals.config import Config, ConfigError, validate
+    from otelsignals.config_loading import load_config
 
     assert (Config().evals.runs_max_age, Config().evals.runs_max_count) == (7 * 86400.0, 1000)
     with pytest.raises(ConfigError) as raised:

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from bench import triage_real
-from otelsignals.config import load_config
+from otelsignals.config_loading import load_config
 from otelsignals.gc_policy import YOUNG_THRESHOLD, GcPolicy
 from otelsignals.offline import read_requests, traces_in_time_order
 from otelsignals.pipeline.analyzer import Analyzer

@@ -11,7 +11,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otelsignals.config import ConfigError, load_config, validate
+from otelsignals.config import ConfigError, validate
+from otelsignals.config_loading import load_config
 from otelsignals.conventions.base import SpanReading, ToolExecution
 from otelsignals.limits import TextLimits, cap_messages, cap_reading
 from otelsignals.model import Message, Role, ToolResult

@@ -25,7 +25,8 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from otelsignals.config import ConfigError, load_config, validate
+from otelsignals.config import ConfigError, validate
+from otelsignals.config_loading import load_config
 from tests.support.clients import (
     assert_refused_beyond,
     closed_by_peer,
