@@ -3,7 +3,7 @@
 
 from otelsignals.demo.traffic import _SpanCounter
 from otelsignals.evals.judge import Judge
-from otelsignals.pipeline.receiver import _GrpcAuthentication
+from otelsignals.pipeline.grpc_receiver import _GrpcAuthentication
 
 _SpanCounter.on_end  # the OpenTelemetry SDK calls a SpanProcessor's on_end
 _GrpcAuthentication.intercept_service  # grpc.aio calls a ServerInterceptor's intercept_service
