@@ -1015,6 +1015,7 @@ def describe(workload: Workload, conversations: int, active: int) -> str:
 # ----------------------------------------------------------------------------------------------
 # --profile: the sidecar's stages in this process
 # ----------------------------------------------------------------------------------------------
+INDEX_FLUSH_TURNS = 50  # --profile: turns between two index writes
 STAGES = (
     "parse",
     "assemble",
@@ -1024,6 +1025,7 @@ STAGES = (
     "trace metrics",
     "analyzer other",
     "enrich",
+    "index",
     "encode",
     "gzip (est.)",
 )
@@ -1036,7 +1038,9 @@ def profile(workload: Workload, top: int) -> dict[str, Any]:
     from otelsignals.pipeline.analyzer import Analyzer
     from otelsignals.pipeline.assembler import Assembler, ReleasedTrace
     from otelsignals.pipeline.enricher import Enricher
+    from otelsignals.pipeline.index_writer import IndexWriter
     from otelsignals.signals.detect import warm_up
+    from otelsignals.stores.conversation_index import open_index
     from otelsignals.telemetry import Telemetry
 
     config = load_config(None, environ={})
@@ -1068,6 +1072,14 @@ def profile(workload: Workload, top: int) -> dict[str, Any]:
         """The pipeline's path for every turn; returns the seconds it took."""
         analyzer = Analyzer(Telemetry(), config.sessions, config.signals, config.evals, config.analyzer)
         enricher = Enricher(config.signals)
+        # The conversation index as the sidecar writes it: a row per analysed turn, a batch per
+        # flush (about one a second at this workload's ~50 turns/s), an SQLite file.
+        index_dir = tempfile.mkdtemp(prefix="otelsignals-profile-index-")
+        from prometheus_client import CollectorRegistry
+
+        index_writer = IndexWriter(
+            config.index, open_index(f"sqlite:///{index_dir}/index.db"), CollectorRegistry(), False
+        )
         released: list[ReleasedTrace] = []
         assembler = Assembler(released.append, lambda record: None, decision_wait=2.0)
         pending: list[SpanRecord] = []
@@ -1089,6 +1101,7 @@ def profile(workload: Workload, top: int) -> dict[str, Any]:
                 gzip.flush()
                 timers["gzip (est.)"] += clock() - started
 
+        indexed_turns = 0
         if profiler is not None:
             profiler.enable()
         started = clock()
@@ -1109,6 +1122,16 @@ def profile(workload: Workload, top: int) -> dict[str, Any]:
                     enricher.enrich(trace, result)
                 t5 = clock()
                 timers["enrich"] += t5 - t4
+                if result is not None:
+                    state = analyzer.sessions.get(result.conversation_id)
+                    if state is not None:
+                        index_writer.record(state, current=result.score)
+                    indexed_turns += 1
+                    if indexed_turns % INDEX_FLUSH_TURNS == 0:
+                        index_writer.flush()
+                t5b = clock()
+                timers["index"] += t5b - t5
+                t5 = t5b
                 pending.extend(trace.spans)
                 pending_bytes += trace.size
                 if len(pending) >= batch.max_spans or pending_bytes >= batch.max_bytes:
@@ -1117,6 +1140,9 @@ def profile(workload: Workload, top: int) -> dict[str, Any]:
                 timers["encode"] += clock() - t5
             released.clear()
         export(pending)
+        index_writer.flush()
+        index_writer.index.close()
+        shutil.rmtree(index_dir, ignore_errors=True)
         elapsed = clock() - started
         if profiler is not None:
             profiler.disable()

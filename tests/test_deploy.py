@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from otelsignals import config as cfg
+from otelsignals.config_loading import load_config
 from otelsignals.signals.taxonomy import LEAF_TYPES
 from otelsignals.telemetry import Telemetry
 
@@ -150,7 +151,7 @@ def _config_file_for(pod: dict[str, Any], container: dict[str, Any], tmp_path: P
 def _effective_config(pod: dict[str, Any], container: dict[str, Any], tmp_path: Path) -> cfg.Config:
     """What `otelsignals run` in that container would run with: image ENV, ConfigMap file, pod env."""
     environ = {**_dockerfile_env(), **_container_environ(container)}
-    return cfg.validate(cfg.load_config(_config_file_for(pod, container, tmp_path), environ=environ))
+    return cfg.validate(load_config(_config_file_for(pod, container, tmp_path), environ=environ))
 
 
 def _resolve_port(container: dict[str, Any], port: int | str) -> int:
@@ -183,7 +184,7 @@ def test_every_otelsignals_env_var_is_a_real_config_key() -> None:
             environ = _container_environ(container)  # fails naming the variable for an unknown key
             seen += len(environ)
             try:
-                cfg.validate(cfg.load_config(None, environ=environ))
+                cfg.validate(load_config(None, environ=environ))
             except cfg.ConfigError as exc:
                 pytest.fail(f"{path.name}/{container['name']}: {exc}")
     assert seen >= 10, "expected the manifests to configure otelsignals through OTELSIGNALS_* variables"
@@ -194,7 +195,7 @@ def test_env_mapping_check_rejects_unknown_keys() -> None:
     with pytest.raises(pytest.fail.Exception, match=r"no config key 'exporter\.endpoints'"):
         _config_key_path("OTELSIGNALS_EXPORTER__ENDPOINTS")
     with pytest.raises(cfg.ConfigError, match=r"exporter\.endpoints"):
-        cfg.load_config(None, environ={"OTELSIGNALS_EXPORTER__ENDPOINTS": "x:4317"})
+        load_config(None, environ={"OTELSIGNALS_EXPORTER__ENDPOINTS": "x:4317"})
     assert _config_key_path("OTELSIGNALS_EXPORTER__QUEUE__DIRECTORY") == ["exporter", "queue", "directory"]
 
 
@@ -231,7 +232,7 @@ def test_configmap_otelsignals_yaml_loads_and_validates(tmp_path: Path) -> None:
         # The admin token comes from a Secret through the environment (checked per container below).
         secret = {"OTELSIGNALS_ADMIN__AUTH_TOKEN": "secret:otelsignals-admin/token"}
         try:
-            config = cfg.validate(cfg.load_config(path, environ=secret))
+            config = cfg.validate(load_config(path, environ=secret))
         except cfg.ConfigError as exc:
             pytest.fail(f"ConfigMap {configmap['metadata']['name']}: {exc}")
         assert config.exporter.endpoint, "the sidecar example forwards to a collector"
@@ -385,12 +386,12 @@ def test_dockerfile_env_maps_to_config_keys() -> None:
     # command gives it (never baked into the image)...
     assert "OTELSIGNALS_ADMIN__AUTH_TOKEN" not in environ
     with pytest.raises(cfg.ConfigError) as refused:
-        cfg.validate(cfg.load_config(None, environ=environ))
+        cfg.validate(load_config(None, environ=environ))
     assert refused.value.key == "admin.auth_token"
     assert "OTELSIGNALS_ADMIN__AUTH_TOKEN" in DOCKERFILE.read_text(), "the run example passes a token"
     # ...and starts with one.
     run_time = environ | {"OTELSIGNALS_ADMIN__AUTH_TOKEN": "from-docker-run"}
-    config = cfg.validate(cfg.load_config(None, environ=run_time))
+    config = cfg.validate(load_config(None, environ=run_time))
     assert config.admin.endpoint == f"0.0.0.0:{ADMIN_PORT}"
 
 
