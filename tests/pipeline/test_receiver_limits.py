@@ -35,7 +35,7 @@ from tests.support.otlp_sink import OtlpSink
 from tests.support.sidecar import SidecarProcess
 
 TRACES_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-FIXTURE = Path(__file__).parent / "fixtures" / "openai_v2_events"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "openai_v2_events"
 MIB = 1024 * 1024
 # The good client's bound in these tests (the 1 s target is measured by bench/chaos.py).
 GENEROUS_LATENCY_S = 5.0

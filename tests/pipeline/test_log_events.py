@@ -12,7 +12,7 @@ from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.pipeline.log_events import LogEventBuffer
 from otelsignals.telemetry import Telemetry
 
-FIXTURE = Path(__file__).parent / "fixtures" / "openai_v2_events"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "openai_v2_events"
 
 
 def logs() -> ExportLogsServiceRequest:

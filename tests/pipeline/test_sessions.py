@@ -116,7 +116,7 @@ def test_the_analyzer_keeps_its_sessions_under_the_byte_bound_and_says_so():
     from otelsignals.pipeline.analyzer import Analyzer
     from otelsignals.telemetry import Telemetry
 
-    fixtures = Path(__file__).parent / "fixtures"
+    fixtures = Path(__file__).parents[1] / "fixtures"
     paths = [p for p in sorted(fixtures.rglob("*.binpb")) if not p.name.endswith(".logs.binpb")]
     traces = traces_in_time_order(request for path in paths for request in read_requests(path))
     telemetry = Telemetry()
