@@ -13,13 +13,16 @@ import asyncio
 import dataclasses
 import datetime
 import hmac
+import time
 from collections.abc import Awaitable, Callable, Mapping
+from importlib import resources
 from typing import Any
 
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from otelsignals.config import UiConfig
 from otelsignals.conversation import ConversationState
 from otelsignals.evals.session_metrics import agent_consistency, agent_reliability
 from otelsignals.model import Message
@@ -42,11 +45,12 @@ def admin_app(
     eval_runs: EvalRuns | None = None,
     read_state: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
     index: ConversationIndex | None = None,
+    ui: UiConfig | None = None,
 ) -> web.Application:
     """``read_state`` runs a reader of the sessions where that is safe (the pipeline's analysis
     thread changes them); without it they are read directly."""
     api = AdminApi(
-        telemetry, is_ready, sessions, show_content, reputation, auth_token, eval_runs, read_state, index
+        telemetry, is_ready, sessions, show_content, reputation, auth_token, eval_runs, read_state, index, ui
     )
     app = web.Application(middlewares=[api.bearer_token])
     app.router.add_post("/v1/eval-runs", api.start_eval_run)
@@ -57,6 +61,11 @@ def admin_app(
     app.router.add_get("/readyz", api.readyz)
     app.router.add_get("/metrics", api.metrics)
     app.router.add_get("/v1/sessions", api.list_sessions)
+    app.router.add_get("/v1/timeline", api.timeline)
+    if ui is not None and ui.enabled:
+        app.router.add_get("/v1/ui", api.ui_settings)
+        app.router.add_get("/ui", api.ui_page)
+        app.router.add_get("/ui/{asset}", api.ui_asset)
     app.router.add_get("/v1/sessions/{session_id}", api.session)
     return app
 
@@ -74,6 +83,7 @@ class AdminApi:
     eval_runs: EvalRuns | None
     read_state: Callable[[Callable[[], Any]], Awaitable[Any]] | None
     index: ConversationIndex | None = None
+    ui: UiConfig | None = None
 
     async def healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -103,6 +113,31 @@ class AdminApi:
         if found is None:
             return web.json_response({"error": f"no session {key!r} is open or indexed"}, status=404)
         return web.json_response(found)
+
+    async def timeline(self, request: web.Request) -> web.Response:
+        """Per time bucket, indexed conversations by quality and by category (the page's plots):
+        ``since`` / ``until`` as in the listing (default: the last 24 hours), ``buckets`` (24)."""
+        if self.index is None:
+            return web.json_response(
+                {"error": "the conversation index is disabled (index.enabled)"}, status=404
+            )
+        try:
+            until = _time(request.query, "until") or time.time()
+            since = _time(request.query, "since") or until - 86400.0
+            buckets = int(_number(request.query, "buckets") or 24)
+            found = await asyncio.to_thread(self.index.timeline, since, until, buckets)
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        return web.json_response(found)
+
+    async def ui_settings(self, _: web.Request) -> web.Response:
+        return web.json_response({"trace_url": self.ui.trace_url if self.ui is not None else ""})
+
+    async def ui_page(self, _: web.Request) -> web.Response:
+        return _ui_file("index.html")
+
+    async def ui_asset(self, request: web.Request) -> web.Response:
+        return _ui_file(request.match_info["asset"])
 
     async def list_sessions(self, request: web.Request) -> web.Response:
         """The indexed conversations matching the query's filters, a page at a time."""
@@ -171,6 +206,21 @@ class AdminApi:
                     headers={"WWW-Authenticate": 'Bearer realm="otelsignals"'},
                 )
         return await handler(request)
+
+
+# The triage page: a small page and its assets, shipped in the wheel (no build step, no CDN).
+_UI_TYPES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+
+
+def _ui_file(name: str) -> web.Response:
+    content_type = _UI_TYPES.get(name)
+    if content_type is None:
+        return web.json_response({"error": f"no page asset {name!r}"}, status=404)
+    body = resources.files("otelsignals.ui").joinpath(name).read_bytes()
+    # The page holds no data (it asks /v1/* for it, with the API token): a browser may cache it briefly.
+    return web.Response(
+        body=body, content_type=content_type, charset="utf-8", headers={"Cache-Control": "max-age=60"}
+    )
 
 
 def listing_request(query: Mapping[str, str]) -> tuple[ConversationFilter, str, int, str | None]:

@@ -528,11 +528,11 @@ class IndexConfig:
     # Keep the messages' text (off: counts, signals without snippets, metrics, trace ids only).
     # signals.snippets off withholds it too. Text kept is masked by redact_patterns first.
     content: bool = False
-    # Regular expressions whose matches are replaced by [redacted] in kept text (emails, phone
-    # numbers and card numbers by default).
+    # Regular expressions whose matches are replaced by [redacted] in kept text (emails, and runs of
+    # 9+ digits — phone and card numbers — by default).
     redact_patterns: tuple[str, ...] = (
         r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+",
-        r"\+?\d[\d ().-]{7,}\d",
+        r"\+?\d(?:[ ().-]{0,2}\d){8,}",  # 9+ digits: phone and card numbers, not dates or amounts
     )
     # Conversations not seen for this long are removed, then the least recently seen past max_bytes.
     max_age: Duration = Duration(30 * 86400.0)
@@ -557,6 +557,22 @@ class IndexConfig:
         if self.url and scheme not in ("sqlite", "postgresql", "postgres"):
             problems.append(f"url: must be sqlite:///… or postgresql://…, got {self.url!r}")
         return problems
+
+
+@dataclass
+class UiConfig:
+    """The triage page the admin API serves at /ui."""
+
+    enabled: bool = True
+    # A link from a conversation to its trace in your trace backend, {trace_id} replaced by the
+    # trace's hex id, e.g. http://grafana:3000/explore?…{trace_id}… or http://phoenix:6006/…
+    # Empty: no links.
+    trace_url: str = ""
+
+    def validate(self) -> list[str]:
+        if self.trace_url and "{trace_id}" not in self.trace_url:
+            return [f"trace_url: must contain {{trace_id}}, got {self.trace_url!r}"]
+        return []
 
 
 @dataclass
@@ -585,6 +601,7 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     reputation: ReputationConfig = field(default_factory=ReputationConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
+    ui: UiConfig = field(default_factory=UiConfig)
     evals: EvalsConfig = field(default_factory=EvalsConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     log: LogConfig = field(default_factory=LogConfig)

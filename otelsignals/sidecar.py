@@ -50,6 +50,7 @@ class Sidecar:
                 self.pipeline.eval_runs,
                 self.pipeline.analysis.read,
                 self.pipeline.index_writer.index if self.pipeline.index_writer is not None else None,
+                self.config.ui,
             )
             self._admin, admin_port = await serve_aiohttp(
                 app,

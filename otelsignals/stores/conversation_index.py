@@ -37,6 +37,7 @@ SORTS: dict[str, tuple[str, bool]] = {
     "-turns": ("turns", True),
 }
 MAX_PAGE = 500
+MAX_BUCKETS = 500
 
 _COLUMNS = (
     "key, agent, first_seen, last_seen, turns, quality, quality_score, priority, flagged, closed, "
@@ -236,6 +237,42 @@ class ConversationIndex:
         rows = rows[:limit]
         next_cursor = encode_cursor(sort, float(rows[-1][-1]), rows[-1][0]) if more else None
         return Page([_item(row[:-1]) for row in rows], next_cursor)
+
+    def timeline(self, since: float, until: float, buckets: int) -> dict[str, Any]:
+        """Conversations last seen in [since, until) in ``buckets`` equal time buckets: per bucket the
+        count per quality, and per category the conversations where it fired (for the triage page)."""
+        if not until > since or not 1 <= buckets <= MAX_BUCKETS:
+            raise ValueError(f"need since < until and 1 to {MAX_BUCKETS} buckets")
+        p = self._p
+        with self._lock:
+            rows = self._execute(
+                f"SELECT last_seen, quality, signal_types FROM conversation_index "
+                f"WHERE last_seen >= {p} AND last_seen < {p}",
+                (since, until),
+            ).fetchall()
+        width = (until - since) / buckets
+        qualities: list[dict[str, int]] = [{} for _ in range(buckets)]
+        categories: list[dict[str, int]] = [{} for _ in range(buckets)]
+        for last_seen, quality, types in rows:
+            at = min(int((float(last_seen) - since) / width), buckets - 1)
+            qualities[at][quality] = qualities[at].get(quality, 0) + 1
+            for name in types.split():
+                if name.count(".") == 1:  # a category (leaves have two dots)
+                    categories[at][name] = categories[at].get(name, 0) + 1
+        return {
+            "since": since,
+            "until": until,
+            "bucket_seconds": width,
+            "buckets": [
+                {
+                    "start": since + i * width,
+                    "conversations": sum(q.values()),
+                    "qualities": q,
+                    "categories": c,
+                }
+                for i, (q, c) in enumerate(zip(qualities, categories, strict=True))
+            ],
+        }
 
     def count(self) -> tuple[int, int]:
         """(conversations, bytes) held."""

@@ -202,3 +202,26 @@ def test_searchable_types_lists_leaves_and_categories_once() -> None:
 def test_an_unknown_scheme_is_refused() -> None:
     with pytest.raises(ValueError, match="unsupported index URL scheme"):
         open_index("mysql://localhost/x")
+
+
+def test_the_timeline_counts_qualities_and_categories_per_bucket(index: ConversationIndex) -> None:
+    index.upsert(
+        [
+            conversation("a", last_seen=10.0, quality="poor", types=(FAILURE,)),
+            conversation("b", last_seen=15.0, quality="good", types=(FAILURE, QUIT)),
+            conversation("c", last_seen=55.0, quality="poor"),
+            conversation("late", last_seen=100.0, quality="poor"),  # outside [0, 100)
+        ]
+    )
+    timeline = index.timeline(0.0, 100.0, 4)
+    first, _, third, _ = timeline["buckets"]
+    assert first == {
+        "start": 0.0,
+        "conversations": 2,
+        "qualities": {"poor": 1, "good": 1},
+        "categories": {"execution.failure": 2, "interaction.disengagement": 1},
+    }
+    assert third["conversations"] == 1 and third["qualities"] == {"poor": 1}
+    assert sum(b["conversations"] for b in timeline["buckets"]) == 3
+    with pytest.raises(ValueError, match="buckets"):
+        index.timeline(10.0, 5.0, 4)
