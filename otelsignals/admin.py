@@ -287,8 +287,11 @@ def _number(query: Mapping[str, str], name: str) -> float | None:
 
 
 def _time(query: Mapping[str, str], name: str) -> float | None:
-    """Unix seconds, or an ISO 8601 time (UTC when it names no zone)."""
-    value = query.get(name)
+    return parse_time(name, query.get(name))
+
+
+def parse_time(name: str, value: str | None) -> float | None:
+    """Unix seconds, or an ISO 8601 time (UTC when it names no zone); None stays None."""
     if value is None:
         return None
     try:

@@ -57,6 +57,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="instead of one line per turn, print the N conversations most worth a look, with why",
     )
+    export = commands.add_parser(
+        "export",
+        parents=[common],
+        help="write triaged conversations from the conversation index as a dataset (JSON lines)",
+    )
+    export.add_argument("--select", required=True, help="flagged, excellent or priority>=X")
+    export.add_argument("--format", required=True, choices=["openai-chat", "preference", "hf"], dest="form")
+    export.add_argument("--since", help="last seen at or after (Unix seconds or ISO 8601)")
+    export.add_argument("--until", help="first seen before (Unix seconds or ISO 8601)")
+    export.add_argument(
+        "--signal", action="append", default=[], help="only with this leaf or category (repeatable)"
+    )
+    export.add_argument("--out", type=Path, help="output file (default: stdout)")
     return parser
 
 
@@ -88,12 +101,49 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_demo(config, args.repeat))
         if args.command == "analyze":
             return _analyze(config, args.files, args.json, args.out, args.rank)
+        if args.command == "export":
+            return _export(config, args)
     except KeyboardInterrupt:
         return EXIT_OK
     except OSError as exc:
         logger.error("%s", exc)
         return EXIT_FAILURE
     return EXIT_USAGE
+
+
+def _export(config: Config, args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from otelsignals.admin import parse_time
+    from otelsignals.dataset_export import ExportError, export, selection
+    from otelsignals.pipeline.index_writer import index_url
+    from otelsignals.stores.conversation_index import open_index
+
+    try:
+        conditions = dataclasses.replace(
+            selection(args.select),
+            since=parse_time("--since", args.since),
+            until=parse_time("--until", args.until),
+            signals=tuple(args.signal),
+        )
+    except ValueError as exc:
+        print(f"otelsignals: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    index = open_index(index_url(config.index, config.store))
+    out = open(args.out, "wb") if args.out else sys.stdout.buffer  # noqa: SIM115 - closed below
+    try:
+        conversations, lines = export(index, conditions, args.form, out)
+    except ExportError as exc:
+        print(f"otelsignals: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        index.close()
+        if args.out:
+            out.close()
+    print(
+        f"otelsignals: exported {conversations} conversations as {lines} {args.form} lines", file=sys.stderr
+    )
+    return EXIT_OK
 
 
 async def _demo(config: Config, repeat: int) -> int:

@@ -113,6 +113,7 @@ def _message(message: Message, redact: Redactor) -> dict[str, Any]:
     result = message.tool_result
     if result is not None:
         entry["tool_result"] = {
+            "call_id": result.call_id,
             "name": result.name,
             "is_error": result.is_error,
             "error_type": result.error_type,
