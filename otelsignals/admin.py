@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import hmac
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -27,11 +26,12 @@ from otelsignals.conversation import ConversationState
 from otelsignals.evals.session_metrics import agent_consistency, agent_reliability
 from otelsignals.model import Message
 from otelsignals.pipeline.eval_runs import EvalRunError, EvalRuns
+from otelsignals.pipeline.listing import listing_request, query_number, query_time
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.scoring import score
 from otelsignals.signals.base import redact_metadata
-from otelsignals.stores.conversation_index import ConversationFilter, ConversationIndex
+from otelsignals.stores.conversation_index import ConversationIndex
 from otelsignals.telemetry import Telemetry
 
 
@@ -54,6 +54,7 @@ def admin_app(
     )
     app = web.Application(middlewares=[api.bearer_token])
     app.router.add_post("/v1/eval-runs", api.start_eval_run)
+    app.router.add_get("/v1/eval-runs", api.list_eval_runs)
     app.router.add_get("/v1/eval-runs/{run_id}", api.get_eval_run)
     app.router.add_get("/v1/reputation", api.reputation_list)
     app.router.add_get("/v1/reputation/{agent_id}", api.reputation_of)
@@ -122,9 +123,9 @@ class AdminApi:
                 {"error": "the conversation index is disabled (index.enabled)"}, status=404
             )
         try:
-            until = _time(request.query, "until") or time.time()
-            since = _time(request.query, "since") or until - 86400.0
-            buckets = int(_number(request.query, "buckets") or 24)
+            until = query_time(request.query, "until") or time.time()
+            since = query_time(request.query, "since") or until - 86400.0
+            buckets = int(query_number(request.query, "buckets") or 24)
             found = await asyncio.to_thread(self.index.timeline, since, until, buckets)
         except ValueError as exc:
             return web.json_response({"error": str(exc)}, status=400)
@@ -187,6 +188,18 @@ class AdminApi:
             return web.json_response({"error": str(exc)}, status=400)
         return web.json_response({"id": run["id"], "status": run["status"]}, status=202)
 
+    async def list_eval_runs(self, request: web.Request) -> web.Response:
+        """The newest runs (``limit``, default 100), without their results."""
+        if self.eval_runs is None:
+            return web.json_response({"runs": []})
+        try:
+            limit = int(query_number(request.query, "limit") or 100)
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        if not 1 <= limit <= 500:
+            return web.json_response({"error": f"limit must be between 1 and 500, not {limit}"}, status=400)
+        return web.json_response({"runs": await self.eval_runs.list(limit)})
+
     async def get_eval_run(self, request: web.Request) -> web.Response:
         run_id = request.match_info["run_id"]
         run = await self.eval_runs.get(run_id) if self.eval_runs is not None else None
@@ -221,90 +234,6 @@ def _ui_file(name: str) -> web.Response:
     return web.Response(
         body=body, content_type=content_type, charset="utf-8", headers={"Cache-Control": "max-age=60"}
     )
-
-
-def listing_request(query: Mapping[str, str]) -> tuple[ConversationFilter, str, int, str | None]:
-    """(filter, sort, limit, cursor) of ``GET /v1/sessions?quality=severe,poor&flagged=true&
-    signal=execution.failure&agent=…&since=…&until=…&min_priority=…&closed=…&sort=-priority&
-    limit=…&cursor=…``; raises ValueError naming the parameter."""
-    unknown = sorted(set(query) - _LISTING_PARAMETERS)
-    if unknown:
-        raise ValueError(
-            f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(_LISTING_PARAMETERS))}"
-        )
-    conditions = ConversationFilter(
-        qualities=_names(query, "quality"),
-        flagged=_flag(query, "flagged"),
-        signals=_names(query, "signal"),
-        agents=_names(query, "agent"),
-        since=_time(query, "since"),
-        until=_time(query, "until"),
-        min_priority=_number(query, "min_priority"),
-        closed=_flag(query, "closed"),
-    )
-    limit = int(_number(query, "limit") or 50)
-    return conditions, query.get("sort", "-priority"), limit, query.get("cursor")
-
-
-_LISTING_PARAMETERS = frozenset(
-    [
-        "quality",
-        "flagged",
-        "signal",
-        "agent",
-        "since",
-        "until",
-        "min_priority",
-        "closed",
-        "sort",
-        "limit",
-        "cursor",
-    ]
-)
-
-
-def _names(query: Mapping[str, str], name: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in query.get(name, "").split(",") if part.strip())
-
-
-def _flag(query: Mapping[str, str], name: str) -> bool | None:
-    value = query.get(name)
-    if value is None:
-        return None
-    if value.lower() not in ("true", "false"):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
-    return value.lower() == "true"
-
-
-def _number(query: Mapping[str, str], name: str) -> float | None:
-    value = query.get(name)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-
-
-def _time(query: Mapping[str, str], name: str) -> float | None:
-    return parse_time(name, query.get(name))
-
-
-def parse_time(name: str, value: str | None) -> float | None:
-    """Unix seconds, or an ISO 8601 time (UTC when it names no zone); None stays None."""
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{name} must be Unix seconds or an ISO 8601 time, got {value!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return moment.timestamp()
 
 
 def session_json(state: ConversationState, show_content: bool) -> dict[str, Any]:

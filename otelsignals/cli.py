@@ -114,9 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _export(config: Config, args: argparse.Namespace) -> int:
     import dataclasses
 
-    from otelsignals.admin import parse_time
     from otelsignals.dataset_export import ExportError, export, selection
     from otelsignals.pipeline.index_writer import index_url
+    from otelsignals.pipeline.listing import parse_time
     from otelsignals.stores.conversation_index import open_index
 
     try:

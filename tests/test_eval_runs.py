@@ -64,7 +64,7 @@ def test_session_metrics_run_with_custom_weights_survives_a_restart(tmp_path):
     assert reliability["metadata"]["signal_weights"]["tool_correctness"] == 1.0
     assert reliability["metadata"]["total_traces_in_session"] == len(SESSION["turns"])
     assert "agent_consistency" in results
-    assert "not being tracked" in run["results"]["no-such-session"]["error"]
+    assert "neither open nor indexed" in run["results"]["no-such-session"]["error"]
     with sidecar:  # a restart: the run is read back from the store
         status, again = call(sidecar, "GET", f"/v1/eval-runs/{started['id']}")
     assert status == 200 and again == run
@@ -202,3 +202,58 @@ def test_withholding_keeps_enumerations_and_numbers_only():
     assert withheld["name"] == "task_completion" and withheld["score"] == 0.5
     assert withheld["metadata"]["verdict"] == "partial"
     assert "Alice" not in json.dumps(withheld) and "4111" not in json.dumps(withheld)
+
+
+def closed_and_indexed(sidecar: SidecarProcess, count: int) -> None:
+    deadline = time.monotonic() + 20
+    while call(sidecar, "GET", "/v1/sessions?closed=true&limit=500")[1]["sessions"].__len__() < count:
+        assert time.monotonic() < deadline, "sessions not closed and indexed in time"
+        time.sleep(0.2)
+
+
+def test_a_filtered_run_evaluates_closed_conversations_from_the_index(tmp_path):
+    sessions = [c for c in load_conversations() if c.get("session_id")]
+    with FakeOpenAI() as judge:
+        judge.script(*[Reply.text(json.dumps({"score": 0.6, "concerns": [], "reason": "fine"}))] * 3)
+        settings = {
+            "sessions": {"ttl": "1s"},
+            "index": {"flush_interval": "100ms", "content": True},
+            "evals": {"judge_url": judge.base_url, "judge_model": "gpt-4o-mini"},
+        }
+        with SidecarProcess(tmp_path, **settings) as sidecar:
+            with_traffic(sidecar)
+            closed_and_indexed(sidecar, len(sessions))
+            flagged = call(sidecar, "GET", "/v1/sessions?flagged=true&closed=true&limit=500")[1]["sessions"]
+            body = {
+                "filter": {"flagged": True, "closed": True},
+                "limit": 3,
+                "metrics": ["agent_reliability", "confidence"],
+            }
+            status, started = call(sidecar, "POST", "/v1/eval-runs", body)
+            assert status == 202, started
+            run = finished(sidecar, started["id"])
+            status, listed = call(sidecar, "GET", "/v1/eval-runs")
+    expected = [item["session_id"] for item in flagged[:3]]  # the highest priority first
+    assert run["status"] == "done" and run["request"]["session_ids"] == expected
+    for key in expected:
+        result = run["results"][key]
+        assert 0.0 <= result["agent_reliability"]["score"] <= 1.0
+        assert result["confidence"]["score"] == 0.6  # judged from the messages the index kept
+    assert status == 200 and [r["id"] for r in listed["runs"]] == [started["id"]]
+    assert "results" not in listed["runs"][0]
+
+
+@pytest.mark.parametrize(
+    ("body", "complaint"),
+    [
+        ({"filter": {"flagged": "maybe"}}, "flagged"),
+        ({"filter": {"colour": "red"}}, "colour"),
+        ({"filter": {"sort": "-priority"}}, "not filters"),
+        ({"filter": {}, "session_ids": ["s"]}, "not both"),
+        ({"filter": {}, "limit": 0}, "limit"),
+    ],
+)
+def test_bad_filters_are_refused(tmp_path, body, complaint):
+    with SidecarProcess(tmp_path) as sidecar:
+        status, answer = call(sidecar, "POST", "/v1/eval-runs", body)
+    assert status == 400 and complaint in answer["error"]

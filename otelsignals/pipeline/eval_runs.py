@@ -34,11 +34,18 @@ from prometheus_client import CollectorRegistry, Counter
 from otelsignals.config import EvalsConfig
 from otelsignals.evals.judge import METRICS as JUDGE_METRICS
 from otelsignals.evals.judge import Judge, JudgeConfig
-from otelsignals.evals.session_metrics import DEFAULT_WEIGHTS, agent_consistency, agent_reliability
-from otelsignals.model import Conversation
+from otelsignals.evals.session_metrics import (
+    DEFAULT_WEIGHTS,
+    TraceSignals,
+    agent_consistency,
+    agent_reliability,
+)
+from otelsignals.model import Conversation, Message, Role, ToolCall, ToolResult
+from otelsignals.pipeline.listing import listing_request
 from otelsignals.pipeline.llm_endpoints import ChatCompletions
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.stores import ReputationStore
+from otelsignals.stores.conversation_index import ConversationFilter, ConversationIndex, IndexedConversation
 
 logger = logging.getLogger("otelsignals.eval_runs")
 
@@ -64,6 +71,10 @@ _NAMES_ONLY = frozenset(
 )
 
 
+DEFAULT_FILTER_LIMIT = 100  # conversations a filtered run evaluates, the highest priority first
+MAX_FILTER_LIMIT = 500
+
+
 class EvalRunError(ValueError):
     """A run request that cannot be run; the message says which field and why."""
 
@@ -87,8 +98,18 @@ def parse_request(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise EvalRunError("the body must be a JSON object")
     sessions = body.get("session_ids")
-    if not isinstance(sessions, list) or not sessions or not all(isinstance(s, str) and s for s in sessions):
+    conditions = body.get("filter")
+    if (sessions is None) == (conditions is None):
+        raise EvalRunError("give either session_ids (a list) or filter (the listing's filters), not both")
+    if sessions is not None and (
+        not isinstance(sessions, list) or not sessions or not all(isinstance(s, str) and s for s in sessions)
+    ):
         raise EvalRunError("session_ids: a non-empty list of session ids is required")
+    if conditions is not None:
+        filter_of(conditions)  # refused now rather than when the run starts
+    limit = body.get("limit", DEFAULT_FILTER_LIMIT)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_FILTER_LIMIT:
+        raise EvalRunError(f"limit: a whole number from 1 to {MAX_FILTER_LIMIT}")
     metrics = body.get("metrics", list(SESSION_METRICS))
     if not isinstance(metrics, list) or not metrics or any(m not in ALL_METRICS for m in metrics):
         raise EvalRunError(f"metrics: a non-empty list of {', '.join(ALL_METRICS)}")
@@ -101,7 +122,38 @@ def parse_request(body: Any) -> dict[str, Any]:
     model = body.get("model")
     if model is not None and (not isinstance(model, str) or "/" not in model):
         raise EvalRunError('model: "provider/model", e.g. "openai/gpt-4o-mini"')
-    return {"session_ids": sessions, "metrics": metrics, "signal_weights": weights, "model": model}
+    request: dict[str, Any] = {
+        "session_ids": sessions,
+        "metrics": metrics,
+        "signal_weights": weights,
+        "model": model,
+    }
+    if conditions is not None:
+        request |= {"filter": conditions, "limit": limit}
+    return request
+
+
+def filter_of(conditions: Any) -> ConversationFilter:
+    """The listing's filters, given as a JSON object (``{"quality": ["severe", "poor"], "flagged":
+    true, "signal": "execution.failure", "since": "2026-11-24T00:00:00Z", …}``)."""
+    if not isinstance(conditions, dict):
+        raise EvalRunError("filter: an object of the listing's filters (quality, flagged, signal, agent, …)")
+    as_query = {str(key): _query_value(value) for key, value in conditions.items()}
+    if {"sort", "limit", "cursor"} & as_query.keys():
+        raise EvalRunError("filter: sort, limit and cursor are not filters (limit goes beside filter)")
+    try:
+        found, _, _, _ = listing_request(as_query)
+    except ValueError as exc:
+        raise EvalRunError(f"filter: {exc}") from None
+    return found
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 class EvalRuns:
@@ -113,8 +165,10 @@ class EvalRuns:
         registry: CollectorRegistry | None = None,
         show_content: bool = True,
         read_state: Callable[[Callable[[], Any]], Awaitable[Any]] = _read_directly,
+        index: ConversationIndex | None = None,
     ) -> None:
         self.store = store
+        self.index = index
         self.sessions = sessions
         self.evals = evals
         self.show_content = show_content
@@ -134,6 +188,12 @@ class EvalRuns:
         judged = [m for m in request["metrics"] if m in JUDGE_METRICS]
         if judged and not self.evals.judge_url:
             raise EvalRunError(f"metrics {judged} need an LLM judge: set evals.judge_url")
+        if "filter" in request:
+            if self.index is None:
+                raise EvalRunError("filter: needs the conversation index (index.enabled)")
+            request["session_ids"] = await asyncio.to_thread(
+                self._matching, filter_of(request["filter"]), request["limit"]
+            )
         run: dict[str, Any] = {
             "id": uuid.uuid4().hex,
             "status": "running",
@@ -144,6 +204,29 @@ class EvalRuns:
         await self.prune()
         self._running[run["id"]] = asyncio.create_task(self._run(run), name=f"eval-run-{run['id']}")
         return run
+
+    def _matching(self, conditions: ConversationFilter, limit: int) -> list[str]:
+        assert self.index is not None
+        keys: list[str] = []
+        cursor = None
+        while len(keys) < limit:
+            page = self.index.query(conditions, "-priority", min(limit - len(keys), 200), cursor)
+            keys += [item.key for item in page.items]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return keys
+
+    async def list(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest runs, without their results: id, status, times, request."""
+        keys = await asyncio.to_thread(self.store.document_keys, KIND, limit)
+        runs = []
+        for key in keys:
+            run = await self.get(key)
+            if run is not None:
+                run.pop("results", None)
+                runs.append(run)
+        return runs
 
     async def get(self, run_id: str) -> dict[str, Any] | None:
         body = await asyncio.to_thread(self.store.load_document, KIND, run_id)
@@ -204,15 +287,22 @@ class EvalRuns:
             return list(state.trace_signals), copied
 
         found = await self._read_state(snapshot)
+        if found is None and self.index is not None:
+            indexed = await asyncio.to_thread(self.index.get, session_id)
+            found = from_index(indexed) if indexed is not None else None
         if found is None:
-            return {"error": f"session {session_id!r} is not being tracked (closed, or never seen)"}
+            return {"error": f"session {session_id!r} is neither open nor indexed"}
         traces, conversation = found
+        judged = [m for m in request["metrics"] if m in JUDGE_METRICS]
+        if judged and not conversation.messages:
+            return {
+                "error": f"session {session_id!r} was closed and indexed without its text (index.content)"
+            }
         results: dict[str, Any] = {}
         for name in request["metrics"]:
             if name in SESSION_METRICS:
                 metric = SESSION_METRICS[name](traces, request["signal_weights"], self.evals.threshold)
                 results[name] = metric.as_dict()
-        judged = [m for m in request["metrics"] if m in JUDGE_METRICS]
         if judged:
             config = JudgeConfig(
                 model=self.evals.judge_model,
@@ -228,3 +318,33 @@ class EvalRuns:
 
     async def _save(self, run: dict[str, Any]) -> None:
         await asyncio.to_thread(self.store.save_document, KIND, run["id"], orjson.dumps(run).decode())
+
+
+def from_index(item: IndexedConversation) -> tuple[list[TraceSignals], Conversation]:
+    """A closed conversation as the index kept it: its per-trace metrics, and its messages when the
+    text was kept (``index.content``), else none."""
+    traces = [TraceSignals(**trace) for trace in item.detail.get("trace_metrics", [])]
+    messages = [_message(entry) for entry in item.detail.get("messages") or []]
+    return traces, Conversation(item.key, messages=messages, agent_id=item.agent)
+
+
+def _message(entry: dict[str, Any]) -> Message:
+    result = entry.get("tool_result")
+    return Message(
+        Role(entry["role"]),
+        entry.get("content"),
+        tool_calls=[
+            ToolCall(c["name"], c.get("arguments"), c.get("id")) for c in entry.get("tool_calls", [])
+        ],
+        tool_result=(
+            ToolResult(
+                call_id=result.get("call_id"),
+                name=result.get("name"),
+                content=entry.get("content"),
+                is_error=bool(result.get("is_error")),
+                error_type=result.get("error_type"),
+            )
+            if result is not None
+            else None
+        ),
+    )

@@ -84,6 +84,7 @@ class Pipeline:
             registry,
             config.signals.snippets,
             self.analysis.read,
+            self.index_writer.index if self.index_writer is not None else None,
         )
         self.analysis_stage = AnalysisStage(
             self.analysis,

@@ -51,6 +51,10 @@ class ReputationStore(Protocol):
 
     def load_document(self, kind: str, key: str) -> str | None: ...
 
+    def document_keys(self, kind: str, limit: int) -> list[str]:
+        """The keys of the newest ``limit`` documents of ``kind``, the most recently written first."""
+        ...
+
     def prune_documents(
         self, kind: str, max_age: float, max_count: int, now: float | None = None
     ) -> tuple[int, int]:

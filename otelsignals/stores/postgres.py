@@ -22,7 +22,13 @@ import psycopg
 
 from otelsignals.reputation import Evaluation
 from otelsignals.stores import DEFAULT_WINDOW
-from otelsignals.stores.sql import DOCUMENTS_INDEX, PRUNE_AGE_QUERY, PRUNE_COUNT_QUERY, SqlWindowStore
+from otelsignals.stores.sql import (
+    DOCUMENT_KEYS_QUERY,
+    DOCUMENTS_INDEX,
+    PRUNE_AGE_QUERY,
+    PRUNE_COUNT_QUERY,
+    SqlWindowStore,
+)
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS reputation_agents (
@@ -68,6 +74,7 @@ class PostgresStore(SqlWindowStore):
     load_query = "SELECT body FROM documents WHERE kind = %s AND key = %s"
     prune_age_query = PRUNE_AGE_QUERY.format(p="%s")
     prune_count_query = PRUNE_COUNT_QUERY.format(p="%s")
+    document_keys_query = DOCUMENT_KEYS_QUERY.format(p="%s")
 
     def __init__(self, url: str, *, window_size: int = DEFAULT_WINDOW) -> None:
         super().__init__(psycopg.connect(url, autocommit=True), window_size)

@@ -121,6 +121,10 @@ class RedisStore:
             if sep:
                 self._client.zadd(f"{self.prefix}docs:{kind}", {key: now}, nx=True)
 
+    def document_keys(self, kind: str, limit: int) -> list[str]:
+        keys = self._client.zrevrange(f"{self.prefix}docs:{kind}", 0, limit - 1)
+        return [key.decode() if isinstance(key, bytes) else str(key) for key in keys]
+
     def load_document(self, kind: str, key: str) -> str | None:
         value = self._client.get(f"{self.prefix}doc:{kind}:{key}")
         return value.decode() if isinstance(value, bytes) else value

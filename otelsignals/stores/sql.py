@@ -23,6 +23,8 @@ PRUNE_COUNT_QUERY = (
     "DELETE FROM documents WHERE kind = {p} AND key NOT IN "
     "(SELECT key FROM documents WHERE kind = {p} ORDER BY saved_at DESC, key DESC LIMIT {p})"
 )
+# Newest first; ties on saved_at broken by key, as retention and the Redis store order them.
+DOCUMENT_KEYS_QUERY = "SELECT key FROM documents WHERE kind = {p} ORDER BY saved_at DESC, key DESC LIMIT {p}"
 DOCUMENTS_INDEX = "CREATE INDEX IF NOT EXISTS documents_by_age ON documents (kind, saved_at)"
 
 
@@ -32,6 +34,7 @@ class SqlWindowStore:
     load_query: str  # parameters: (kind, key); one row: (body,)
     prune_age_query: str  # parameters: (kind, cutoff); deletes rows with saved_at < cutoff
     prune_count_query: str  # parameters: (kind, kind, max_count); deletes all but the newest max_count
+    document_keys_query: str  # parameters: (kind, limit); rows: (key,), newest first
 
     def __init__(self, conn: Any, window_size: int) -> None:
         self._conn = conn
@@ -54,6 +57,11 @@ class SqlWindowStore:
         with self._lock:
             rows = self._conn.execute("SELECT agent_id FROM reputation_agents ORDER BY agent_id").fetchall()
         return [agent_id for (agent_id,) in rows]
+
+    def document_keys(self, kind: str, limit: int) -> list[str]:
+        with self._lock:
+            rows = self._conn.execute(self.document_keys_query, (kind, limit)).fetchall()
+        return [key for (key,) in rows]
 
     def save_document(self, kind: str, key: str, body: str, now: float | None = None) -> None:
         with self._lock:

@@ -19,7 +19,13 @@ from collections.abc import Sequence
 
 from otelsignals.reputation import Evaluation
 from otelsignals.stores import DEFAULT_WINDOW
-from otelsignals.stores.sql import DOCUMENTS_INDEX, PRUNE_AGE_QUERY, PRUNE_COUNT_QUERY, SqlWindowStore
+from otelsignals.stores.sql import (
+    DOCUMENT_KEYS_QUERY,
+    DOCUMENTS_INDEX,
+    PRUNE_AGE_QUERY,
+    PRUNE_COUNT_QUERY,
+    SqlWindowStore,
+)
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS reputation_agents (
@@ -61,6 +67,7 @@ class SqliteStore(SqlWindowStore):
     load_query = "SELECT body FROM documents WHERE kind = ? AND key = ?"
     prune_age_query = PRUNE_AGE_QUERY.format(p="?")
     prune_count_query = PRUNE_COUNT_QUERY.format(p="?")
+    document_keys_query = DOCUMENT_KEYS_QUERY.format(p="?")
 
     def __init__(self, path: str, *, window_size: int = DEFAULT_WINDOW, busy_timeout_s: float = 30.0) -> None:
         self.path = path

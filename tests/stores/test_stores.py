@@ -290,3 +290,13 @@ def test_eval_runs_enforce_retention_on_write(store_url: str) -> None:
             await runs.stop()
 
     asyncio.run(scenario())
+
+
+def test_document_keys_list_the_newest_first(store: ReputationStore) -> None:
+    for n, key in enumerate(["r1", "r2", "r3"]):
+        store.save_document("eval_run", key, "{}", now=1_000.0 + n)
+    store.save_document("eval_run", "r1", "{}", now=2_000.0)  # rewritten: now the newest
+    store.save_document("other", "x", "{}", now=3_000.0)
+    assert store.document_keys("eval_run", 10) == ["r1", "r3", "r2"]
+    assert store.document_keys("eval_run", 2) == ["r1", "r3"]
+    assert store.document_keys("nothing", 5) == []

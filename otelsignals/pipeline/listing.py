@@ -1,0 +1,94 @@
+"""The conversation filters of ``GET /v1/sessions``, ``GET /v1/timeline`` and eval runs, read from a
+query string (or a JSON object of the same names), each problem raised as a ValueError naming the
+parameter."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+
+from otelsignals.stores.conversation_index import ConversationFilter
+
+
+def listing_request(query: Mapping[str, str]) -> tuple[ConversationFilter, str, int, str | None]:
+    """(filter, sort, limit, cursor) of ``GET /v1/sessions?quality=severe,poor&flagged=true&
+    signal=execution.failure&agent=…&since=…&until=…&min_priority=…&closed=…&sort=-priority&
+    limit=…&cursor=…``; raises ValueError naming the parameter."""
+    unknown = sorted(set(query) - _LISTING_PARAMETERS)
+    if unknown:
+        raise ValueError(
+            f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(_LISTING_PARAMETERS))}"
+        )
+    conditions = ConversationFilter(
+        qualities=_names(query, "quality"),
+        flagged=_flag(query, "flagged"),
+        signals=_names(query, "signal"),
+        agents=_names(query, "agent"),
+        since=query_time(query, "since"),
+        until=query_time(query, "until"),
+        min_priority=query_number(query, "min_priority"),
+        closed=_flag(query, "closed"),
+    )
+    limit = int(query_number(query, "limit") or 50)
+    return conditions, query.get("sort", "-priority"), limit, query.get("cursor")
+
+
+_LISTING_PARAMETERS = frozenset(
+    [
+        "quality",
+        "flagged",
+        "signal",
+        "agent",
+        "since",
+        "until",
+        "min_priority",
+        "closed",
+        "sort",
+        "limit",
+        "cursor",
+    ]
+)
+
+
+def _names(query: Mapping[str, str], name: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in query.get(name, "").split(",") if part.strip())
+
+
+def _flag(query: Mapping[str, str], name: str) -> bool | None:
+    value = query.get(name)
+    if value is None:
+        return None
+    if value.lower() not in ("true", "false"):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value.lower() == "true"
+
+
+def query_number(query: Mapping[str, str], name: str) -> float | None:
+    value = query.get(name)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+
+
+def query_time(query: Mapping[str, str], name: str) -> float | None:
+    return parse_time(name, query.get(name))
+
+
+def parse_time(name: str, value: str | None) -> float | None:
+    """Unix seconds, or an ISO 8601 time (UTC when it names no zone); None stays None."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{name} must be Unix seconds or an ISO 8601 time, got {value!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
