@@ -19,23 +19,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from otelsignals.analysis import analyze_update
-from otelsignals.conversation import ConversationState, TraceUpdate
 from tests.corpus import BLIND_DIR, CORPUS_DIR, HELDOUT_DIR, CorpusConversation, load_corpus
-from tests.corpus_eval import chunks
+from tests.corpus_eval import analyses
 
 
 def record(entry: CorpusConversation) -> dict[str, Any]:
-    state = ConversationState.new(entry.id)
     signals: list[Any] = []
     analysis = None
-    for number, (start, end) in enumerate(chunks(entry)):
-        for message in entry.messages[start:end]:
-            state.append(message)
-        calls = [call for after, call in entry.llm_calls if after == end - 1]
-        state.conversation.llm_calls.extend(calls)
-        update = TraceUpdate(entry.id, bytes([number % 256]) * 16, start, end - start, calls, None, True)
-        analysis = analyze_update(state, update)
+    for analysis in analyses(entry):
         signals += [
             [s.type, s.message_index, s.confidence, s.snippet, s.metadata] for s in analysis.new_signals
         ]

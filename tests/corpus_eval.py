@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import itertools
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from otelsignals.analysis import analyze_update
+from otelsignals.analysis import Analysis, analyze_update
 from otelsignals.conversation import ConversationState, TraceUpdate
 from otelsignals.signals.taxonomy import LABELLED_LEAF_TYPES
 from tests.corpus import BLIND_DIR, HELDOUT_DIR, CorpusConversation, load_corpus
@@ -67,18 +68,23 @@ def chunks(entry: CorpusConversation) -> list[tuple[int, int]]:
     return [(a, b) for a, b in itertools.pairwise(bounds) if a < b]
 
 
-def detect_incrementally(entry: CorpusConversation) -> tuple[list[tuple[str, int]], str]:
-    """(every (type, message_index) found, the final quality bucket)."""
+def analyses(entry: CorpusConversation) -> Iterator[Analysis]:
+    """The analysis of each chunk of ``entry`` as it arrives (see :func:`chunks`)."""
     state = ConversationState.new(entry.id)
-    found: list[tuple[str, int]] = []
-    analysis = None
     for number, (start, end) in enumerate(chunks(entry)):
         for message in entry.messages[start:end]:
             state.append(message)
         calls = [call for after, call in entry.llm_calls if after == end - 1]
         state.conversation.llm_calls.extend(calls)
         update = TraceUpdate(entry.id, bytes([number % 256]) * 16, start, end - start, calls, None, True)
-        analysis = analyze_update(state, update)
+        yield analyze_update(state, update)
+
+
+def detect_incrementally(entry: CorpusConversation) -> tuple[list[tuple[str, int]], str]:
+    """(every (type, message_index) found, the final quality bucket)."""
+    found: list[tuple[str, int]] = []
+    analysis = None
+    for analysis in analyses(entry):
         found += [
             (signal.type, signal.message_index)
             for signal in analysis.new_signals

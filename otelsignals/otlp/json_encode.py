@@ -23,20 +23,6 @@ from opentelemetry.proto.common.v1.common_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-# How deeply arrayValue/kvlistValue may nest. Protobuf parsers (upb, C++) refuse messages nested more than
-# 100 deep; an event attribute sits 7 messages down and each kvlist level adds 3, so deeper values could
-# not be forwarded as protobuf anyway. The limit also bounds the decoder's recursion.
-MAX_ANY_VALUE_DEPTH = 30
-
-_TRACE_ID_BYTES = 16
-_SPAN_ID_BYTES = 8
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-_UINT32_MAX = 2**32 - 1
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_UINT64_MAX = 2**64 - 1
-# Larger JSON numbers may already have lost precision (orjson turns integers beyond 64 bits into floats).
-_MAX_EXACT_FLOAT_INT = 2**53
-
 
 def encode_trace_request(request: ExportTraceServiceRequest) -> bytes:
     """Encode a request as one compact OTLP/JSON document (no trailing newline)."""
