@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from otelsignals.demo.traffic import load_conversations, send_demo_traffic
+from tests.support.otlp_sink import OtlpSink
 from tests.support.sidecar import SidecarProcess
 
 SESSIONS = {c["session_id"] for c in load_conversations() if c.get("session_id")}
@@ -105,3 +106,20 @@ def test_text_is_kept_only_when_asked_and_masked(tmp_path: Path) -> None:
         ]
         assert texts and any("[redacted]" in t for t in texts)
         assert not any(re.search(r"\b[Oo]rder\b", t) for t in texts)
+
+
+def test_with_the_disk_queue_a_sigkill_loses_no_delivered_conversation(
+    tmp_path: Path, sink: OtlpSink
+) -> None:
+    """Every change is committed before its trace is forwarded: once downstream has the spans, the
+    index has the conversation, even if the process is killed before any periodic flush (60 s here)."""
+    exporter = {"endpoint": sink.grpc_endpoint, "queue": {"directory": str(tmp_path / "queue")}}
+    sidecar = SidecarProcess(tmp_path, exporter, index={"flush_interval": "60s"}).start()
+    try:
+        stats = send_demo_traffic(sidecar.grpc_endpoint, None)
+        sink.wait_for_spans(stats.spans, timeout=30)
+        sidecar.kill()
+    finally:
+        sidecar.__exit__()
+    with SidecarProcess(tmp_path, exporter, index={"flush_interval": "60s"}) as again:
+        assert {item["session_id"] for item in listing(again)} >= SESSIONS

@@ -7,6 +7,14 @@ thread of the writer's own writes them in one transaction every ``index.flush_in
 analysis never waits for the database. A write that fails keeps its rows for the next attempt
 (newer states of the same conversation win); past ``index.max_pending`` waiting conversations the
 oldest change is dropped and counted. Retention (``max_age``, ``max_bytes``) runs once a minute.
+
+A conversation already indexed when this process first writes it was *resumed*: its session was
+evicted (``sessions.max_sessions`` / ``max_bytes``) and it went on, or the process restarted (and the
+disk queue may replay traces already analysed). Its state here holds only part of it, so each row
+written for it is merged with the row it had before (:func:`resumed`): what fired and where it was
+seen are united (leaf types, trace ids, signals, per-trace metrics), counts and priority never go
+below what was indexed (the larger of the two: a replayed trace is not counted twice, a leaf that
+fires again after a resume may be counted once), and the quality is the worse of the two.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from cachetools import LRUCache
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from otelsignals.config import IndexConfig, StoreConfig
@@ -35,6 +44,8 @@ from otelsignals.triage import NO_PRIORITY
 logger = logging.getLogger("otelsignals.index")
 
 PRUNE_INTERVAL_S = 60.0
+BASES_KEPT = 20_000  # resumed conversations whose earlier row is remembered (re-read when forgotten)
+SIGNALS_KEPT = 200  # signals kept per conversation row (the latest)
 TRACES_KEPT = 200  # trace ids (and per-trace metrics) kept per conversation: the latest
 REDACTED = "[redacted]"
 
@@ -121,14 +132,78 @@ def _message(message: Message, redact: Redactor) -> dict[str, Any]:
     return entry
 
 
+def resumed(before: IndexedConversation, now: IndexedConversation) -> IndexedConversation:
+    """``now`` (the state of a resumed conversation) merged with the row it had ``before``."""
+    old, new = before.detail, now.detail
+    worse = before if before.quality_score < now.quality_score else now
+    ranked = before if (before.priority or -1.0) > (now.priority or -1.0) else now
+    messages, offset = new.get("messages"), new.get("message_offset", 0)
+    if old.get("messages") is not None and len(old["messages"]) > len(messages or []):
+        messages, offset = old["messages"], old.get("message_offset", 0)
+    detail = {
+        **new,
+        "counts": _larger(old.get("counts", {}), new.get("counts", {})),
+        "leaf_counts": _larger(old.get("leaf_counts", {}), new.get("leaf_counts", {})),
+        "efficiency_score": min(old.get("efficiency_score", 1.0), new.get("efficiency_score", 1.0)),
+        "turn_count": max(old.get("turn_count", 0), new.get("turn_count", 0)),
+        "priority_reasons": ranked.detail.get("priority_reasons", []),
+        "trace_ids": _united(old.get("trace_ids", []), new.get("trace_ids", []), lambda t: t)[-TRACES_KEPT:],
+        "signals": _united(
+            old.get("signals", []), new.get("signals", []), lambda s: (s["type"], s["message_index"])
+        )[-SIGNALS_KEPT:],
+        "trace_metrics": _united(
+            old.get("trace_metrics", []), new.get("trace_metrics", []), lambda t: t["trace_id"]
+        )[-TRACES_KEPT:],
+        "session_metrics": new.get("session_metrics") or old.get("session_metrics"),
+        "messages": messages,
+        "message_offset": offset,
+    }
+    return dataclasses.replace(
+        now,
+        first_seen=min(before.first_seen, now.first_seen),
+        turns=max(before.turns, now.turns),
+        quality=worse.quality,
+        quality_score=worse.quality_score,
+        priority=ranked.priority,
+        flagged=before.flagged or now.flagged,
+        signal_types=tuple(sorted(set(before.signal_types) | set(now.signal_types))),
+        detail=detail,
+    )
+
+
+def _larger(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {key: max(a.get(key, 0), b.get(key, 0)) for key in sorted(a.keys() | b.keys())}
+
+
+def _united(a: list[Any], b: list[Any], identity: Any) -> list[Any]:
+    """``a`` then the items of ``b`` not in it (by ``identity``); a later copy replaces an earlier."""
+    merged = {identity(item): item for item in a}
+    for item in b:
+        merged.pop(identity(item), None)
+        merged[identity(item)] = item
+    return list(merged.values())
+
+
 class IndexWriter:
     def __init__(
-        self, config: IndexConfig, index: ConversationIndex, registry: CollectorRegistry, keep_text: bool
+        self,
+        config: IndexConfig,
+        index: ConversationIndex,
+        registry: CollectorRegistry,
+        keep_text: bool,
+        synchronous: bool = False,
     ) -> None:
         self.config = config
+        # Write each change before the caller goes on (the trace is forwarded, its disk-queue records
+        # released only after its row is committed), instead of once per flush_interval.
+        self.synchronous = synchronous
+        self._flush_lock = threading.Lock()  # one flush at a time: the analysis thread's and the writer's
         self.index = index
         self._redact = Redactor(config.redact_patterns) if keep_text else None
         self._pending: OrderedDict[str, IndexedConversation] = OrderedDict()
+        # Per conversation written by this process: the row it had before (None: new to the index).
+        self._bases: LRUCache[str, IndexedConversation | None] = LRUCache(BASES_KEPT)
+        self._stale: set[str] = set()  # keys whose base must be read again (a new state began)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
@@ -173,12 +248,19 @@ class IndexWriter:
             redact=self._redact,
             current=current,
         )
+        resumed_here = not state.index_written
+        state.index_written = True
         with self._lock:
+            if resumed_here:
+                # A new state for this key: whatever this process wrote for it before is history now.
+                self._stale.add(row.key)
             self._pending[row.key] = row
             self._pending.move_to_end(row.key)
             while len(self._pending) > self.config.max_pending:
                 self._pending.popitem(last=False)
                 self.dropped.inc()
+        if self.synchronous:
+            self.flush()
 
     # -- the writer's thread -----------------------------------------------------------------------
     def start(self) -> None:
@@ -202,12 +284,19 @@ class IndexWriter:
                 self.prune()
 
     def flush(self) -> None:
+        with self._flush_lock:
+            self._flush()
+
+    def _flush(self) -> None:
         with self._lock:
             batch, self._pending = list(self._pending.values()), OrderedDict()
+            stale, self._stale = self._stale, set()
+        for key in stale:
+            self._bases.pop(key, None)
         if not batch:
             return
         try:
-            self.index.upsert(batch)
+            self.index.upsert(self._with_history(batch))
         except Exception as exc:
             self.write_errors.inc()
             with self._lock:  # back in line, unless a newer state of the conversation arrived meanwhile
@@ -221,6 +310,19 @@ class IndexWriter:
             logger.info("writing the conversation index works again")
         self._failing = False
         self.writes.inc(len(batch))
+
+    def _with_history(self, batch: list[IndexedConversation]) -> list[IndexedConversation]:
+        """``batch`` with each resumed conversation merged with its earlier row (see the docstring)."""
+        unknown = [row.key for row in batch if row.key not in self._bases]
+        if unknown:
+            earlier = self.index.get_many(unknown)
+            for key in unknown:
+                self._bases[key] = earlier.get(key)
+        merged = []
+        for row in batch:
+            before = self._bases.get(row.key)
+            merged.append(resumed(before, row) if before is not None else row)
+        return merged
 
     def prune(self) -> None:
         self._last_prune = time.monotonic()
@@ -241,10 +343,20 @@ def index_url(config: IndexConfig, store: StoreConfig) -> str:
 
 
 def create_index_writer(
-    config: IndexConfig, store: StoreConfig, registry: CollectorRegistry, snippets: bool
+    config: IndexConfig, store: StoreConfig, registry: CollectorRegistry, snippets: bool, durable: bool
 ) -> IndexWriter | None:
     """The writer of the ``index`` section (None when it is off); text is kept only when both
-    ``index.content`` and ``signals.snippets`` are on."""
+    ``index.content`` and ``signals.snippets`` are on. With ``durable`` (the disk queue is on) and a
+    local SQLite index, every change is committed before its trace moves on, so a SIGKILL loses no
+    change of a trace already delivered (a PostgreSQL index keeps batching: a database that stops
+    answering must not stall the analysis)."""
     if not config.enabled:
         return None
-    return IndexWriter(config, open_index(index_url(config, store)), registry, config.content and snippets)
+    url = index_url(config, store)
+    return IndexWriter(
+        config,
+        open_index(url),
+        registry,
+        config.content and snippets,
+        synchronous=durable and url.startswith("sqlite:"),
+    )

@@ -56,7 +56,9 @@ class Pipeline:
         self.store = open_configured_store(config.store, config.reputation.window)
         self.reputation = create_reputation_recorder(config.reputation, self.store, telemetry)
         self.disk_queue = create_disk_queue(config.exporter.queue)
-        self.index_writer = create_index_writer(config.index, config.store, registry, config.signals.snippets)
+        self.index_writer = create_index_writer(
+            config.index, config.store, registry, config.signals.snippets, durable=self.disk_queue is not None
+        )
         self.exporter = Exporter(
             config.exporter, sender or make_sender(config.exporter), telemetry, self._on_batch_done
         )

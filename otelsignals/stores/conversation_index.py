@@ -206,6 +206,19 @@ class ConversationIndex:
             ).fetchone()
         return _item(row) if row is not None else None
 
+    def get_many(self, keys: Sequence[str]) -> dict[str, IndexedConversation]:
+        """The rows of those of ``keys`` that are indexed."""
+        found: dict[str, IndexedConversation] = {}
+        for at in range(0, len(keys), 500):
+            chunk = keys[at : at + 500]
+            marks = ", ".join([self._p] * len(chunk))
+            with self._lock:
+                rows = self._execute(
+                    f"SELECT {_COLUMNS} FROM conversation_index WHERE key IN ({marks})", tuple(chunk)
+                ).fetchall()
+            found.update((row[0], _item(row)) for row in rows)
+        return found
+
     def query(
         self,
         conditions: ConversationFilter = ConversationFilter(),

@@ -91,3 +91,68 @@ def test_past_max_pending_the_oldest_change_is_dropped_and_counted(tmp_path: Pat
     writer.flush()
     assert writer.dropped._value.get() == 1
     assert index.get("a") is None and index.get("c") is not None
+
+
+def turn(state: ConversationState, leaf: str, trace: bytes, at: int) -> None:
+    """One analysed turn: a user message, the signal it fired, the trace it came in."""
+    state.append(Message(Role.USER, f"message {at}", span_id=trace[:8]))
+    state.leaf_counts[leaf] += 1
+    state.recent_signals.append(SignalInstance(leaf, at, 0.8, None, {}))
+    state.conversation.trace_ids.append(trace)
+
+
+def test_a_resumed_conversation_keeps_what_was_indexed_before(tmp_path: Path) -> None:
+    """Its session was evicted (or the process restarted) and it went on: the new state holds only the
+    new turns, and the row keeps the earlier ones."""
+    url = f"sqlite:///{tmp_path / 'index.db'}"
+    writer = IndexWriter(IndexConfig(), open_index(url), CollectorRegistry(), keep_text=False)
+    first = ConversationState.new("c1")
+    turn(first, "interaction.misalignment.correction", b"\x01" * 16, 0)
+    turn(first, "interaction.misalignment.correction", b"\x02" * 16, 1)
+    writer.record(first)
+    writer.flush()
+    before = writer.index.get("c1")
+    assert before is not None
+
+    again = ConversationState.new("c1")  # evicted, then the conversation went on
+    turn(again, "interaction.disengagement.quit", b"\x03" * 16, 2)
+    writer.record(again)
+    writer.flush()
+    after = writer.index.get("c1")
+    assert after is not None
+    assert after.detail["leaf_counts"] == {
+        "interaction.disengagement.quit": 1,
+        "interaction.misalignment.correction": 2,  # not lowered to the new state's 0
+    }
+    assert after.signal_types == ("interaction.disengagement.quit", "interaction.misalignment.correction")
+    assert after.detail["trace_ids"] == [(b * 16).hex() for b in (b"\x01", b"\x02", b"\x03")]
+    assert [s["message_index"] for s in after.detail["signals"]] == [0, 1, 2]
+    assert after.first_seen == before.first_seen
+    assert after.quality_score <= min(before.quality_score, 1.0)
+
+    # A restart: a new process (a new writer) resumes it again, and replays a trace already counted.
+    restarted = IndexWriter(IndexConfig(), writer.index, CollectorRegistry(), keep_text=False)
+    replay = ConversationState.new("c1")
+    turn(replay, "interaction.disengagement.quit", b"\x03" * 16, 2)
+    restarted.record(replay)
+    restarted.flush()
+    final = restarted.index.get("c1")
+    assert (
+        final is not None and final.detail["leaf_counts"] == after.detail["leaf_counts"]
+    )  # not counted twice
+    assert final.detail["trace_ids"] == after.detail["trace_ids"]
+
+
+def test_a_conversation_new_to_the_index_is_written_as_it_is(tmp_path: Path) -> None:
+    writer = IndexWriter(
+        IndexConfig(), open_index(f"sqlite:///{tmp_path / 'index.db'}"), CollectorRegistry(), keep_text=False
+    )
+    state = ConversationState.new("fresh")
+    turn(state, "interaction.satisfaction.gratitude", b"\x09" * 16, 0)
+    writer.record(state)
+    writer.flush()
+    turn(state, "interaction.satisfaction.gratitude", b"\x0a" * 16, 1)
+    writer.record(state)  # the same state: its own earlier row is no history to merge with
+    writer.flush()
+    found = writer.index.get("fresh")
+    assert found is not None and found.detail["leaf_counts"] == {"interaction.satisfaction.gratitude": 2}

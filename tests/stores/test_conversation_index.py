@@ -225,3 +225,10 @@ def test_the_timeline_counts_qualities_and_categories_per_bucket(index: Conversa
     assert sum(b["conversations"] for b in timeline["buckets"]) == 3
     with pytest.raises(ValueError, match="buckets"):
         index.timeline(10.0, 5.0, 4)
+
+
+def test_get_many_returns_the_indexed_ones(index: ConversationIndex) -> None:
+    index.upsert([conversation(f"c{n}") for n in range(3)])
+    found = index.get_many(["c0", "c2", "missing"])
+    assert sorted(found) == ["c0", "c2"] and found["c2"].key == "c2"
+    assert index.get_many([]) == {}
