@@ -5,9 +5,11 @@
 over the window (the agent's newest ``window`` evaluations, oldest first). Each component is in [0, 1]:
 
 - ``pass_rate``: passed evaluations / evaluations in the window.
-- ``latency``:   ``clamp(1 - (p_ms - good_ms) / (bad_ms - good_ms))`` where ``p_ms`` is the
-  ``latency_percentile`` (default 95, nearest rank) of the window's latencies: 1 at or below
-  ``good_ms`` (default 1 000 ms), 0 at or above ``bad_ms`` (default 10 000 ms), linear between.
+- ``latency``:   ``clamp(1 - (l_ms - good_ms) / (bad_ms - good_ms))`` where ``l_ms`` is the mean of
+  the window's latencies (the reference's "normalised inverse of average latency"), or with
+  ``latency_aggregate: percentile`` their ``latency_percentile`` (default 95, nearest rank), which
+  one slow turn in twenty moves: 1 at or below ``good_ms`` (default 1 000 ms), 0 at or above
+  ``bad_ms`` (default 10 000 ms), linear between.
 - ``streak``:    consecutive passes at the newest end of the window / ``streak_target`` (default
   20), capped at 1; a failure resets it to 0.
 - ``volume``:    evaluations in the window / ``window`` (default 500), capped at 1.
@@ -64,6 +66,8 @@ class ReputationConfig:
     latency_good_ms: float = 1000.0
     latency_bad_ms: float = 10000.0
     latency_percentile: float = 95.0
+    # "mean" (the reference's average latency) or "percentile" (latency_percentile of the window).
+    latency_aggregate: Literal["mean", "percentile"] = "mean"
     streak_target: int = 20
     # Evaluations waiting to be written to the store; beyond, new ones are dropped and counted.
     max_pending: int = 10_000
@@ -100,7 +104,8 @@ class Reputation:
     score: int | None
     lifecycle: Lifecycle
     eval_count: int
-    window_size: int
+    window_size: int  # the window the score is computed over (config ``window``)
+    window_entries: int  # evaluations in it so far
     calibration: str | None = None
     components: dict[str, float] = field(default_factory=dict)
 
@@ -111,6 +116,7 @@ class Reputation:
             "lifecycle": self.lifecycle,
             "eval_count": self.eval_count,
             "window_size": self.window_size,
+            "window_entries": self.window_entries,
         }
         if self.calibration is not None:
             out["calibration"] = self.calibration
@@ -128,6 +134,12 @@ def percentile(values: Sequence[float], pct: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(pct / 100.0 * len(ordered)))
     return ordered[min(rank, len(ordered)) - 1]
+
+
+def aggregate_latency(latencies: Sequence[float], config: ReputationConfig) -> float:
+    if config.latency_aggregate == "percentile":
+        return percentile(latencies, config.latency_percentile)
+    return sum(latencies) / len(latencies)
 
 
 def latency_score(latency_ms: float, config: ReputationConfig) -> float:
@@ -161,9 +173,7 @@ def components(window: Sequence[Evaluation], config: ReputationConfig) -> dict[s
         return dict.fromkeys(WEIGHTS, 0.0)
     return {
         "pass_rate": sum(1 for e in window if e.passed) / n,
-        "latency": latency_score(
-            percentile([e.latency_ms for e in window], config.latency_percentile), config
-        ),
+        "latency": latency_score(aggregate_latency([e.latency_ms for e in window], config), config),
         "streak": clamp01(current_streak(window) / config.streak_target),
         "volume": clamp01(n / config.window),
     }
@@ -202,7 +212,8 @@ def reputation(
             score=None,
             lifecycle=lifecycle,
             eval_count=total_count,
-            window_size=len(window),
+            window_size=config.window,
+            window_entries=len(window),
             calibration=f"{total_count}/{config.calibration}" if lifecycle == "calibrating" else None,
         )
     parts = components(window, config)
@@ -211,6 +222,7 @@ def reputation(
         score=score_of(parts),
         lifecycle=lifecycle,
         eval_count=total_count,
-        window_size=len(window),
+        window_size=config.window,
+        window_entries=len(window),
         components=parts,
     )

@@ -35,31 +35,51 @@ def run(pattern: str, latency_ms: float = 500.0) -> list[Evaluation]:
 def test_defaults_are_the_documented_ones() -> None:
     assert (CFG.window, CFG.calibration, CFG.streak_target) == (500, 50, 20)
     assert (CFG.latency_good_ms, CFG.latency_bad_ms, CFG.latency_percentile) == (1000.0, 10000.0, 95.0)
+    assert CFG.latency_aggregate == "mean"  # the reference's "normalised inverse of average latency"
 
 
-def test_hand_computed_active_score() -> None:
-    # 50 evaluations: 40 passes; the newest 5 are passes after a failure.
-    pattern = "P" * 35 + "F" * 10 + "P" * 5
-    # 45 latencies of 1 000 ms, 5 of 5 500 ms: p95 (nearest rank 48 of 50) = 5 500 ms.
-    latencies = [1000.0] * 45 + [5500.0] * 5
-    window = [ev(c == "P", lat, float(i)) for i, (c, lat) in enumerate(zip(pattern, latencies, strict=True))]
-    rep = reputation(window, 50)
-    assert rep.components == {"pass_rate": 0.8, "latency": 0.5, "streak": 0.25, "volume": 0.1}
-    # 0.8×400 + 0.5×250 + 0.25×200 + 0.1×150 = 320 + 125 + 50 + 15
-    assert rep.score == 510
-    assert (rep.agent_id, rep.lifecycle, rep.eval_count, rep.window_size, rep.calibration) == (
+# 50 evaluations: 40 passes; the newest 5 are passes after a failure. 45 latencies of 1 000 ms, 5 of
+# 5 500 ms: mean 1 450 ms (latency 1 - 450 / 9 000 = 0.95); p95 (nearest rank 48 of 50) 5 500 ms (0.5).
+HAND_PATTERN = "P" * 35 + "F" * 10 + "P" * 5
+HAND_LATENCIES = [1000.0] * 45 + [5500.0] * 5
+
+
+@pytest.mark.parametrize(
+    ("aggregate", "latency", "score"),
+    [
+        ("mean", 0.95, 623),  # 320 + 237.5 + 50 + 15 = 622.5, rounded half up
+        ("percentile", 0.5, 510),  # 320 + 125 + 50 + 15
+    ],
+)
+def test_hand_computed_active_score(aggregate: str, latency: float, score: int) -> None:
+    window = [
+        ev(c == "P", lat, float(i))
+        for i, (c, lat) in enumerate(zip(HAND_PATTERN, HAND_LATENCIES, strict=True))
+    ]
+    rep = reputation(window, 50, ReputationConfig(latency_aggregate=aggregate))  # type: ignore[arg-type]
+    assert rep.components == {
+        "pass_rate": 0.8,
+        "latency": pytest.approx(latency),
+        "streak": 0.25,
+        "volume": 0.1,
+    }
+    assert rep.score == score
+    # window_size is the window scored over (500), window_entries what it holds so far.
+    assert (rep.agent_id, rep.lifecycle, rep.eval_count, rep.window_size, rep.window_entries) == (
         "a",
         "active",
         50,
+        500,
         50,
-        None,
     )
+    assert rep.calibration is None
     assert rep.to_json() == {
         "agent_id": "a",
-        "score": 510,
+        "score": score,
         "lifecycle": "active",
         "eval_count": 50,
-        "window_size": 50,
+        "window_size": 500,
+        "window_entries": 50,
         "components": rep.components,
     }
 
@@ -86,12 +106,14 @@ def test_latency_normalisation(latency_ms: float, expected: float) -> None:
     assert latency_score(latency_ms, CFG) == pytest.approx(expected)
 
 
-def test_latency_uses_the_configured_percentile() -> None:
+def test_latency_is_the_mean_or_the_configured_percentile() -> None:
     window = [ev(True, lat) for lat in [1000.0] * 9 + [10000.0]]  # one slow outlier in 10
-    assert components(window, CFG)["latency"] == 0.0  # p95 = 10th of 10 = 10 000 ms
-    median = ReputationConfig(latency_percentile=50)
+    assert components(window, CFG)["latency"] == pytest.approx(0.9)  # mean 1 900 ms: 1 - 900 / 9 000
+    p95 = ReputationConfig(latency_aggregate="percentile")
+    assert components(window, p95)["latency"] == 0.0  # p95 = 10th of 10 = 10 000 ms
+    median = ReputationConfig(latency_aggregate="percentile", latency_percentile=50)
     assert components(window, median)["latency"] == 1.0  # p50 = 5th of 10 = 1 000 ms
-    custom = ReputationConfig(latency_good_ms=0, latency_bad_ms=2000, latency_percentile=50)
+    custom = ReputationConfig(latency_good_ms=0, latency_bad_ms=2000)
     assert components([ev(True, 500.0)], custom)["latency"] == 0.75
 
 
@@ -147,7 +169,8 @@ def test_lifecycle_boundaries(total: int, lifecycle: str) -> None:
     assert lifecycle_of(total, CFG) == lifecycle
     window = run("P" * min(total, 500)) if total else []
     rep = reputation(window, total, agent_id="a")
-    assert rep.lifecycle == lifecycle and rep.eval_count == total and rep.window_size == min(total, 500)
+    assert rep.lifecycle == lifecycle and rep.eval_count == total
+    assert (rep.window_size, rep.window_entries) == (500, min(total, 500))
     if lifecycle in ("new", "calibrating"):
         assert rep.score is None and rep.components == {}
         assert rep.calibration == (f"{total}/50" if total else None)

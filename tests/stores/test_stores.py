@@ -118,7 +118,12 @@ def test_lifecycle_boundaries_through_the_store(store: ReputationStore) -> None:
         window, count = store.window("agent-a")
         assert count == boundary and len(window) == min(boundary, 500)
         rep = reputation(window, count, agent_id="agent-a")
-        assert (rep.lifecycle, rep.eval_count, rep.window_size) == (lifecycle, boundary, min(boundary, 500))
+        assert (rep.lifecycle, rep.eval_count, rep.window_entries, rep.window_size) == (
+            lifecycle,
+            boundary,
+            min(boundary, 500),
+            500,
+        )
         if lifecycle == "calibrating":
             assert rep.score is None and rep.calibration == f"{boundary}/50"
         elif lifecycle != "new":
