@@ -62,6 +62,7 @@ def analyze_update(
     update: TraceUpdate,
     baseline: int = BASELINE_USER_TURNS,
     agent_baselines: AgentBaselines | None = None,
+    disabled: frozenset[str] = frozenset(),
 ) -> Analysis:
     """Detect on the messages ``update`` added to ``state``, score the conversation so far and rank
     it (``agent_baselines``: what is usual for its agent; None: the fixed scales)."""
@@ -74,7 +75,7 @@ def analyze_update(
         baseline_user_turns=baseline,
         prior_counts=state.leaf_counts,
     )
-    found, skipped = detect(context)
+    found, skipped = detect(context, disabled)
     for signal in found:
         if signal.snippet and len(signal.snippet) > SNIPPET_LIMIT:
             signal.snippet = signal.snippet[:SNIPPET_LIMIT]

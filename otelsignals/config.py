@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from otelsignals.reputation import ReputationConfig
 from otelsignals.scoring import BUCKETS
-from otelsignals.signals.taxonomy import CATEGORIES
+from otelsignals.signals.taxonomy import CATEGORIES, LEAF_TYPES
 
 ENV_PREFIX = "OTELSIGNALS_"
 
@@ -359,11 +359,18 @@ class SignalsConfig:
     legacy_attributes: bool = True
     # Efficiency is 1.0 up to this many user turns (SPEC §4).
     baseline_user_turns: int = 5
+    # Leaf types or whole categories never detected (the reference's overrides.disable_signals), e.g.
+    # [interaction.satisfaction.gratitude, execution.loops].
+    disable: tuple[str, ...] = ()
 
     def validate(self) -> list[str]:
+        problems = []
         if self.baseline_user_turns < 1:
-            return [f"baseline_user_turns: must be at least 1, got {self.baseline_user_turns}"]
-        return []
+            problems.append(f"baseline_user_turns: must be at least 1, got {self.baseline_user_turns}")
+        for name in self.disable:
+            if name not in LEAF_TYPES and name not in CATEGORIES:
+                problems.append(f"disable: {name!r} is neither a leaf type nor a category of the taxonomy")
+        return problems
 
 
 @dataclass

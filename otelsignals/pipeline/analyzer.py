@@ -77,6 +77,7 @@ class Analyzer:
         # id) → (conversation key, the span's short attributes).
         self._read_spans: OrderedDict[tuple[bytes, bytes], tuple[str, dict]] = OrderedDict()
         self.evals = evals or EvalsConfig(trace_metrics=False)
+        self._disabled = frozenset(self.signals.disable)
         self.embedder: Embedder | None = None
         # The remote embeddings endpoint owns a thread and an HTTP session: closed by close().
         self._embeddings_endpoint: OpenAIEmbeddingsEndpoint | None = None
@@ -100,7 +101,9 @@ class Analyzer:
             return None
         state = self.sessions.get(update.key)
         assert state is not None, "assemble() just touched it"
-        analysis = analyze_update(state, update, self.signals.baseline_user_turns, self.agent_baselines)
+        analysis = analyze_update(
+            state, update, self.signals.baseline_user_turns, self.agent_baselines, self._disabled
+        )
         self._record_trace(state, update, analysis)
         telemetry = self.telemetry
         for signal in analysis.new_signals:
@@ -206,7 +209,9 @@ class Analyzer:
             update = apply_trace(state, trace_id, [(view, reading)])
             self._resize(key)
             analyses.append(
-                analyze_update(state, update, self.signals.baseline_user_turns, self.agent_baselines)
+                analyze_update(
+                    state, update, self.signals.baseline_user_turns, self.agent_baselines, self._disabled
+                )
             )
         return analyses
 

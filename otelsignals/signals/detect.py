@@ -24,6 +24,7 @@ class Registered:
     group: str  # the category, reported as skipped without text, e.g. "interaction.misalignment"
     detector: Detector
     needs_content: bool
+    leaves: tuple[str, ...]
 
 
 def category_module_name(category: str) -> str:
@@ -45,7 +46,7 @@ def registered_for(category: str, specs: tuple[DetectorSpec, ...]) -> list[Regis
             f"missing {missing}, not of this category {foreign}, declared twice {twice}"
         )
     ordered = sorted(specs, key=lambda spec: min(leaves.index(leaf) for leaf in spec.leaves))
-    return [Registered(category, spec.detect, spec.needs_content) for spec in ordered]
+    return [Registered(category, spec.detect, spec.needs_content, spec.leaves) for spec in ordered]
 
 
 def build_registry() -> tuple[Registered, ...]:
@@ -66,17 +67,24 @@ def warm_up() -> None:
     handoff.library()
 
 
-def detect(context: DetectionContext) -> tuple[list[SignalInstance], list[str]]:
-    """(instances found, detector groups skipped for lack of content)."""
+def detect(
+    context: DetectionContext, disabled: frozenset[str] = frozenset()
+) -> tuple[list[SignalInstance], list[str]]:
+    """(instances found, detector groups skipped for lack of content); ``disabled`` leaf types and
+    categories are never reported, and a detector all of whose leaves are disabled does not run."""
     found: list[SignalInstance] = []
     skipped: list[str] = []
     content = context.conversation.content_captured
     for entry in DETECTORS:
+        if disabled and all(leaf in disabled or entry.group in disabled for leaf in entry.leaves):
+            continue
         if entry.needs_content and not content:
             if entry.group not in skipped:
                 skipped.append(entry.group)
             continue
         found.extend(entry.detector(context))
+    if disabled:
+        found = [s for s in found if s.type not in disabled and t.category_of(s.type) not in disabled]
     found = handoff.settle(found, context.prior_counts)
     found.sort(key=lambda signal: (signal.message_index, signal.type))
     return found, skipped

@@ -88,3 +88,30 @@ def test_detectors_of_selects_categories_in_run_order() -> None:
         "detect_parameter_drift",
         "detect_oscillation",
     ]
+
+
+def test_disabled_leaves_and_categories_are_never_reported() -> None:
+    from otelsignals.model import Conversation, Message, Role
+    from otelsignals.signals.detect import detect
+
+    conversation = Conversation(
+        "c",
+        messages=[
+            Message(Role.USER, "book a table for two"),
+            Message(Role.ASSISTANT, "Booked for four."),
+            Message(Role.USER, "No, that's wrong, I said two."),
+            Message(Role.ASSISTANT, "Sorry: booked for two."),
+            Message(Role.USER, "Thanks!"),
+        ],
+    )
+
+    def types(disabled: frozenset[str]) -> set[str]:
+        found, _ = detect(DetectionContext(conversation, new_from=0), disabled)
+        return {signal.type for signal in found}
+
+    everything = types(frozenset())
+    assert tx.CORRECTION in everything and tx.GRATITUDE in everything
+    assert tx.CORRECTION not in types(frozenset([tx.CORRECTION]))
+    without_satisfaction = types(frozenset([tx.SATISFACTION]))
+    assert not any(t.startswith(tx.SATISFACTION + ".") for t in without_satisfaction)
+    assert tx.CORRECTION in without_satisfaction
