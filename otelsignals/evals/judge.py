@@ -363,10 +363,12 @@ class Judge:
         if error is not None:
             self._stats.errors += 1
             metadata.update(error=str(error), error_kind=error.kind)
-            return MetricResult(name, None, False, f"Judge error: {error}", metadata)  # type: ignore[arg-type]
+            return MetricResult(name, None, False, f"Judge error: {error}", metadata, self.config.threshold)  # type: ignore[arg-type]
         score = min(1.0, max(0.0, float(score)))
         metadata.update(extra)
-        return MetricResult(name, score, score >= self.config.threshold, reason, metadata)
+        return MetricResult(
+            name, score, score >= self.config.threshold, reason, metadata, self.config.threshold
+        )
 
     def _transcript(self, conversation: Conversation) -> str:
         return render_transcript(

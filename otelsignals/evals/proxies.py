@@ -61,7 +61,7 @@ def proxy_confidence(signal_counts: Mapping[str, int], *, threshold: float = 0.5
         "counted_signals": counted,
         "weights": {t: PROXY_CONFIDENCE_WEIGHTS[t] for t in counted},
     }
-    return MetricResult("confidence", score, score >= threshold, reason, metadata)
+    return MetricResult("confidence", score, score >= threshold, reason, metadata, threshold)
 
 
 def proxy_tool_correctness(conversation: Conversation, *, threshold: float = 0.5) -> MetricResult:
@@ -80,4 +80,4 @@ def proxy_tool_correctness(conversation: Conversation, *, threshold: float = 0.5
         "failed": len(failed),
         "failed_tools": [r.name or "?" for r in failed],
     }
-    return MetricResult("tool_correctness", score, score >= threshold, reason, metadata)
+    return MetricResult("tool_correctness", score, score >= threshold, reason, metadata, threshold)

@@ -89,6 +89,10 @@ class TraceSignals:
         return self.sources.get(name, UNSPECIFIED_SOURCE)
 
 
+# Per-trace risk keys in the session metrics' metadata, named as the reference names them.
+RISK_KEYS = {"loop_detection": "loop_risk", "tool_correctness": "tool_risk"}
+
+
 @dataclass(frozen=True)
 class MetricResult:
     name: str  # "agent_reliability" | "agent_consistency"
@@ -96,6 +100,13 @@ class MetricResult:
     passed: bool  # score >= threshold
     reason: str
     metadata: dict[str, Any]
+    # Written into the metadata with "success" (= passed), as the reference has them in every metric.
+    threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.threshold is not None:
+            self.metadata.setdefault("threshold", self.threshold)
+        self.metadata.setdefault("success", self.passed)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -155,6 +166,7 @@ def _empty(
         score=1.0,
         passed=threshold <= 1.0,  # score 1.0 >= threshold
         reason=reason,
+        threshold=threshold,
         metadata={
             "note": "empty_session" if reason == NO_SIGNALS_REASON else "no_evaluable_traces",
             "total_traces_in_session": len(traces),
@@ -198,7 +210,7 @@ def agent_reliability(
         weighted: list[float] = []
         for name, value in present.items():
             risk = 1.0 - value
-            detail[f"{name}_risk"] = risk
+            detail[RISK_KEYS.get(name, f"{name}_risk")] = risk
             weighted.append(resolved[name] * risk)
         step_risk = max(weighted)
         detail["step_risk"] = step_risk
@@ -234,6 +246,7 @@ def agent_reliability(
         score=score,
         passed=score >= threshold,
         reason=reason,
+        threshold=threshold,
         metadata={
             "total_traces_in_session": len(traces),
             "traces_evaluated": n,
@@ -288,7 +301,7 @@ def agent_consistency(
             if value is None:
                 continue
             risk = 1.0 - value
-            detail[f"{name}_risk"] = risk
+            detail[RISK_KEYS.get(name, f"{name}_risk")] = risk
             penalty += resolved[name] * risk
         wu = (1.0 + penalty) * resolved["confidence"] * confidence_risk
         detail["situational_penalty"] = penalty
@@ -320,6 +333,7 @@ def agent_consistency(
         score=score,
         passed=score >= threshold,
         reason=reason,
+        threshold=threshold,
         metadata={
             "total_traces_in_session": len(traces),
             "traces_evaluated": n,

@@ -62,7 +62,14 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 def _result(name: str, score: float, reason: str, metadata: dict[str, Any], threshold: float) -> MetricResult:
     score = min(1.0, max(0.0, float(score)))
-    return MetricResult(name=name, score=score, passed=score >= threshold, reason=reason, metadata=metadata)
+    return MetricResult(
+        name=name,
+        score=score,
+        passed=score >= threshold,
+        reason=reason,
+        metadata=metadata,
+        threshold=threshold,
+    )
 
 
 def coherence(
@@ -84,7 +91,7 @@ def coherence(
             "coherence",
             1.0,
             f"Not evaluated: the trace's {' and '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty.",
-            {"note": "empty_" + "_and_".join(empty), "cosine": None},
+            {"note": "empty_" + "_and_".join(empty), "cosine_similarity": None, "coherence_gap": None},
             threshold,
         )
     embedder = embedder or default_embedder()
@@ -96,7 +103,7 @@ def coherence(
         "coherence",
         score,
         f"The output {verdict}: cosine similarity to the input {similarity:.3f}.",
-        {"cosine": similarity, "cosine_distance": 1.0 - similarity},
+        {"cosine_similarity": similarity, "coherence_gap": 1.0 - similarity},
         threshold,
     )
 
@@ -147,23 +154,24 @@ def loop_detection(
         comparisons.append(
             {
                 "trace_index": index,
-                "cosine": similarity,
-                "jaccard": overlap,
-                "hybrid": max(similarity, 0.0) * overlap,
+                "cosine_similarity": similarity,
+                "jaccard_similarity": overlap,
+                # A negative cosine (opposed texts) counts as no similarity, not as a negative product.
+                "hybrid_score": max(similarity, 0.0) * overlap,
             }
         )
-    worst = max(comparisons, key=lambda c: c["hybrid"])
-    metadata["max_hybrid"] = worst["hybrid"]
+    worst = max(comparisons, key=lambda c: c["hybrid_score"])
+    metadata["max_hybrid"] = worst["hybrid_score"]
     metadata["comparisons"] = comparisons
-    score = 1.0 - worst["hybrid"]
+    score = 1.0 - worst["hybrid_score"]
     if score >= threshold:
         reason = (
             f"No loop: the closest of the last {len(compared)} output(s) (trace {worst['trace_index']}) "
-            f"has hybrid similarity {worst['hybrid']:.3f}."
+            f"has hybrid similarity {worst['hybrid_score']:.3f}."
         )
     else:
         reason = (
             f"Loop suspected: the output repeats trace {worst['trace_index']} "
-            f"(cosine {worst['cosine']:.3f} × Jaccard {worst['jaccard']:.3f} = {worst['hybrid']:.3f})."
+            f"(cosine {worst['cosine_similarity']:.3f} × Jaccard {worst['jaccard_similarity']:.3f} = {worst['hybrid_score']:.3f})."
         )
     return _result("loop_detection", score, reason, metadata, threshold)

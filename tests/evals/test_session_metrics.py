@@ -75,8 +75,8 @@ def test_reliability_one_catastrophic_trace():
     }
     t0 = meta["per_trace_signals"]["t0"]
     assert t0["confidence_risk"] == approx(0.05)
-    assert t0["loop_detection_risk"] == approx(0.05)
-    assert t0["tool_correctness_risk"] == approx(0.05)  # unweighted risk; weighted 0.04
+    assert t0["loop_risk"] == approx(0.05)
+    assert t0["tool_risk"] == approx(0.05)  # unweighted risk; weighted 0.04
     assert t0["coherence_risk"] == approx(0.05)
     assert t0["step_risk"] == approx(0.05)
     assert meta["per_trace_signals"]["t9"]["step_risk"] == approx(0.95)
@@ -173,7 +173,7 @@ def test_reliability_missing_signals():
         "step_risk": approx(0.8),
         "sources": {"confidence": "unspecified", "coherence": "unspecified"},
     }
-    assert meta["per_trace_signals"]["b"]["tool_correctness_risk"] == approx(0.75)
+    assert meta["per_trace_signals"]["b"]["tool_risk"] == approx(0.75)
     assert meta["per_trace_signals"]["b"]["step_risk"] == approx(0.6)
     assert meta["per_trace_signals"]["e"]["step_risk"] == 0.0
     assert "1 trace without signals skipped" in result.reason
@@ -192,7 +192,7 @@ def test_consistency_missing_signals():
     assert set(meta["per_trace_signals"]) == {"a", "e"}
     assert meta["per_trace_signals"]["a"]["situational_penalty"] == approx(0.8)
     assert meta["per_trace_signals"]["a"]["weighted_uncertainty"] == approx(0.18)
-    assert "loop_detection_risk" not in meta["per_trace_signals"]["a"]
+    assert "loop_risk" not in meta["per_trace_signals"]["a"]
     assert "3 traces without confidence skipped" in result.reason
 
 

@@ -74,8 +74,8 @@ def test_on_topic_answer_is_more_coherent_than_off_topic(
     assert isinstance(good, MetricResult)
     assert "on topic" in good.reason
     assert 0.0 <= bad.score <= 1.0
-    assert good.metadata["cosine"] == pytest.approx(good.score)
-    assert good.metadata["cosine_distance"] == pytest.approx(1.0 - good.score)
+    assert good.metadata["cosine_similarity"] == pytest.approx(good.score)
+    assert good.metadata["coherence_gap"] == pytest.approx(1.0 - good.score)
 
 
 def test_coherence_of_identical_text_is_one(embedder: StaticEmbedder) -> None:
@@ -114,7 +114,7 @@ def test_coherence_is_clamped_to_zero(embedder: StaticEmbedder) -> None:
 
     result = coherence("a", "b", Opposite())
     assert result.score == 0.0 and not result.passed
-    assert result.metadata["cosine"] == pytest.approx(-1.0)
+    assert result.metadata["cosine_similarity"] == pytest.approx(-1.0)
     assert "drifts" in result.reason
 
 
@@ -153,8 +153,8 @@ def test_enumeration_of_related_items_is_not_a_loop(embedder: StaticEmbedder) ->
     assert result.score > 0.5 and result.passed, result
     assert result.score > 0.75  # calibrated ~0.83 (see the module docstring)
     for comparison in result.metadata["comparisons"]:
-        assert comparison["cosine"] > 0.6  # the meaning is close...
-        assert comparison["jaccard"] == pytest.approx(0.2)  # ...but only "weather" is shared
+        assert comparison["cosine_similarity"] > 0.6  # the meaning is close...
+        assert comparison["jaccard_similarity"] == pytest.approx(0.2)  # ...but only "weather" is shared
     assert "No loop" in result.reason
 
 
@@ -171,10 +171,10 @@ def test_metadata_fields(embedder: StaticEmbedder) -> None:
     assert meta["traces_compared"] == 1
     assert set(meta) >= {"window_size", "max_hybrid", "comparisons"}
     [comparison] = meta["comparisons"]
-    assert set(comparison) == {"trace_index", "cosine", "jaccard", "hybrid"}
+    assert set(comparison) == {"trace_index", "cosine_similarity", "jaccard_similarity", "hybrid_score"}
     assert comparison["trace_index"] == 0
-    assert comparison["hybrid"] == pytest.approx(comparison["cosine"] * comparison["jaccard"])
-    assert meta["max_hybrid"] == pytest.approx(comparison["hybrid"])
+    assert comparison["hybrid_score"] == pytest.approx(comparison["cosine_similarity"] * comparison["jaccard_similarity"])
+    assert meta["max_hybrid"] == pytest.approx(comparison["hybrid_score"])
     assert result.score == pytest.approx(1.0 - meta["max_hybrid"])
     assert result.name == "loop_detection"
 
@@ -202,7 +202,14 @@ def test_no_previous_traces() -> None:
     result = loop_detection("anything at all", [], None)
     assert result.score == 1.0 and result.passed
     assert result.reason == NO_PREVIOUS_REASON == "No previous traces in the session."
-    assert result.metadata == {"window_size": 3, "traces_compared": 0, "max_hybrid": 0.0, "comparisons": []}
+    assert result.metadata == {
+        "window_size": 3,
+        "traces_compared": 0,
+        "max_hybrid": 0.0,
+        "comparisons": [],
+        "threshold": 0.5,
+        "success": True,
+    }
 
 
 def test_empty_output_and_empty_previous_outputs(embedder: StaticEmbedder) -> None:
@@ -210,7 +217,7 @@ def test_empty_output_and_empty_previous_outputs(embedder: StaticEmbedder) -> No
     assert result.score == 1.0 and result.metadata["note"] == "empty_output"
     result = loop_detection("Paris weather is sunny", ["", "   "], embedder)
     assert result.score == 1.0
-    assert [c["hybrid"] for c in result.metadata["comparisons"]] == [0.0, 0.0]
+    assert [c["hybrid_score"] for c in result.metadata["comparisons"]] == [0.0, 0.0]
     with pytest.raises(TypeError, match="not a string"):
         loop_detection("x", "a previous output", embedder)
 
@@ -224,8 +231,8 @@ def test_negative_cosine_does_not_lift_the_score_above_one() -> None:
 
     result = loop_detection("same words here", ["same words here"], Opposite())
     assert result.score == 1.0
-    assert result.metadata["comparisons"][0]["cosine"] == pytest.approx(-1.0)
-    assert result.metadata["comparisons"][0]["hybrid"] == 0.0
+    assert result.metadata["comparisons"][0]["cosine_similarity"] == pytest.approx(-1.0)
+    assert result.metadata["comparisons"][0]["hybrid_score"] == 0.0
 
 
 def test_content_words_and_jaccard() -> None:
