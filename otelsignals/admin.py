@@ -26,12 +26,12 @@ from otelsignals.conversation import ConversationState
 from otelsignals.evals.session_metrics import agent_consistency, agent_reliability
 from otelsignals.model import Message
 from otelsignals.pipeline.eval_runs import EvalRunError, EvalRuns
-from otelsignals.pipeline.listing import listing_request, query_number, query_time
+from otelsignals.pipeline.listing import listing_request, query_int, query_time
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.scoring import score
 from otelsignals.signals.base import redact_metadata
-from otelsignals.stores.conversation_index import ConversationIndex
+from otelsignals.stores.conversation_index import MAX_BUCKETS, ConversationIndex
 from otelsignals.telemetry import Telemetry
 
 
@@ -123,9 +123,11 @@ class AdminApi:
                 {"error": "the conversation index is disabled (index.enabled)"}, status=404
             )
         try:
-            until = query_time(request.query, "until") or time.time()
-            since = query_time(request.query, "since") or until - 86400.0
-            buckets = int(query_number(request.query, "buckets") or 24)
+            until = query_time(request.query, "until")
+            until = time.time() if until is None else until
+            since = query_time(request.query, "since")
+            since = until - 86400.0 if since is None else since
+            buckets = query_int(request.query, "buckets", 1, MAX_BUCKETS, default=24)
             found = await asyncio.to_thread(self.index.timeline, since, until, buckets)
         except ValueError as exc:
             return web.json_response({"error": str(exc)}, status=400)
@@ -152,7 +154,7 @@ class AdminApi:
         except ValueError as exc:  # CursorError included
             return web.json_response({"error": str(exc)}, status=400)
         return web.json_response(
-            {"sessions": [item.to_json() for item in page.items], "next_cursor": page.next_cursor}
+            {"sessions": [item.summary_json() for item in page.items], "next_cursor": page.next_cursor}
         )
 
     async def reputation_of(self, request: web.Request) -> web.Response:
@@ -193,11 +195,9 @@ class AdminApi:
         if self.eval_runs is None:
             return web.json_response({"runs": []})
         try:
-            limit = int(query_number(request.query, "limit") or 100)
+            limit = query_int(request.query, "limit", 1, 500, default=100)
         except ValueError as exc:
             return web.json_response({"error": str(exc)}, status=400)
-        if not 1 <= limit <= 500:
-            return web.json_response({"error": f"limit must be between 1 and 500, not {limit}"}, status=400)
         return web.json_response({"runs": await self.eval_runs.list(limit)})
 
     async def get_eval_run(self, request: web.Request) -> web.Response:
@@ -231,9 +231,15 @@ def _ui_file(name: str) -> web.Response:
         return web.json_response({"error": f"no page asset {name!r}"}, status=404)
     body = resources.files("otelsignals.ui").joinpath(name).read_bytes()
     # The page holds no data (it asks /v1/* for it, with the API token): a browser may cache it briefly.
-    return web.Response(
-        body=body, content_type=content_type, charset="utf-8", headers={"Cache-Control": "max-age=60"}
-    )
+    headers = {
+        "Cache-Control": "max-age=60",
+        "X-Content-Type-Options": "nosniff",
+        # Only its own assets and the admin API: no inline script, no other origin.
+        "Content-Security-Policy": (
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; frame-ancestors 'none'"
+        ),
+    }
+    return web.Response(body=body, content_type=content_type, charset="utf-8", headers=headers)
 
 
 def session_json(state: ConversationState, show_content: bool) -> dict[str, Any]:

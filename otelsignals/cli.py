@@ -132,7 +132,7 @@ def _export(config: Config, args: argparse.Namespace) -> int:
     index = open_index(index_url(config.index, config.store))
     out = open(args.out, "wb") if args.out else sys.stdout.buffer  # noqa: SIM115 - closed below
     try:
-        conversations, lines = export(index, conditions, args.form, out)
+        conversations, lines, skipped = export(index, conditions, args.form, out)
     except ExportError as exc:
         print(f"otelsignals: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -141,7 +141,9 @@ def _export(config: Config, args: argparse.Namespace) -> int:
         if args.out:
             out.close()
     print(
-        f"otelsignals: exported {conversations} conversations as {lines} {args.form} lines", file=sys.stderr
+        f"otelsignals: exported {conversations} conversations as {lines} {args.form} lines"
+        + (f"; {skipped} indexed without their text skipped (index.content)" if skipped else ""),
+        file=sys.stderr,
     )
     return EXIT_OK
 

@@ -144,9 +144,10 @@ class ConversationState:
     previous_outputs: deque[str] = field(default_factory=lambda: deque(maxlen=3))
     turn_latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_SIGNALS))
     first_seen_ns: int = 0
-    # Written to the conversation index by this process: a state without it for a key the index
-    # already holds is a resumed conversation (its session was evicted, or the process restarted).
-    index_written: bool = False
+    # The conversation index's row for this key before this state began (read once by the index
+    # writer; an earlier row means the conversation was resumed: evicted, or the process restarted).
+    index_base: object | None = None
+    index_base_read: bool = False
 
     @classmethod
     def new(cls, key: str) -> ConversationState:

@@ -16,7 +16,8 @@ optionally a time range and signals) and writes JSON lines in one of three shape
   data_files=…)``: the messages, the signals, the scores, the priority and its reasons, the counts and
   the session metrics (outcome fields), the trace ids.
 
-Text must have been kept (``index.content``): otherwise the command says so and exits 2.
+Text must have been kept (``index.content``): conversations indexed without it are skipped and
+counted, and when none of the matching ones has it the command says so and exits 2.
 """
 
 from __future__ import annotations
@@ -188,14 +189,26 @@ def hf_record(item: IndexedConversation, chat: list[dict[str, Any]]) -> dict[str
     }
 
 
-def export(index: ConversationIndex, conditions: ConversationFilter, form: str, out: Any) -> tuple[int, int]:
-    """Writes the selected conversations to the binary stream ``out``; returns (conversations, lines)."""
+def export(
+    index: ConversationIndex, conditions: ConversationFilter, form: str, out: Any
+) -> tuple[int, int, int]:
+    """Writes the selected conversations to the binary stream ``out``; returns (conversations
+    exported, lines, conversations skipped because they were indexed without text). Raises
+    ExportError when conversations matched and none had its text."""
     if form not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {form!r}")
-    conversations = lines = 0
+    conversations = lines = skipped = 0
     for item in selected(index, conditions):
+        if item.detail.get("messages") is None:
+            skipped += 1  # indexed before index.content was turned on, or with it off
+            continue
         for record in records(item, form):
             out.write(orjson.dumps(record) + b"\n")
             lines += 1
         conversations += 1
-    return conversations, lines
+    if skipped and not conversations:
+        raise ExportError(
+            f"the {skipped} matching conversations were indexed without their text: turn on "
+            "index.content (and signals.snippets) to export datasets"
+        )
+    return conversations, lines, skipped

@@ -49,7 +49,7 @@ class Sidecar:
                 self.config.admin.auth_token,
                 self.pipeline.eval_runs,
                 self.pipeline.analysis.read,
-                self.pipeline.index_writer.index if self.pipeline.index_writer is not None else None,
+                self.pipeline.index_reader,
                 self.config.ui,
             )
             self._admin, admin_port = await serve_aiohttp(

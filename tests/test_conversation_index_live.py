@@ -78,10 +78,27 @@ def test_closed_conversations_stay_findable_and_filterable(tmp_path: Path) -> No
         assert all(i["quality"] in ("severe", "poor") and i["flagged"] for i in poor)
         assert listing(sidecar, agent="no-such-agent") == []
 
-        for bad in ({"sort": "name"}, {"flagged": "maybe"}, {"since": "yesterday"}, {"colour": "red"}):
+        bad_listings: list[dict[str, str]] = [
+            {"sort": "name"},
+            {"flagged": "maybe"},
+            {"since": "yesterday"},
+            {"colour": "red"},
+            {"limit": "inf"},
+            {"limit": "0"},
+            {"limit": "nan"},
+            {"since": "nan"},
+            {"min_priority": "inf"},
+        ]
+        for path, bad in [("/v1/sessions", b) for b in bad_listings] + [
+            ("/v1/timeline", {"buckets": "inf"}),
+            ("/v1/timeline", {"since": "1e308"}),
+            ("/v1/timeline", {"until": "0", "since": "10"}),
+        ]:
             with pytest.raises(urllib.error.HTTPError) as refused:
-                get(sidecar, "/v1/sessions", **bad)
-            assert refused.value.code == 400
+                get(sidecar, path, **bad)
+            assert refused.value.code == 400, (path, bad)
+            assert orjson.loads(refused.value.read())["error"]
+        assert "messages" not in get(sidecar, "/v1/sessions", limit=1)["sessions"][0]  # listings stay light
         assert sidecar.metric("otelsignals_index_writes_total") >= len(SESSIONS)
 
     # A restart: the conversations are still there (the index is a file in store.directory).

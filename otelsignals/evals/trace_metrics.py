@@ -172,6 +172,7 @@ def loop_detection(
     else:
         reason = (
             f"Loop suspected: the output repeats trace {worst['trace_index']} "
-            f"(cosine {worst['cosine_similarity']:.3f} × Jaccard {worst['jaccard_similarity']:.3f} = {worst['hybrid_score']:.3f})."
+            f"(cosine {worst['cosine_similarity']:.3f} × Jaccard {worst['jaccard_similarity']:.3f} "
+            f"= {worst['hybrid_score']:.3f})."
         )
     return _result("loop_detection", score, reason, metadata, threshold)

@@ -29,7 +29,6 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from cachetools import LRUCache
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from otelsignals.config import IndexConfig, StoreConfig
@@ -44,7 +43,6 @@ from otelsignals.triage import NO_PRIORITY
 logger = logging.getLogger("otelsignals.index")
 
 PRUNE_INTERVAL_S = 60.0
-BASES_KEPT = 20_000  # resumed conversations whose earlier row is remembered (re-read when forgotten)
 SIGNALS_KEPT = 200  # signals kept per conversation row (the latest)
 TRACES_KEPT = 200  # trace ids (and per-trace metrics) kept per conversation: the latest
 REDACTED = "[redacted]"
@@ -55,6 +53,16 @@ class Redactor:
 
     def __init__(self, patterns: Sequence[str]) -> None:
         self._pattern = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+
+    def value(self, value: Any) -> Any:
+        """``value`` with every string in it masked (tool arguments, signal metadata)."""
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, dict):
+            return {key: self.value(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.value(item) for item in value]
+        return value
 
     def __call__(self, text: str | None) -> str | None:
         if text is None or self._pattern is None:
@@ -74,7 +82,6 @@ def indexed_conversation(
     """The index row of ``state``; ``redact`` given = keep the messages' text, masked by it."""
     conversation = state.conversation
     current = current or score(conversation, state.leaf_counts)
-    keep_text = redact is not None
     detail: dict[str, Any] = {
         "counts": {category: n for category, n in current.counts.items() if n},
         "leaf_counts": {leaf: n for leaf, n in state.leaf_counts.items() if n},
@@ -89,7 +96,9 @@ def indexed_conversation(
                 "message_index": signal.message_index,
                 "confidence": signal.confidence,
                 "snippet": redact(signal.snippet) if redact is not None else None,
-                "metadata": signal.metadata if keep_text else redact_metadata(signal.metadata),
+                "metadata": redact.value(signal.metadata)
+                if redact is not None
+                else redact_metadata(signal.metadata),
             }
             for signal in state.recent_signals
         ],
@@ -119,7 +128,7 @@ def _message(message: Message, redact: Redactor) -> dict[str, Any]:
     entry: dict[str, Any] = {"role": message.role.value, "content": redact(message.content)}
     if message.tool_calls:
         entry["tool_calls"] = [
-            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
+            {"id": c.id, "name": c.name, "arguments": redact.value(c.arguments)} for c in message.tool_calls
         ]
     result = message.tool_result
     if result is not None:
@@ -136,10 +145,15 @@ def resumed(before: IndexedConversation, now: IndexedConversation) -> IndexedCon
     """``now`` (the state of a resumed conversation) merged with the row it had ``before``."""
     old, new = before.detail, now.detail
     worse = before if before.quality_score < now.quality_score else now
-    ranked = before if (before.priority or -1.0) > (now.priority or -1.0) else now
-    messages, offset = new.get("messages"), new.get("message_offset", 0)
-    if old.get("messages") is not None and len(old["messages"]) > len(messages or []):
+    ranked = before if _rank(before.priority) > _rank(now.priority) else now
+    messages: list[Any] | None = new.get("messages")
+    offset = new.get("message_offset", 0)
+    keeps_text = messages is not None
+    if messages is not None and old.get("messages") is not None and len(old["messages"]) > len(messages):
         messages, offset = old["messages"], old.get("message_offset", 0)
+    earlier_signals = (
+        old.get("signals", []) if keeps_text else [_without_text(s) for s in old.get("signals", [])]
+    )
     detail = {
         **new,
         "counts": _larger(old.get("counts", {}), new.get("counts", {})),
@@ -149,7 +163,7 @@ def resumed(before: IndexedConversation, now: IndexedConversation) -> IndexedCon
         "priority_reasons": ranked.detail.get("priority_reasons", []),
         "trace_ids": _united(old.get("trace_ids", []), new.get("trace_ids", []), lambda t: t)[-TRACES_KEPT:],
         "signals": _united(
-            old.get("signals", []), new.get("signals", []), lambda s: (s["type"], s["message_index"])
+            earlier_signals, new.get("signals", []), lambda s: (s["type"], s["message_index"])
         )[-SIGNALS_KEPT:],
         "trace_metrics": _united(
             old.get("trace_metrics", []), new.get("trace_metrics", []), lambda t: t["trace_id"]
@@ -169,6 +183,15 @@ def resumed(before: IndexedConversation, now: IndexedConversation) -> IndexedCon
         signal_types=tuple(sorted(set(before.signal_types) | set(now.signal_types))),
         detail=detail,
     )
+
+
+def _rank(priority: float | None) -> float:
+    return -1.0 if priority is None else priority
+
+
+def _without_text(signal: dict[str, Any]) -> dict[str, Any]:
+    """An earlier row's signal once text is no longer kept: no snippet, metadata redacted."""
+    return {**signal, "snippet": None, "metadata": redact_metadata(signal.get("metadata") or {})}
 
 
 def _larger(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
@@ -200,10 +223,8 @@ class IndexWriter:
         self._flush_lock = threading.Lock()  # one flush at a time: the analysis thread's and the writer's
         self.index = index
         self._redact = Redactor(config.redact_patterns) if keep_text else None
-        self._pending: OrderedDict[str, IndexedConversation] = OrderedDict()
-        # Per conversation written by this process: the row it had before (None: new to the index).
-        self._bases: LRUCache[str, IndexedConversation | None] = LRUCache(BASES_KEPT)
-        self._stale: set[str] = set()  # keys whose base must be read again (a new state began)
+        # The latest row per conversation, with the state it was made from.
+        self._pending: OrderedDict[str, tuple[IndexedConversation, ConversationState]] = OrderedDict()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
@@ -248,13 +269,12 @@ class IndexWriter:
             redact=self._redact,
             current=current,
         )
-        resumed_here = not state.index_written
-        state.index_written = True
         with self._lock:
-            if resumed_here:
-                # A new state for this key: whatever this process wrote for it before is history now.
-                self._stale.add(row.key)
-            self._pending[row.key] = row
+            waiting = self._pending.get(row.key)
+            if waiting is not None and waiting[1] is not state:
+                # A new state for a key whose earlier state's row was not written yet: a resume.
+                row = resumed(waiting[0], row)
+            self._pending[row.key] = (row, state)
             self._pending.move_to_end(row.key)
             while len(self._pending) > self.config.max_pending:
                 self._pending.popitem(last=False)
@@ -290,18 +310,19 @@ class IndexWriter:
     def _flush(self) -> None:
         with self._lock:
             batch, self._pending = list(self._pending.values()), OrderedDict()
-            stale, self._stale = self._stale, set()
-        for key in stale:
-            self._bases.pop(key, None)
         if not batch:
             return
         try:
             self.index.upsert(self._with_history(batch))
         except Exception as exc:
             self.write_errors.inc()
-            with self._lock:  # back in line, unless a newer state of the conversation arrived meanwhile
-                for row in batch:
-                    self._pending.setdefault(row.key, row)
+            with self._lock:  # back in line; a newer row of another state is merged with it
+                for row, state in batch:
+                    newer = self._pending.get(row.key)
+                    if newer is None:
+                        self._pending[row.key] = (row, state)
+                    elif newer[1] is not state:
+                        self._pending[row.key] = (resumed(row, newer[0]), newer[1])
             if not self._failing:
                 logger.warning("writing the conversation index failed; retrying: %s", exc)
             self._failing = True
@@ -311,17 +332,21 @@ class IndexWriter:
         self._failing = False
         self.writes.inc(len(batch))
 
-    def _with_history(self, batch: list[IndexedConversation]) -> list[IndexedConversation]:
-        """``batch`` with each resumed conversation merged with its earlier row (see the docstring)."""
-        unknown = [row.key for row in batch if row.key not in self._bases]
-        if unknown:
-            earlier = self.index.get_many(unknown)
-            for key in unknown:
-                self._bases[key] = earlier.get(key)
+    def _with_history(
+        self, batch: list[tuple[IndexedConversation, ConversationState]]
+    ) -> list[IndexedConversation]:
+        """The rows, each resumed conversation's merged with the row it had before this state began
+        (read once per state, kept on it: it lives and goes with the session)."""
+        unread = [state for _, state in batch if not state.index_base_read]
+        if unread:
+            earlier = self.index.get_many([state.conversation.key for state in unread])
+            for state in unread:
+                state.index_base = earlier.get(state.conversation.key)
+                state.index_base_read = True
         merged = []
-        for row in batch:
-            before = self._bases.get(row.key)
-            merged.append(resumed(before, row) if before is not None else row)
+        for row, state in batch:
+            before = state.index_base
+            merged.append(resumed(before, row) if isinstance(before, IndexedConversation) else row)
         return merged
 
     def prune(self) -> None:
@@ -340,6 +365,12 @@ class IndexWriter:
 
 def index_url(config: IndexConfig, store: StoreConfig) -> str:
     return config.url or f"sqlite:///{os.path.join(store.directory, 'index.db')}"
+
+
+def create_index_reader(config: IndexConfig, store: StoreConfig) -> ConversationIndex | None:
+    """A connection of its own for the admin API and eval runs, so that their reads never hold up
+    the writer (SQLite in WAL mode and PostgreSQL both let readers run beside a writer)."""
+    return open_index(index_url(config, store)) if config.enabled else None
 
 
 def create_index_writer(

@@ -5,9 +5,12 @@ parameter."""
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Mapping
 
-from otelsignals.stores.conversation_index import ConversationFilter
+from otelsignals.stores.conversation_index import MAX_PAGE, ConversationFilter
+
+MAX_UNIX_SECONDS = 1e11  # the year 5138: past it a "time" is a mistake
 
 
 def listing_request(query: Mapping[str, str]) -> tuple[ConversationFilter, str, int, str | None]:
@@ -29,7 +32,7 @@ def listing_request(query: Mapping[str, str]) -> tuple[ConversationFilter, str, 
         min_priority=query_number(query, "min_priority"),
         closed=_flag(query, "closed"),
     )
-    limit = int(query_number(query, "limit") or 50)
+    limit = query_int(query, "limit", 1, MAX_PAGE, default=50)
     return conditions, query.get("sort", "-priority"), limit, query.get("cursor")
 
 
@@ -68,9 +71,26 @@ def query_number(query: Mapping[str, str], name: str) -> float | None:
     if value is None:
         return None
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
+def query_int(query: Mapping[str, str], name: str, low: int, high: int, *, default: int) -> int:
+    """A whole number from ``low`` to ``high`` (``default`` when absent)."""
+    value = query.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}") from None
+    if not low <= number <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+    return number
 
 
 def query_time(query: Mapping[str, str], name: str) -> float | None:
@@ -82,9 +102,13 @@ def parse_time(name: str, value: str | None) -> float | None:
     if value is None:
         return None
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds) or abs(seconds) > MAX_UNIX_SECONDS:
+            raise ValueError(f"{name} must be Unix seconds or an ISO 8601 time, got {value!r}")
+        return seconds
     try:
         moment = datetime.datetime.fromisoformat(value)
     except ValueError:

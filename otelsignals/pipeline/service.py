@@ -26,7 +26,7 @@ from otelsignals.pipeline.disk_queue import create_disk_queue
 from otelsignals.pipeline.enricher import Enricher
 from otelsignals.pipeline.eval_runs import EvalRuns
 from otelsignals.pipeline.exporter import Batch, Exporter
-from otelsignals.pipeline.index_writer import create_index_writer
+from otelsignals.pipeline.index_writer import create_index_reader, create_index_writer
 from otelsignals.pipeline.reputation_recorder import create_reputation_recorder, open_configured_store
 from otelsignals.pipeline.sampler import create_sampler
 from otelsignals.pipeline.senders import Sender, make_sender
@@ -56,6 +56,7 @@ class Pipeline:
         self.store = open_configured_store(config.store, config.reputation.window)
         self.reputation = create_reputation_recorder(config.reputation, self.store, telemetry)
         self.disk_queue = create_disk_queue(config.exporter.queue)
+        self.index_reader = create_index_reader(config.index, config.store)
         self.index_writer = create_index_writer(
             config.index, config.store, registry, config.signals.snippets, durable=self.disk_queue is not None
         )
@@ -86,7 +87,7 @@ class Pipeline:
             registry,
             config.signals.snippets,
             self.analysis.read,
-            self.index_writer.index if self.index_writer is not None else None,
+            self.index_reader,
         )
         self.analysis_stage = AnalysisStage(
             self.analysis,
@@ -155,6 +156,8 @@ class Pipeline:
         await asyncio.to_thread(self.analyzer.close)
         if self.index_writer is not None:
             await asyncio.to_thread(self.index_writer.stop)
+        if self.index_reader is not None:
+            self.index_reader.close()
         # Open sessions are not closed by a restart (another replica, or this one after the restart,
         # may continue them): no session span is emitted for them here.
         await self.exporter.stop(self.config.service.shutdown_timeout)

@@ -38,6 +38,7 @@ SORTS: dict[str, tuple[str, bool]] = {
 }
 MAX_PAGE = 500
 MAX_BUCKETS = 500
+PRUNE_BATCH = 1000  # rows removed per retention transaction
 
 _COLUMNS = (
     "key, agent, first_seen, last_seen, turns, quality, quality_score, priority, flagged, closed, "
@@ -80,6 +81,14 @@ class IndexedConversation:
     closed: bool
     signal_types: tuple[str, ...]  # the leaf types that fired, sorted
     detail: dict[str, Any] = field(default_factory=dict)
+
+    def summary_json(self) -> dict[str, Any]:
+        """For listings: the row without its messages, signals and per-trace metrics (those are
+        in ``to_json``, for one conversation)."""
+        full = self.to_json()
+        for heavy in ("messages", "signals", "trace_metrics"):
+            full.pop(heavy, None)
+        return full
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -175,27 +184,45 @@ class ConversationIndex:
 
     def prune(self, max_age: float, max_bytes: int, now: float | None = None) -> tuple[int, int]:
         """Removes conversations last seen more than ``max_age`` seconds ago, then the least recently
-        seen until the rows fit ``max_bytes``; returns (removed by age, removed by bytes)."""
+        seen until the rows fit ``max_bytes``; returns (removed by age, removed by bytes). Works in
+        transactions of at most PRUNE_BATCH rows, so a writer waiting for the database never waits
+        for a whole cleanup."""
         now = time.time() if now is None else now
         p = self._p
-        with self._lock, self._transaction():
-            by_age = self._execute(
-                f"DELETE FROM conversation_index WHERE last_seen < {p}", (now - max_age,)
-            ).rowcount
-            (total,) = self._execute("SELECT COALESCE(SUM(size_bytes), 0) FROM conversation_index").fetchone()
+        oldest = f"SELECT key FROM conversation_index WHERE last_seen < {p} ORDER BY last_seen LIMIT {p}"
+        by_age = 0
+        while True:
+            with self._lock, self._transaction():
+                removed = self._execute(
+                    f"DELETE FROM conversation_index WHERE key IN ({oldest})", (now - max_age, PRUNE_BATCH)
+                ).rowcount
+            by_age += max(removed, 0)
+            if removed < PRUNE_BATCH:
+                break
+        by_bytes = 0
+        while True:
+            with self._lock:
+                (total,) = self._execute(
+                    "SELECT COALESCE(SUM(size_bytes), 0) FROM conversation_index"
+                ).fetchone()
             excess = int(total) - max_bytes
-            doomed: list[str] = []
-            if excess > 0:
+            if excess <= 0:
+                return by_age, by_bytes
+            with self._lock, self._transaction():
                 rows = self._execute(
-                    "SELECT key, size_bytes FROM conversation_index ORDER BY last_seen, key"
+                    f"SELECT key, size_bytes FROM conversation_index ORDER BY last_seen, key LIMIT {p}",
+                    (PRUNE_BATCH,),
                 ).fetchall()
+                doomed: list[str] = []
                 for key, size in rows:
                     if excess <= 0:
                         break
                     doomed.append(key)
                     excess -= int(size)
                 self._executemany(f"DELETE FROM conversation_index WHERE key = {p}", [(k,) for k in doomed])
-        return max(by_age, 0), len(doomed)
+            if not doomed:
+                return by_age, by_bytes
+            by_bytes += len(doomed)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -368,8 +395,9 @@ class _SqliteTransaction:
 
 
 def _row(item: IndexedConversation) -> tuple[Any, ...]:
-    detail = orjson.dumps(item.detail).decode()
-    size = len(detail) + len(item.key) + _ROW_OVERHEAD_BYTES
+    encoded = orjson.dumps(item.detail)
+    detail = encoded.decode()
+    size = len(encoded) + len(item.key.encode()) + _ROW_OVERHEAD_BYTES  # bytes, not characters
     return (
         item.key,
         item.agent,

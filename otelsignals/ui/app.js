@@ -15,7 +15,10 @@ let cursor = null;
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) {
-    if (key === "class") node.className = value; else node.setAttribute(key, value);
+    // Styles through the CSSOM: the page's Content-Security-Policy refuses style attributes.
+    if (key === "class") node.className = value;
+    else if (key === "style") node.style.cssText = value;
+    else node.setAttribute(key, value);
   }
   for (const child of children) node.append(child instanceof Node ? child : String(child));
   return node;
@@ -98,12 +101,19 @@ async function loadOverview() {
   drawSignals(timeline);
 }
 
+let listFilters = "";  // the filters of the listing on show: "More" pages through it, not the edited form
+
 function listQuery() {
+  const query = new URLSearchParams(listFilters);
+  if (cursor) query.set("cursor", cursor);
+  return query;
+}
+
+function filtersFromForm() {
   const form = new FormData(document.getElementById("filters"));
   const query = new URLSearchParams({ sort: "-priority", limit: "50" });
   for (const [key, value] of form.entries()) if (String(value).trim()) query.set(key, String(value).trim());
-  if (cursor) query.set("cursor", cursor);
-  return query;
+  return query.toString();
 }
 
 function sessionRow(item) {
@@ -123,7 +133,7 @@ function sessionRow(item) {
 async function loadList(reset) {
   const body = document.querySelector("#sessions tbody");
   const status = document.getElementById("list-status");
-  if (reset) { cursor = null; body.replaceChildren(); }
+  if (reset) { cursor = null; listFilters = filtersFromForm(); body.replaceChildren(); }
   try {
     const page = await api(`/v1/sessions?${listQuery()}`);
     body.append(...page.sessions.map(sessionRow));

@@ -173,7 +173,9 @@ def test_metadata_fields(embedder: StaticEmbedder) -> None:
     [comparison] = meta["comparisons"]
     assert set(comparison) == {"trace_index", "cosine_similarity", "jaccard_similarity", "hybrid_score"}
     assert comparison["trace_index"] == 0
-    assert comparison["hybrid_score"] == pytest.approx(comparison["cosine_similarity"] * comparison["jaccard_similarity"])
+    assert comparison["hybrid_score"] == pytest.approx(
+        comparison["cosine_similarity"] * comparison["jaccard_similarity"]
+    )
     assert meta["max_hybrid"] == pytest.approx(comparison["hybrid_score"])
     assert result.score == pytest.approx(1.0 - meta["max_hybrid"])
     assert result.name == "loop_detection"

@@ -24,6 +24,7 @@ DEFAULT = Redactor(IndexConfig().redact_patterns)
         ("card 4111 1111 1111 1111 please", "card [redacted] please"),
         ("write to ana.lopez+billing@example.co.uk", "write to [redacted]"),
         ("0044 20 7946 0958", "[redacted]"),
+        ("booked for 2024-06-01 10:30", "booked for [redacted]:30"),  # a date and a time: 10 digits in a row
     ],
 )
 def test_default_patterns_mask_contact_details(text: str, masked: str) -> None:
@@ -156,3 +157,51 @@ def test_a_conversation_new_to_the_index_is_written_as_it_is(tmp_path: Path) -> 
     writer.flush()
     found = writer.index.get("fresh")
     assert found is not None and found.detail["leaf_counts"] == {"interaction.satisfaction.gratitude": 2}
+
+
+def test_a_resume_before_the_earlier_state_was_written_loses_nothing(tmp_path: Path) -> None:
+    writer = IndexWriter(
+        IndexConfig(), open_index(f"sqlite:///{tmp_path / 'index.db'}"), CollectorRegistry(), keep_text=False
+    )
+    first = ConversationState.new("c1")
+    turn(first, "interaction.misalignment.correction", b"\x01" * 16, 0)
+    writer.record(first, closed=True)  # closed (evicted), not flushed yet
+    again = ConversationState.new("c1")
+    turn(again, "interaction.satisfaction.gratitude", b"\x02" * 16, 1)
+    writer.record(again)  # the conversation goes on before the flush
+    writer.flush()
+    found = writer.index.get("c1")
+    assert found is not None
+    assert found.signal_types == ("interaction.misalignment.correction", "interaction.satisfaction.gratitude")
+    assert found.detail["trace_ids"] == [(b"\x01" * 16).hex(), (b"\x02" * 16).hex()]
+
+
+def test_text_kept_before_is_dropped_once_it_is_no_longer_kept(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'index.db'}"
+    with_text = IndexWriter(IndexConfig(), open_index(url), CollectorRegistry(), keep_text=True)
+    with_text.record(state_with_text())
+    with_text.flush()
+    stored = with_text.index.get("c1")
+    assert stored is not None and stored.detail["messages"]
+    # A restart with index.content off: the conversation goes on, its old text must not stay.
+    without = IndexWriter(IndexConfig(), open_index(url), CollectorRegistry(), keep_text=False)
+    without.record(state_with_text())
+    without.flush()
+    found = without.index.get("c1")
+    assert found is not None and found.detail["messages"] is None
+    assert all(signal["snippet"] is None for signal in found.detail["signals"])
+
+
+def test_kept_tool_arguments_and_signal_metadata_are_masked() -> None:
+    from otelsignals.model import ToolCall
+
+    state = state_with_text()
+    state.append(Message(Role.ASSISTANT, None, tool_calls=[ToolCall("notify", {"to": "ana@example.com"})]))
+    state.recent_signals.append(
+        SignalInstance(
+            "interaction.misalignment.correction", 0, 0.8, None, {"rejected": "call +1 555 123 4567"}
+        )
+    )
+    row = indexed_conversation(state, now=1.0, redact=DEFAULT)
+    assert row.detail["messages"][1]["tool_calls"][0]["arguments"] == {"to": "[redacted]"}
+    assert row.detail["signals"][-1]["metadata"] == {"rejected": "call [redacted]"}
