@@ -373,6 +373,22 @@ class SignalsConfig:
         return problems
 
 
+# Every metric a threshold can be set for: session, trace and judge metrics.
+METRIC_NAMES = (
+    "agent_reliability",
+    "agent_consistency",
+    "coherence",
+    "loop_detection",
+    "confidence",
+    "tool_correctness",
+    "task_completion",
+    "argument_correctness",
+    "step_efficiency",
+    "plan_adherence",
+    "plan_quality",
+)
+
+
 @dataclass
 class EvalsConfig:
     # Per-trace signals for the session metrics (SPEC §6): coherence and loop detection with the
@@ -381,8 +397,10 @@ class EvalsConfig:
     # An OpenAI-compatible /v1/embeddings endpoint to use instead of the shipped model.
     embeddings_url: str = ""
     embeddings_model: str = ""
-    # Session metrics pass at or above this score.
+    # A metric passes (success) at or above this score...
     threshold: float = 0.5
+    # ...or at or above its own, e.g. {agent_reliability: 0.7, coherence: 0.4} (any metric name).
+    thresholds: dict[str, float] = field(default_factory=dict)
     # An OpenAI-compatible chat endpoint for the LLM-judge metrics of eval runs (off when empty).
     judge_url: str = ""
     judge_model: str = ""
@@ -395,8 +413,18 @@ class EvalsConfig:
     runs_max_age: Duration = Duration(7 * 86400.0)
     runs_max_count: int = 1000
 
+    def threshold_for(self, metric: str) -> float:
+        return self.thresholds.get(metric, self.threshold)
+
     def validate(self) -> list[str]:
         problems = []
+        for metric, value in {"threshold": self.threshold, **self.thresholds}.items():
+            if not 0.0 <= value <= 1.0:
+                key = metric if metric == "threshold" else f"thresholds.{metric}"
+                problems.append(f"{key}: must be from 0 to 1, got {value}")
+        unknown = sorted(set(self.thresholds) - set(METRIC_NAMES))
+        if unknown:
+            problems.append(f"thresholds: unknown metrics {unknown}; known: {', '.join(METRIC_NAMES)}")
         if self.runs_max_age <= 0:
             problems.append(f"runs_max_age: must be greater than 0, got {self.runs_max_age:g}s")
         if self.runs_max_count < 1:

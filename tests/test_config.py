@@ -530,3 +530,23 @@ def test_admin_api_off_loopback_needs_a_token(environ: dict[str, str], refused: 
         validate(config)
     assert raised.value.key == "admin.auth_token"
     assert "allow_unauthenticated" in str(raised.value)
+
+
+def test_a_metric_may_have_its_own_threshold(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("evals:\n  threshold: 0.5\n  thresholds: {agent_reliability: 0.7, coherence: 0.4}\n")
+    evals = validate(load_config(path, environ={})).evals
+    assert (evals.threshold_for("agent_reliability"), evals.threshold_for("coherence")) == (0.7, 0.4)
+    assert evals.threshold_for("confidence") == 0.5
+
+
+@pytest.mark.parametrize(
+    ("thresholds", "problem"),
+    [("{vibes: 0.5}", "unknown metrics ['vibes']"), ("{coherence: 1.5}", "thresholds.coherence")],
+)
+def test_bad_metric_thresholds_are_refused(tmp_path: Path, thresholds: str, problem: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"evals:\n  thresholds: {thresholds}\n")
+    with pytest.raises(ConfigError) as refused:
+        validate(load_config(path, environ={}))
+    assert problem in str(refused.value)

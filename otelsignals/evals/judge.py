@@ -114,7 +114,8 @@ class JudgeConfig:
     provider_model: str | None = None
     max_concurrency: int = 4
     temperature: float = 0.0
-    threshold: float = 0.5  # passed = score >= threshold
+    threshold: float = 0.5  # passed = score >= threshold...
+    thresholds: dict[str, float] = field(default_factory=dict)  # ...or the metric's own
     max_transcript_chars: int = 60_000  # older messages are elided beyond this
     max_message_chars: int = 4_000  # per message
     prompts_dir: str | None = None  # override the packaged prompts/
@@ -363,12 +364,12 @@ class Judge:
         if error is not None:
             self._stats.errors += 1
             metadata.update(error=str(error), error_kind=error.kind)
-            return MetricResult(name, None, False, f"Judge error: {error}", metadata, self.config.threshold)  # type: ignore[arg-type]
+            threshold = self.config.thresholds.get(name, self.config.threshold)
+            return MetricResult(name, None, False, f"Judge error: {error}", metadata, threshold)  # type: ignore[arg-type]
         score = min(1.0, max(0.0, float(score)))
         metadata.update(extra)
-        return MetricResult(
-            name, score, score >= self.config.threshold, reason, metadata, self.config.threshold
-        )
+        threshold = self.config.thresholds.get(name, self.config.threshold)
+        return MetricResult(name, score, score >= threshold, reason, metadata, threshold)
 
     def _transcript(self, conversation: Conversation) -> str:
         return render_transcript(

@@ -301,13 +301,16 @@ class EvalRuns:
         results: dict[str, Any] = {}
         for name in request["metrics"]:
             if name in SESSION_METRICS:
-                metric = SESSION_METRICS[name](traces, request["signal_weights"], self.evals.threshold)
+                metric = SESSION_METRICS[name](
+                    traces, request["signal_weights"], self.evals.threshold_for(name)
+                )
                 results[name] = metric.as_dict()
         if judged:
             config = JudgeConfig(
                 model=self.evals.judge_model,
                 provider_model=request["model"] or None,
                 threshold=self.evals.threshold,
+                thresholds=dict(self.evals.thresholds),
             )
             async with ChatCompletions(self.evals.judge_url, self.evals.judge_api_key) as complete:
                 verdicts = await Judge(config, complete).evaluate(conversation, judged)

@@ -64,7 +64,7 @@ class Pipeline:
             config.exporter, sender or make_sender(config.exporter), telemetry, self._on_batch_done
         )
         self.session_closer = SessionCloser(
-            config.evals.threshold,
+            config.evals.threshold_for,
             config.signals.baseline_user_turns,
             telemetry,
             self._on_event_loop,

@@ -81,7 +81,7 @@ class SessionCloser:
 
     def __init__(
         self,
-        threshold: float,
+        thresholds: Callable[[str], float],  # a metric's pass threshold (evals.threshold_for)
         baseline_user_turns: int,
         telemetry: Telemetry,
         on_event_loop: Callable[[Callable[[], None]], None],
@@ -89,7 +89,7 @@ class SessionCloser:
         reputation: ReputationRecorder | None = None,
         index_writer: IndexWriter | None = None,
     ) -> None:
-        self.threshold = threshold
+        self.thresholds = thresholds
         self.index_writer = index_writer
         self.baseline_user_turns = baseline_user_turns
         self.telemetry = telemetry
@@ -100,8 +100,8 @@ class SessionCloser:
     def close(self, state: ConversationState, reason: str) -> None:
         traces = list(state.trace_signals)
         metrics = [
-            agent_reliability(traces, threshold=self.threshold),
-            agent_consistency(traces, threshold=self.threshold),
+            agent_reliability(traces, threshold=self.thresholds("agent_reliability")),
+            agent_consistency(traces, threshold=self.thresholds("agent_consistency")),
         ]
         record = session_span(
             state.conversation.key,

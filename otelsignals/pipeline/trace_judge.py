@@ -42,7 +42,12 @@ class TraceJudge:
         self._on_event_loop = on_event_loop
         self._on_analysis_thread = on_analysis_thread
         self.completions = ChatCompletions(evals.judge_url, evals.judge_api_key)
-        self.judge = Judge(JudgeConfig(model=evals.judge_model, threshold=evals.threshold), self.completions)
+        self.judge = Judge(
+            JudgeConfig(
+                model=evals.judge_model, threshold=evals.threshold, thresholds=dict(evals.thresholds)
+            ),
+            self.completions,
+        )
         self._pending: set[asyncio.Task[None]] = set()
 
     def submit(self, analysis: Analysis) -> None:
