@@ -38,6 +38,7 @@ CONVERSATION_KEY_ATTRIBUTES = (
 # Signal instances kept per conversation (counts are kept in full; the instances are for the
 # session metrics and the admin API).
 RECENT_SIGNALS = 500
+MAX_TOOLS_KEPT = 256  # tool definitions kept per conversation (the first ones seen)
 # SPEC §7: who the agent is.
 AGENT_ID_ATTRIBUTES = ("gen_ai.agent.id", "gen_ai.agent.name")
 
@@ -303,6 +304,12 @@ def apply_trace(
     for view, reading in fresh:
         if reading.tool_execution is not None:
             _attach_tool_execution(state, view, reading.tool_execution)
+        for tool in reading.tool_definitions:
+            if (
+                tool["name"] in conversation.available_tools
+                or len(conversation.available_tools) < MAX_TOOLS_KEPT
+            ):
+                conversation.available_tools[tool["name"]] = tool
 
     llm_calls = [r.llm_call for _, r in model_calls if r.llm_call is not None]
     conversation.llm_calls.extend(llm_calls)

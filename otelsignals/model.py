@@ -93,6 +93,10 @@ class Conversation:
     message_offset: int = 0
     trimmed_user_turns: int = 0
     trimmed_assistant_turns: int = 0  # answers with text among the trimmed messages
+    # The tools the agent was offered, by name ({"name", "description", "parameters"}), as the model
+    # calls' spans list them (gen_ai.tool.definitions, OpenInference llm.tools): the judge's
+    # tool_correctness compares the calls made with them.
+    available_tools: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def user_turns(self) -> int:

@@ -417,3 +417,18 @@ def test_a_resent_history_with_its_system_prompt_read_anew_is_split_for_its_new_
     # A history that does not resend the previous one is split whole.
     apply_trace(cached, b"\x01" * 16, [chat(900, [user("a new topic")], [assistant("sure")])])
     assert cached.last_inputs.body is not splits[0].body
+
+
+def test_the_tools_offered_are_kept_once_by_name():
+    state = ConversationState.new("c1")
+    span, reading = chat(1, [user("Where is my order?")], [assistant("Let me look.")])
+    reading.tool_definitions = [{"name": "get_order", "description": "old", "parameters": None}]
+    apply_trace(state, b"t1", [(span, reading)])
+    span, reading = chat(2, [user("Where is my order?")], [assistant("Let me look.")])
+    reading.tool_definitions = [
+        {"name": "get_order", "description": "Look up an order", "parameters": None},
+        {"name": "refund", "description": "", "parameters": None},
+    ]
+    apply_trace(state, b"t2", [(span, reading)])
+    tools = state.conversation.available_tools
+    assert list(tools) == ["get_order", "refund"] and tools["get_order"]["description"] == "Look up an order"

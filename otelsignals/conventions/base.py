@@ -152,6 +152,8 @@ class SpanReading:
     # False when the span is a GenAI operation whose message content was not recorded
     # (instrumentations default to not capturing content).
     content_captured: bool = True
+    # The tools the model call was offered, as tool_definition() normalises them.
+    tool_definitions: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Reader(Protocol):
@@ -166,6 +168,40 @@ class Reader(Protocol):
 
 
 # -- helpers shared by the readers ------------------------------------------------------------
+MAX_TOOL_DEFINITIONS = 128  # per span: a request lists its tools, a few dozen at most
+
+
+def tool_definitions(value: Any) -> list[dict[str, Any]]:
+    """Tool definitions as the span lists them — a JSON list of OTel GenAI ``{"type": "function",
+    "name", "description", "parameters"}`` or OpenAI ``{"type": "function", "function": {…}}`` —
+    as ``{"name", "description", "parameters"}``; anything else is skipped."""
+    items = parse_json(value)
+    if isinstance(items, dict):
+        items = [items]
+    if not isinstance(items, list):
+        return []
+    found = []
+    for item in items[:MAX_TOOL_DEFINITIONS]:
+        definition = tool_definition(item)
+        if definition is not None:
+            found.append(definition)
+    return found
+
+
+def tool_definition(item: Any) -> dict[str, Any] | None:
+    item = parse_json(item)
+    if isinstance(item, dict) and isinstance(item.get("function"), dict):
+        item = item["function"]
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
+        return None
+    description = item.get("description")
+    return {
+        "name": item["name"],
+        "description": description if isinstance(description, str) else "",
+        "parameters": item.get("parameters") if isinstance(item.get("parameters"), dict) else None,
+    }
+
+
 def parse_json(value: Any) -> Any:
     """A JSON-string attribute parsed; structured values (already lists/dicts) pass through.
     Text that is not JSON comes back unchanged (callers decide whether that is content)."""

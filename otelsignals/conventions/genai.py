@@ -40,9 +40,12 @@ from otelsignals.conventions.base import (
     llm_call_of,
     parse_json,
     text_value,
+    tool_definitions,
 )
 from otelsignals.model import Message, Role, ToolCall, ToolResult
 
+# The tools a model call was offered (OTel GenAI semantic conventions), a JSON list.
+TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 OPERATION = "gen_ai.operation.name"
 INPUT_MESSAGES = "gen_ai.input.messages"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
@@ -473,6 +476,7 @@ class GenAiReader:
             output_messages=outputs,
             llm_call=None if operation in AGENT_OPERATIONS else llm_call_of(span),
             content_captured=has_content(inputs) or has_content(outputs),
+            tool_definitions=tool_definitions(span.attributes.get(TOOL_DEFINITIONS)),
         )
 
 

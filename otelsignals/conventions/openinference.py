@@ -18,6 +18,7 @@ either way the reading keeps its structure and says ``content_captured=False``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import lru_cache
 from itertools import chain
@@ -34,6 +35,7 @@ from otelsignals.conventions.base import (
     llm_call_of,
     parse_json,
     text_value,
+    tool_definitions,
     tool_result_of,
 )
 from otelsignals.conventions.openinference_messages import (
@@ -137,7 +139,21 @@ def _read_llm(span: SpanView, model_call: bool = True) -> SpanReading:
         output_messages=outputs,
         llm_call=_llm_call(span) if model_call else None,
         content_captured=not redacted and _any_content(chain(inputs, outputs)),
+        tool_definitions=_offered_tools(span.attributes),
     )
+
+
+_OFFERED_TOOL = re.compile(r"llm\.tools\.(\d{1,4})\.tool\.json_schema")
+
+
+def _offered_tools(attributes: dict[str, Any]) -> list[dict[str, Any]]:
+    """``llm.tools.{i}.tool.json_schema`` (each an OpenAI tool as JSON), in index order."""
+    offered = sorted(
+        (int(match.group(1)), value)
+        for key, value in attributes.items()
+        if key.startswith("llm.tools.") and (match := _OFFERED_TOOL.fullmatch(key))
+    )
+    return tool_definitions([value for _, value in offered])
 
 
 def _has_empty(messages: list[Message]) -> bool:

@@ -417,6 +417,8 @@ class Judge:
         self, conversation: Conversation, available_tools: Iterable[Any] | Mapping[str, str] | None = None
     ) -> MetricResult:
         """Were the right tools chosen? ``available_tools``: names, OpenAI tool dicts or {name: text}."""
+        if available_tools is None and conversation.available_tools:
+            available_tools = list(conversation.available_tools.values())  # as the spans listed them
         tools = render_tools(available_tools) if available_tools is not None else []
 
         async def body(run: _Run) -> _Outcome:

@@ -615,3 +615,32 @@ def test_lone_reasoning_content_is_not_visible_text() -> None:
     assert reading is not None
     assert reading.output_messages[0].content is None
     assert not reading.content_captured
+
+
+def test_the_tools_a_call_was_offered_are_read() -> None:
+    offered = [
+        {
+            "type": "function",
+            "name": "get_order",
+            "description": "Look up an order",
+            "parameters": {"type": "object"},
+        },
+        {
+            "type": "function",
+            "function": {"name": "refund", "description": "Refund an order"},
+        },  # OpenAI shape
+        {"type": "function"},  # no name: skipped
+        "not a tool",
+    ]
+    span = make_span(
+        {**CHAT, "gen_ai.input.messages": json.dumps(INPUT), "gen_ai.tool.definitions": json.dumps(offered)}
+    )
+    reading = GENAI_READER.read(span)
+    assert reading is not None
+    assert [(t["name"], t["description"]) for t in reading.tool_definitions] == [
+        ("get_order", "Look up an order"),
+        ("refund", "Refund an order"),
+    ]
+    assert reading.tool_definitions[0]["parameters"] == {"type": "object"}
+    plain = GENAI_READER.read(make_span({**CHAT, "gen_ai.input.messages": json.dumps(INPUT)}))
+    assert plain is not None and plain.tool_definitions == []

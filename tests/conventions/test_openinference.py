@@ -734,3 +734,20 @@ def test_bare_role_indexed_messages_are_completed_from_the_json_body() -> None:
         "shipped",
     )
     assert [m.content for m in reading.output_messages] == ["It has shipped."]
+
+
+def test_the_tools_an_llm_span_was_offered_are_read_in_index_order() -> None:
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather by city"}}
+    attributes = _llm(
+        **_messages("llm.input_messages", [{"role": "user", "content": "Weather in Paris?"}]),
+        **{
+            "llm.tools.1.tool.json_schema": json.dumps(
+                {"type": "function", "function": {"name": "get_time"}}
+            ),
+            "llm.tools.0.tool.json_schema": json.dumps(tool),
+            "llm.tools.x.tool.json_schema": json.dumps(tool),  # not an index: ignored
+        },
+    )
+    reading = OPENINFERENCE_READER.read(make_span(attributes))
+    assert reading is not None
+    assert [t["name"] for t in reading.tool_definitions] == ["get_weather", "get_time"]

@@ -310,6 +310,20 @@ async def test_tool_correctness_sends_available_tools(server: JudgeServer) -> No
     assert result.score == 1.0
 
 
+async def test_tool_correctness_reads_the_tools_the_spans_listed(server: JudgeServer) -> None:
+    server.script(js(score=1.0, unnecessary_tools=[], missing_tools=[], reason="Right tool."))
+    conversation = plain_conversation()
+    conversation.available_tools["get_order"] = {
+        "name": "get_order",
+        "description": "Look up",
+        "parameters": None,
+    }
+    async with judging(server) as judge:
+        await judge.tool_correctness(conversation)  # no list given: the conversation's own
+    user = server.completion_requests[0].messages[1]["content"]
+    assert "## Available tools\n- get_order: Look up" in user and "(not known)" not in user
+
+
 async def test_evaluate_runs_all_metrics(server: JudgeServer) -> None:
     # Replies are consumed in arrival order, which concurrency makes unpredictable: run one at a time.
     async with judging(server, max_concurrency=1) as judge:
