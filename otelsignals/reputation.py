@@ -139,7 +139,9 @@ def percentile(values: Sequence[float], pct: float) -> float:
 def aggregate_latency(latencies: Sequence[float], config: ReputationConfig) -> float:
     if config.latency_aggregate == "percentile":
         return percentile(latencies, config.latency_percentile)
-    return sum(latencies) / len(latencies)
+    # fsum is exactly rounded, so the mean does not depend on the order the window was read in:
+    # replicas sharing a store compute the same score to the last bit.
+    return math.fsum(latencies) / len(latencies)
 
 
 def latency_score(latency_ms: float, config: ReputationConfig) -> float:

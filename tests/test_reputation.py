@@ -247,3 +247,11 @@ def test_score_and_components_are_bounded(items: list[tuple[bool, float]], extra
         assert 0 <= rep.score <= 1000
         assert all(0.0 <= v <= 1.0 for v in rep.components.values())
         assert rep.score == score_of(rep.components)
+
+
+def test_the_mean_latency_does_not_depend_on_the_window_order() -> None:
+    """Replicas sharing a store read a window in different orders: the score must match to the bit."""
+    latencies = [0.1 * n + 1e-9 * (n % 7) for n in range(1, 500)] + [1e6, 3.3, 7.7]
+    forward = [ev(True, lat, float(i)) for i, lat in enumerate(latencies)]
+    backward = list(reversed(forward))
+    assert components(forward, CFG)["latency"] == components(backward, CFG)["latency"]
