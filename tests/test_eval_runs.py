@@ -257,3 +257,31 @@ def test_bad_filters_are_refused(tmp_path, body, complaint):
     with SidecarProcess(tmp_path) as sidecar:
         status, answer = call(sidecar, "POST", "/v1/eval-runs", body)
     assert status == 400 and complaint in answer["error"]
+
+
+def test_per_trace_metrics_can_be_asked_for_in_a_run(tmp_path):
+    with SidecarProcess(tmp_path) as sidecar:
+        with_traffic(sidecar)
+        body = {"session_ids": [SESSION["session_id"]], "metrics": ["coherence", "loop_detection"]}
+        status, started = call(sidecar, "POST", "/v1/eval-runs", body)
+        assert status == 202, started
+        run = finished(sidecar, started["id"])
+    results = run["results"][SESSION["session_id"]]
+    for name in ("coherence", "loop_detection"):
+        per_trace = results[name]["metadata"]["per_trace"]
+        # A value per analysed trace that has one (loop detection needs an earlier trace to compare with).
+        assert 1 <= len(per_trace) <= len(SESSION["turns"])
+        assert results[name]["score"] == pytest.approx(sum(per_trace.values()) / len(per_trace))
+        assert results[name]["metadata"]["success"] == results[name]["passed"]
+
+
+def test_a_per_trace_metric_without_values_passes_with_nothing_evaluated():
+    from otelsignals.evals.session_metrics import TraceSignals
+    from otelsignals.pipeline.eval_runs import per_trace_result
+
+    result = per_trace_result("coherence", [TraceSignals("t1", confidence=0.9)], 0.5)
+    assert (result.score, result.passed, result.metadata["traces_evaluated"]) == (1.0, True, 0)
+    low = per_trace_result(
+        "coherence", [TraceSignals("t1", coherence=0.2), TraceSignals("t2", coherence=0.4)], 0.5
+    )
+    assert low.score == pytest.approx(0.3) and not low.passed and "t1" in low.reason

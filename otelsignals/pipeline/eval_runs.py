@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -36,6 +37,7 @@ from otelsignals.evals.judge import METRICS as JUDGE_METRICS
 from otelsignals.evals.judge import Judge, JudgeConfig
 from otelsignals.evals.session_metrics import (
     DEFAULT_WEIGHTS,
+    MetricResult,
     TraceSignals,
     agent_consistency,
     agent_reliability,
@@ -51,7 +53,9 @@ logger = logging.getLogger("otelsignals.eval_runs")
 
 KIND = "eval_run"
 SESSION_METRICS = {"agent_reliability": agent_reliability, "agent_consistency": agent_consistency}
-ALL_METRICS = (*SESSION_METRICS, *JUDGE_METRICS)
+# The per-trace metrics the sidecar computed as the traces arrived, reported per trace with their mean.
+TRACE_METRICS = ("coherence", "loop_detection")
+ALL_METRICS = (*SESSION_METRICS, *TRACE_METRICS, *JUDGE_METRICS)
 
 
 T = TypeVar("T")
@@ -305,6 +309,8 @@ class EvalRuns:
                     traces, request["signal_weights"], self.evals.threshold_for(name)
                 )
                 results[name] = metric.as_dict()
+            elif name in TRACE_METRICS:
+                results[name] = per_trace_result(name, traces, self.evals.threshold_for(name)).as_dict()
         if judged:
             config = JudgeConfig(
                 model=self.evals.judge_model,
@@ -351,3 +357,16 @@ def _message(entry: dict[str, Any]) -> Message:
             else None
         ),
     )
+
+
+def per_trace_result(name: str, traces: list[TraceSignals], threshold: float) -> MetricResult:
+    """A per-trace metric over a session: its value per trace and their mean (the score)."""
+    values = {trace.trace_id: getattr(trace, name) for trace in traces if getattr(trace, name) is not None}
+    if not values:
+        reason = f"No trace of the session has a {name} value."
+        return MetricResult(name, 1.0, True, reason, {"per_trace": {}, "traces_evaluated": 0}, threshold)
+    mean = math.fsum(values.values()) / len(values)
+    worst = min(values, key=lambda trace_id: values[trace_id])
+    reason = f"Mean {name} {mean:.2f} over {len(values)} traces; lowest {values[worst]:.2f} (trace {worst})."
+    metadata = {"per_trace": values, "traces_evaluated": len(values)}
+    return MetricResult(name, mean, mean >= threshold, reason, metadata, threshold)
