@@ -408,8 +408,9 @@ class Judge:
                 ]
             )
             verdict = await self._run_stage("task_completion", user, run)
+            # The reference's shape: the verdict is the score, a number in [0, 1], with its reason.
             meta = {"task": task, "outcome": found["outcome"], "verdict": verdict["verdict"]}
-            return verdict["score"], verdict["reason"], meta
+            return verdict["verdict"], verdict["reason"], meta
 
         return await self._evaluate("task_completion", body)
 

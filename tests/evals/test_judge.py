@@ -156,7 +156,7 @@ def assert_judge_request(item: Received, stage: str, model: str = "judge-model")
 async def test_task_completion_two_stages_with_provider_model(server: JudgeServer) -> None:
     server.script(
         js(task="Find where order A1 is.", outcome="Told the user A1 has shipped."),
-        js(verdict="complete", score=0.9, reason="The status was looked up and reported."),
+        js(verdict=0.9, reason="The status was looked up and reported."),
     )
     async with judging(
         server, model="ignored", provider_model="openai/gpt-4o-mini", api_key="sk-test"
@@ -170,7 +170,7 @@ async def test_task_completion_two_stages_with_provider_model(server: JudgeServe
     assert meta["source"] == "llm_judge" and meta["status"] == "ok"
     assert meta["model"] == "gpt-4o-mini" and meta["provider"] == "openai"
     assert meta["stages"] == 2 and meta["stage_names"] == ["extract_task", "task_completion"]
-    assert meta["task"] == "Find where order A1 is." and meta["verdict"] == "complete"
+    assert meta["task"] == "Find where order A1 is." and meta["verdict"] == 0.9
     assert meta["requests"] == 2 and meta["retries"] == 0 and meta["repairs"] == 0
     assert meta["latency_s"] > 0
 
@@ -411,7 +411,7 @@ async def test_malformed_twice_is_errored_without_a_score(server: JudgeServer) -
     server.script(
         js(task="Find order A1.", outcome="Shipped."),
         Reply.text("not json"),
-        js(verdict="done", score=0.9, reason="bad verdict"),
+        js(verdict="done", reason="bad verdict"),
     )
     async with judging(server) as judge:
         result = await judge.task_completion(order_conversation())
@@ -420,7 +420,7 @@ async def test_malformed_twice_is_errored_without_a_score(server: JudgeServer) -
     assert result.score is None and result.passed is False
     meta = result.metadata
     assert meta["status"] == "error" and meta["error_kind"] == "malformed"
-    assert "task_completion" in meta["error"] and "$.verdict must be one of" in meta["error"]
+    assert "task_completion" in meta["error"] and "$.verdict must be of type number" in meta["error"]
     assert meta["source"] == "llm_judge" and meta["stages"] == 2 and meta["requests"] == 3
     assert meta["prompt_tokens"] > 0 and "verdict" not in meta
     assert len(server.completion_requests) == 3
