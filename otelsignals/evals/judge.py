@@ -526,7 +526,10 @@ class Judge:
                 raise JudgeError("empty", "the conversation has no messages to judge")
             user = section("Conversation", self._transcript(conversation))
             verdict = await self._run_stage("confidence", user, run)
-            return verdict["score"], verdict["reason"], {"concerns": verdict["concerns"]}
+            meta: dict[str, Any] = {"concerns": verdict["concerns"]}
+            if "criteria" in verdict:  # the reference's four: decisiveness, appropriateness, consistency,
+                meta["criteria"] = verdict["criteria"]  # low-confidence indicators
+            return verdict["score"], verdict["reason"], meta
 
         return await self._evaluate("confidence", body)
 

@@ -602,3 +602,26 @@ def test_transcript_elides_the_middle_beyond_the_budget() -> None:
         "[110] assistant: step 99 xxxxxxxxxxxx… [38 more characters]"
     )
     assert render_transcript(Conversation(key="empty")) == "(no messages)"
+
+
+async def test_confidence_reports_the_four_criteria(server: JudgeServer) -> None:
+    criteria = {
+        "decisiveness": 0.9,
+        "appropriateness": 0.8,
+        "consistency": 1.0,
+        "low_confidence_indicators": 0.6,
+    }
+    server.script(js(criteria=criteria, score=0.8, concerns=["hedging"], reason="Mostly sure."))
+    async with judging(server) as judge:
+        result = await judge.confidence(order_conversation())
+    assert result.score == 0.8 and result.metadata["criteria"] == criteria
+    prompt = server.completion_requests[0].messages[0]["content"]
+    assert all(name in prompt for name in criteria)
+
+
+async def test_a_criterion_out_of_range_is_malformed(server: JudgeServer) -> None:
+    bad = js(criteria={"decisiveness": 1.5}, score=0.8, concerns=[], reason="x")
+    server.script(bad, bad)
+    async with judging(server) as judge:
+        result = await judge.confidence(order_conversation())
+    assert is_errored(result) and "$.criteria.decisiveness must be <= 1" in result.metadata["error"]
