@@ -381,12 +381,13 @@ class Judge:
             "extract_task", section("Conversation", self._transcript(conversation)), run
         )
 
-    async def _plan(self, conversation: Conversation, run: _Run) -> list[str] | None:
+    async def _plan(self, conversation: Conversation, run: _Run) -> tuple[list[str], str] | None:
+        """(the plan's steps, "explicit" or "implied"), or None when the agent followed none."""
         found = await self._run_stage(
             "extract_plan", section("Conversation", self._transcript(conversation)), run
         )
         steps = [s.strip() for s in found["plan"] if s.strip()]
-        return steps if found["has_plan"] and steps else None
+        return (steps, found.get("plan_type", "explicit")) if found["has_plan"] and steps else None
 
     # ---- metrics ---------------------------------------------------------------------------------
 
@@ -535,16 +536,18 @@ class Judge:
 
     async def _plan_metric(self, name: str, conversation: Conversation) -> MetricResult:
         async def body(run: _Run) -> _Outcome:
-            plan = await self._plan(conversation, run) if conversation.messages else None
-            if plan is None:
+            found = await self._plan(conversation, run) if conversation.messages else None
+            if found is None:
                 return 1.0, "No plan found in the conversation.", {"plan_found": False, "plan": []}
+            plan, plan_type = found
             steps = "\n".join(f"{i}. {step}" for i, step in enumerate(plan, 1))
             user = "\n\n".join(
                 [section("Conversation", self._transcript(conversation)), section("Plan", steps)]
             )
             verdict = await self._run_stage(name, user, run)
             key = "deviations" if name == "plan_adherence" else "issues"
-            return verdict["score"], verdict["reason"], {"plan_found": True, "plan": plan, key: verdict[key]}
+            meta = {"plan_found": True, "plan_type": plan_type, "plan": plan, key: verdict[key]}
+            return verdict["score"], verdict["reason"], meta
 
         return await self._evaluate(name, body)
 

@@ -246,7 +246,17 @@ CASES: list[tuple[str, list[Reply], list[str], float, dict[str, Any]]] = [
         [js(**PLAN), js(score=1, issues=[], reason="Complete and ordered.")],
         ["extract_plan", "plan_quality"],
         1.0,
-        {"plan_found": True, "issues": []},
+        {"plan_found": True, "plan_type": "explicit", "issues": []},
+    ),
+    (
+        "plan_adherence",  # an implied plan ("first I'll look up your order, then…") counts too
+        [
+            js(has_plan=True, plan_type="implied", plan=["Look up A1", "Report its status"]),
+            js(score=1, deviations=[], reason="Followed."),
+        ],
+        ["extract_plan", "plan_adherence"],
+        1.0,
+        {"plan_found": True, "plan_type": "implied", "plan": ["Look up A1", "Report its status"]},
     ),
 ]
 
