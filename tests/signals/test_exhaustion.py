@@ -10,13 +10,12 @@ from otelsignals.model import Conversation, LlmCall, Message, Role, SignalInstan
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext
 from otelsignals.signals.detect import detectors_of
+from tests.signals.conversations import key, of_type
 from tests.signals.tool_conversations import (
     assistant,
     call,
     exchange,
     failed,
-    identity,
-    of,
     run,
     run_traces,
     succeeded,
@@ -63,7 +62,7 @@ def llm_case(*calls: LlmCall) -> Case:
 def assert_env(case: Case, leaf: str) -> SignalInstance:
     messages, calls, index = case
     found = run(messages, ALL, calls)
-    hits = of(found, leaf)
+    hits = of_type(found, leaf)
     assert [h.message_index for h in hits] == [index], found
     instance = hits[0]
     assert 0.0 <= instance.confidence <= 1.0
@@ -77,7 +76,7 @@ def assert_env(case: Case, leaf: str) -> SignalInstance:
 
 def assert_not_env(case: Case, leaf: str) -> None:
     messages, calls, _ = case
-    assert not of(run(messages, ALL, calls), leaf)
+    assert not of_type(run(messages, ALL, calls), leaf)
 
 
 # --- rate_limit ------------------------------------------------------------------------------------------
@@ -536,7 +535,7 @@ def test_model_call_lands_on_the_last_message_of_its_own_span() -> None:
 def test_several_failed_calls_at_one_message_make_one_instance() -> None:
     found = run(CHAT, ALL, [llm(429, span=b"a"), llm(429, span=b"b"), llm(503, span=b"c")])
     assert sorted((i.type, i.message_index) for i in found) == [(tx.API_ERROR, 2), (tx.RATE_LIMIT, 2)]
-    (rate,) = of(found, tx.RATE_LIMIT)
+    (rate,) = of_type(found, tx.RATE_LIMIT)
     assert rate.metadata["count"] == 2
 
 
@@ -600,7 +599,7 @@ def test_trace_by_trace_gives_the_same_instances_as_one_pass() -> None:
     messages = [m for chunk, _ in traces for m in chunk]
     calls = [c for _, chunk in traces for c in chunk]
     whole = run(messages, ALL, calls)
-    assert sorted(map(identity, pieces)) == sorted(map(identity, whole))
+    assert sorted(map(key, pieces)) == sorted(map(key, whole))
     assert sorted((i.type, i.message_index) for i in whole) == [
         (tx.API_ERROR, 2),
         (tx.API_ERROR, 4),

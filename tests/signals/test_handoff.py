@@ -9,6 +9,7 @@ from otelsignals.signals import handoff
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext
 from otelsignals.signals.detect import detect
+from tests.signals.conversations import of_type
 
 LIB = handoff.library()
 DATA = LIB.data
@@ -47,13 +48,9 @@ def transfer_call() -> list[Message]:
     ]
 
 
-def of(found: list[SignalInstance], leaf: str) -> list[SignalInstance]:
-    return [signal for signal in found if signal.type == leaf]
-
-
 def test_a_tool_call_and_its_announcement_are_one_handoff_by_the_agent() -> None:
     found = run([Message(Role.USER, "My internet is down again."), *transfer_call()])
-    (signal,) = of(found, tx.HANDOFF)
+    (signal,) = of_type(found, tx.HANDOFF)
     assert signal.message_index == 1
     assert signal.metadata == {
         "asked_by": "agent",
@@ -72,8 +69,8 @@ def test_a_frictionless_request_the_agent_honours_is_the_handoffs_not_an_escalat
             *transfer_call(),
         ]
     )
-    assert not of(found, tx.ESCALATION)
-    (signal,) = of(found, tx.HANDOFF)
+    assert not of_type(found, tx.ESCALATION)
+    (signal,) = of_type(found, tx.HANDOFF)
     assert signal.metadata["asked_by"] == "user" and signal.metadata["request_index"] == 2
     assert signal.metadata["after"] == []
 
@@ -86,8 +83,8 @@ def test_after_friction_the_users_demand_stays_an_escalation() -> None:
         *transfer_call(),
     ]
     found = run(messages, prior={tx.NEGATIVE_STANCE: 1})
-    assert of(found, tx.ESCALATION)
-    (signal,) = of(found, tx.HANDOFF)
+    assert of_type(found, tx.ESCALATION)
+    (signal,) = of_type(found, tx.HANDOFF)
     assert signal.metadata["asked_by"] == "user"
     assert signal.metadata["after"] == [tx.DISENGAGEMENT]
 
@@ -95,7 +92,7 @@ def test_after_friction_the_users_demand_stays_an_escalation() -> None:
 def test_the_tool_span_alone_says_it_without_content() -> None:
     result = ToolResult("t9", "escalate_to_human")
     found = run([Message(Role.USER, None), Message(Role.TOOL, None, tool_result=result)])
-    assert [signal.metadata["via"] for signal in of(found, tx.HANDOFF)] == ["tool"]
+    assert [signal.metadata["via"] for signal in of_type(found, tx.HANDOFF)] == ["tool"]
 
 
 def test_one_handoff_per_user_turn_and_none_twice_for_the_same_messages() -> None:

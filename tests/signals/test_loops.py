@@ -14,6 +14,7 @@ import pytest
 from otelsignals.model import Message, Role
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.loops import DRIFT_LOWER_BOUND, adjusted, arguments_similarity, text_similarity
+from tests.signals.conversations import of_type
 from tests.signals.tool_conversations import (
     EXECUTION_DETECTORS,
     alternating,
@@ -21,7 +22,6 @@ from tests.signals.tool_conversations import (
     assistant,
     call,
     exchange,
-    of,
     repeated,
     run,
     tool,
@@ -107,7 +107,7 @@ def test_retry_fires(messages: list[Message], index: int) -> None:
 
 @pytest.mark.parametrize("messages", RETRY_NEAR_MISSES)
 def test_retry_near_misses(messages: list[Message]) -> None:
-    assert not of(run(messages, EXECUTION_DETECTORS), tx.RETRY)
+    assert not of_type(run(messages, EXECUTION_DETECTORS), tx.RETRY)
 
 
 def test_a_retry_continues_across_try_again_after_failures_but_not_after_success() -> None:
@@ -120,7 +120,7 @@ def test_a_retry_continues_across_try_again_after_failures_but_not_after_success
         user("yes try again please"),
         *exchange("check_inventory", args, '{"qty": 3}'),
     ]
-    assert [(i.type, i.message_index) for i in of(run(failing), tx.RETRY)] == [(tx.RETRY, 7)]
+    assert [(i.type, i.message_index) for i in of_type(run(failing), tx.RETRY)] == [(tx.RETRY, 7)]
     succeeding = [
         user("in stock?"),
         *exchange("check_inventory", args, '{"qty": 3}'),
@@ -129,24 +129,24 @@ def test_a_retry_continues_across_try_again_after_failures_but_not_after_success
         user("and now?"),
         *exchange("check_inventory", args, '{"qty": 2}'),
     ]
-    assert not of(run(succeeding), tx.RETRY)
+    assert not of_type(run(succeeding), tx.RETRY)
 
 
 def test_two_identical_calls_are_not_a_retry_three_are() -> None:
-    assert not of(run(repeated("get_weather", [{"city": "Paris"}] * 2)), tx.RETRY)
-    (instance,) = of(run(repeated("get_weather", [{"city": "Paris"}] * 3)), tx.RETRY)
+    assert not of_type(run(repeated("get_weather", [{"city": "Paris"}] * 2)), tx.RETRY)
+    (instance,) = of_type(run(repeated("get_weather", [{"city": "Paris"}] * 3)), tx.RETRY)
     assert instance.metadata["tool"] == "get_weather"
     assert instance.metadata["arguments"] == '{"city":"Paris"}'
     assert instance.snippet == 'get_weather({"city":"Paris"})'
 
 
 def test_a_long_retry_counts_more() -> None:
-    found = of(run(repeated("get_weather", [{"city": "Paris"}] * 10)), tx.RETRY)
+    found = of_type(run(repeated("get_weather", [{"city": "Paris"}] * 10)), tx.RETRY)
     assert [(i.message_index, i.metadata["run_length"]) for i in found] == [(5, 3), (11, 6), (17, 9)]
 
 
 def test_six_parallel_identical_calls_in_one_message_give_one_instance() -> None:
-    found = of(run([user(), assistant(*(call("ping", {}) for _ in range(6)))]), tx.RETRY)
+    found = of_type(run([user(), assistant(*(call("ping", {}) for _ in range(6)))]), tx.RETRY)
     assert [(i.message_index, i.metadata["run_length"]) for i in found] == [(1, 6)]
 
 
@@ -370,14 +370,14 @@ def test_parameter_drift_fires(messages: list[Message]) -> None:
 
 @pytest.mark.parametrize("messages", DRIFT_NEAR_MISSES)
 def test_parameter_drift_near_misses(messages: list[Message]) -> None:
-    assert not of(run(messages, EXECUTION_DETECTORS), tx.PARAMETER_DRIFT)
+    assert not of_type(run(messages, EXECUTION_DETECTORS), tx.PARAMETER_DRIFT)
 
 
 def test_an_enumeration_of_cities_is_not_parameter_drift() -> None:
     cities = ["Paris", "Tokyo", "Lima", "Berlin", "Austin", "Boston", "Dublin", "Portland", "Portugal"]
-    assert not of(run(repeated("get_weather", [{"city": c} for c in cities])), tx.PARAMETER_DRIFT)
+    assert not of_type(run(repeated("get_weather", [{"city": c} for c in cities])), tx.PARAMETER_DRIFT)
     parallel = [user(), assistant(*(call("get_weather", {"city": c}) for c in cities))]
-    assert not of(run(parallel), tx.PARAMETER_DRIFT)
+    assert not of_type(run(parallel), tx.PARAMETER_DRIFT)
 
 
 # Calibration of DRIFT_LOWER_BOUND: near-duplicate reformulations score at or above it, distinct items
@@ -498,20 +498,20 @@ def test_oscillation_fires(messages: list[Message], index: int) -> None:
 
 @pytest.mark.parametrize("messages", OSCILLATION_NEAR_MISSES)
 def test_oscillation_near_misses(messages: list[Message]) -> None:
-    assert not of(run(messages, EXECUTION_DETECTORS), tx.OSCILLATION)
+    assert not of_type(run(messages, EXECUTION_DETECTORS), tx.OSCILLATION)
 
 
 def test_abab_is_not_oscillation_ababab_is() -> None:
-    assert not of(run(alternating("ABAB")), tx.OSCILLATION)
-    (instance,) = of(run(alternating("ABABAB")), tx.OSCILLATION)
+    assert not of_type(run(alternating("ABAB")), tx.OSCILLATION)
+    (instance,) = of_type(run(alternating("ABABAB")), tx.OSCILLATION)
     assert instance.metadata["tools"] == ["A", "B"]
     assert instance.confidence == 0.85  # the same arguments each time: flip-flopping
-    (varied,) = of(run(alternating("ABABAB", same_args=False)), tx.OSCILLATION)
+    (varied,) = of_type(run(alternating("ABABAB", same_args=False)), tx.OSCILLATION)
     assert varied.confidence == 0.6
 
 
 def test_a_long_oscillation_counts_more() -> None:
-    found = of(run(alternating("AB" * 9)), tx.OSCILLATION)
+    found = of_type(run(alternating("AB" * 9)), tx.OSCILLATION)
     assert [i.metadata["run_length"] for i in found] == [6, 12, 18]
 
 
@@ -565,19 +565,19 @@ def test_one_tool_alternating_between_two_signatures_oscillates(messages: list[M
 
 @pytest.mark.parametrize("messages", SIGNATURE_OSCILLATION_NEAR_MISSES)
 def test_signature_oscillation_near_misses(messages: list[Message]) -> None:
-    assert not of(run(messages, EXECUTION_DETECTORS), tx.OSCILLATION)
+    assert not of_type(run(messages, EXECUTION_DETECTORS), tx.OSCILLATION)
 
 
 def test_ninety_alternating_lookups_fire_and_count_more() -> None:
     """The real case: P1001, P1002, … ninety times; one instance per three more cycles."""
     found = run(lookups("12" * 45), EXECUTION_DETECTORS)
-    oscillations = of(found, tx.OSCILLATION)
+    oscillations = of_type(found, tx.OSCILLATION)
     assert [i.metadata["run_length"] for i in oscillations] == list(range(6, 91, 6))
-    assert not of(found, tx.RETRY) and not of(found, tx.PARAMETER_DRIFT)
+    assert not of_type(found, tx.RETRY) and not of_type(found, tx.PARAMETER_DRIFT)
 
 
 def test_two_tools_with_new_arguments_each_time_stay_a_tool_oscillation() -> None:
-    (instance,) = of(run(alternating("ABABAB", same_args=False)), tx.OSCILLATION)
+    (instance,) = of_type(run(alternating("ABABAB", same_args=False)), tx.OSCILLATION)
     assert (instance.metadata["pattern"], instance.confidence) == ("alternating_tools", 0.6)
 
 
@@ -605,4 +605,4 @@ def test_drift_over_very_short_arguments(messages: list[Message]) -> None:
 
 @pytest.mark.parametrize("messages", SHORT_DRIFT_NEAR_MISSES)
 def test_short_different_values_do_not_drift(messages: list[Message]) -> None:
-    assert not of(run(messages, EXECUTION_DETECTORS), tx.PARAMETER_DRIFT)
+    assert not of_type(run(messages, EXECUTION_DETECTORS), tx.PARAMETER_DRIFT)

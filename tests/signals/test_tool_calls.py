@@ -11,13 +11,12 @@ import pytest
 from otelsignals.model import Conversation, Message, Role
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext
+from tests.signals.conversations import key, of_type
 from tests.signals.tool_conversations import (
     EXECUTION_DETECTORS,
     alternating,
     exchange,
     failed,
-    identity,
-    of,
     repeated,
     run,
     run_traces,
@@ -50,7 +49,7 @@ def test_trace_by_trace_gives_the_same_instances_as_one_pass(step: int) -> None:
     whole = run(messages)
     traces = [(messages[i : i + step], []) for i in range(0, len(messages), step)]
     pieces = run_traces(traces)
-    assert sorted(map(identity, pieces)) == sorted(map(identity, whole))
+    assert sorted(map(key, pieces)) == sorted(map(key, whole))
     leaves = {i.type for i in whole}
     assert {
         tx.RETRY,
@@ -83,7 +82,7 @@ def test_trimmed_conversation_keeps_absolute_indices() -> None:
     ctx = DetectionContext(conversation, 0, [], {})
     found = [i for d in EXECUTION_DETECTORS for i in d(ctx)]
     # the first call was trimmed away: two calls remain, no retry; indices stay absolute
-    assert not of(found, tx.RETRY)
+    assert not of_type(found, tx.RETRY)
     start = len(conversation.messages)
     conversation.messages += exchange("get_weather", {"city": "Paris"}, "ok")
     ctx = DetectionContext(conversation, start, [], ctx.memory)

@@ -15,12 +15,11 @@ from otelsignals.signals import word_lists
 from otelsignals.signals.failure import is_query_call
 from otelsignals.signals.tokens import tokenise
 from otelsignals.signals.word_lists import canonical_forms, phrase_file, word_sequences, word_set
-from tests.signals.conversations import assert_fires, only, rule_conversations
+from tests.signals.conversations import assert_fires, of_type, only, rule_conversations
 from tests.signals.tool_conversations import (
     EXECUTION_DETECTORS,
     assert_none,
     assert_one,
-    of,
     repeated,
     run,
     succeeded,
@@ -168,4 +167,4 @@ def test_three_calls_drifting_are_parameter_drift(arguments: list[Any]) -> None:
 @pytest.mark.parametrize("arguments", tool_examples(tx.PARAMETER_DRIFT, "near_misses"))
 def test_three_calls_for_other_items_are_no_parameter_drift(arguments: list[Any]) -> None:
     messages = repeated("search", arguments, NOTHING_FOUND)
-    assert not of(run(messages, EXECUTION_DETECTORS), tx.PARAMETER_DRIFT)
+    assert not of_type(run(messages, EXECUTION_DETECTORS), tx.PARAMETER_DRIFT)

@@ -10,6 +10,7 @@ from otelsignals.model import Conversation, LlmCall, Message, Role, SignalInstan
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext
 from otelsignals.signals.detect import detectors_of
+from tests.signals.conversations import of_type
 
 EXECUTION_DETECTORS = detectors_of(tx.FAILURE, tx.LOOPS)
 ALL = (*EXECUTION_DETECTORS, *detectors_of(tx.EXHAUSTION))
@@ -87,23 +88,9 @@ def run_traces(
     return found
 
 
-def of(instances: list[SignalInstance], leaf: str) -> list[SignalInstance]:
-    return [i for i in instances if i.type == leaf]
-
-
-def identity(instance: SignalInstance) -> tuple[Any, ...]:
-    return (
-        instance.type,
-        instance.message_index,
-        instance.confidence,
-        instance.snippet,
-        repr(instance.metadata),
-    )
-
-
 def assert_one(messages: list[Message], leaf: str, index: int, **kwargs: Any) -> SignalInstance:
     found = run(messages, **kwargs)
-    hits = of(found, leaf)
+    hits = of_type(found, leaf)
     assert [h.message_index for h in hits] == [index], found
     instance = hits[0]
     assert 0.0 <= instance.confidence <= 1.0
@@ -121,7 +108,7 @@ def assert_one(messages: list[Message], leaf: str, index: int, **kwargs: Any) ->
 
 def assert_none(messages: list[Message], leaf: str) -> None:
     found = run(messages)
-    assert not of(found, leaf), found
+    assert not of_type(found, leaf), found
 
 
 def assert_silent(messages: list[Message]) -> None:
