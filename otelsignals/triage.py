@@ -21,18 +21,27 @@ Soft evidence (the conversation was hard going):
     negative stance          1 − 0.85ⁿ
     misalignment             1 − 0.88ⁿ   corrections, rephrasings, confusion
     repetition               1 − 0.75ⁿ   the agent repeating its answers
-    tool-call volume         0.50 × v    v = log₂(calls ÷ the agent's median) ÷ log₂ 6, in [0, 1]:
-                                         0 at or below the median, 1 at six times it
-    turn volume              0.20 × t    t = log₂(user turns ÷ the agent's median) ÷ log₂ 3, in [0, 1]
+    tool-call volume         0.50 × v    v = max(relative, absolute), each in [0, 1]:
+                                         relative = log₂(calls ÷ the agent's median) ÷ log₂ 6
+                                         (0 at or below the median, 1 at six times it);
+                                         absolute = log(calls ÷ 3) ÷ log(40 ÷ 3)
+                                         (0 up to 3 calls, 1 at 40)
+    turn volume              0.20 × t    t = max(log₂(user turns ÷ the agent's median) ÷ log₂ 3,
+                                         (user turns − 5) ÷ 10), clipped to [0, 1]
 
 Why these terms: on real agent conversations with benchmark outcomes (bench/triage_real.py),
 failed conversations are the ones with more tool calls than the agent usually needs (searching,
 looping), hand-offs, repeated answers and user trouble; tool errors are rare but always worth a
-look. Volume is measured against **the agent's own running median** (:class:`AgentBaselines`: the
-latest sizes of its recent conversations), so a coding agent that always makes 40 calls is not
-ranked above a support agent that made 12 where it usually makes 3. Until an agent has
-``min_conversations`` behind it, fixed scales stand in (calls: log(1 + n) ÷ log 41; turns: SPEC
-§4's baseline of 5 user turns, full at 15).
+look. Volume counts in two ways and the larger wins. **Against the agent's own running median**
+(:class:`AgentBaselines`: the latest sizes of its recent conversations): a support agent that made
+12 calls where it usually makes 3 is struggling on what is usually easy. **In absolute terms**
+(SPEC §4's 5 user turns as the base; 3 calls as what any task may need, 40 as many): a long
+conversation is a hard task, and hard tasks fail more whatever the agent (on the development half,
+agents whose conversations are longer fail several times as often; the per-agent measure alone
+ranked them no higher than the short conversations of a rarely failing agent). The price: an
+agent whose every conversation is long keeps a volume term on all of them, so its other evidence
+decides their order. Before an agent has ``min_conversations`` behind it, only the absolute scale
+counts.
 
 Satisfaction damps only the soft part: ``damping = 1 − 0.3 × min(1, (success + confirmation +
 0.5 × gratitude) ÷ 2)``. A thankful user makes a long conversation less suspicious, but never
@@ -65,8 +74,8 @@ TOOL_VOLUME_WEIGHT = 0.50
 TURN_VOLUME_WEIGHT = 0.20
 TOOL_VOLUME_FULL_RATIO = 6.0  # calls ÷ median at which the volume term is full
 TURN_VOLUME_FULL_RATIO = 3.0
-COLD_TOOL_CALLS_FULL = 40  # fixed scale before the agent has a baseline
-COLD_TURN_BASELINE, COLD_TURN_SPAN = 5, 10  # SPEC §4's 5 user turns; full 10 turns above
+ABSOLUTE_TOOL_CALLS_BASE, ABSOLUTE_TOOL_CALLS_FULL = 3.0, 40.0  # the fixed scale of tool calls
+ABSOLUTE_TURN_BASE, ABSOLUTE_TURN_SPAN = 5, 10  # SPEC §4's 5 user turns; full 10 turns above
 SATISFACTION_DAMPING = 0.3
 GRATITUDE_SHARE = 0.5  # a thank-you counts half an explicit "that worked"
 REASON_MIN_CONTRIBUTION = 0.05  # terms below this are not named as reasons
@@ -102,16 +111,39 @@ def _log_ratio(value: float, median: float, full_ratio: float) -> float:
     return min(1.0, math.log2(value / max(median, 1.0)) / math.log2(full_ratio))
 
 
-def tool_volume(shape: Shape) -> float:
+def absolute_tool_volume(shape: Shape) -> float:
+    """Tool calls on a fixed scale, whatever the agent: 0 up to 3 (what any task may need), 1 at
+    40, logarithmic between."""
+    return _log_ratio(
+        shape.tool_calls, ABSOLUTE_TOOL_CALLS_BASE, ABSOLUTE_TOOL_CALLS_FULL / ABSOLUTE_TOOL_CALLS_BASE
+    )
+
+
+def absolute_turn_volume(shape: Shape) -> float:
+    """User turns on a fixed scale: 0 at SPEC §4's 5 turns, 1 at 15."""
+    return min(1.0, max(0.0, (shape.user_turns - ABSOLUTE_TURN_BASE) / ABSOLUTE_TURN_SPAN))
+
+
+def relative_tool_volume(shape: Shape) -> float:
+    """Tool calls against the agent's running median (0 before the agent has a baseline)."""
     if shape.median_tool_calls is None:
-        return min(1.0, math.log1p(shape.tool_calls) / math.log1p(COLD_TOOL_CALLS_FULL))
+        return 0.0
     return _log_ratio(shape.tool_calls, shape.median_tool_calls, TOOL_VOLUME_FULL_RATIO)
 
 
-def turn_volume(shape: Shape) -> float:
+def relative_turn_volume(shape: Shape) -> float:
     if shape.median_user_turns is None:
-        return min(1.0, max(0.0, (shape.user_turns - COLD_TURN_BASELINE) / COLD_TURN_SPAN))
+        return 0.0
     return _log_ratio(shape.user_turns, shape.median_user_turns, TURN_VOLUME_FULL_RATIO)
+
+
+def tool_volume(shape: Shape) -> float:
+    """Many tool calls for this agent, or many in absolute terms: the larger of the two."""
+    return max(relative_tool_volume(shape), absolute_tool_volume(shape))
+
+
+def turn_volume(shape: Shape) -> float:
+    return max(relative_turn_volume(shape), absolute_turn_volume(shape))
 
 
 def priority(score: Score, shape: Shape, handoff: Mapping[str, Any] | None = None) -> Priority:
@@ -182,21 +214,27 @@ def _reasons(
         elif name == "repetition":
             text = f"agent repeated itself ({leaves.get(tx.REPETITION, 0)}×)"
         elif name == "tool_volume":
-            text = f"{shape.tool_calls} tool calls" + (
-                f" ({shape.tool_calls / max(shape.median_tool_calls, 1.0):.1f}× this agent's median of "
-                f"{shape.median_tool_calls:g})"
-                if shape.median_tool_calls is not None
-                else ""
-            )
+            text = _tool_volume_reason(shape)
         else:  # turn_volume
-            text = f"{shape.user_turns} user turns" + (
-                f" (this agent's median: {shape.median_user_turns:g})"
-                if shape.median_user_turns is not None
-                else ""
-            )
+            text = _turn_volume_reason(shape)
         out.append((p, text))
     out.sort(key=lambda item: -item[0])
     return [text for _, text in out]
+
+
+def _tool_volume_reason(shape: Shape) -> str:
+    text = f"{shape.tool_calls} tool calls"
+    if shape.median_tool_calls is not None and relative_tool_volume(shape) > 0:
+        ratio = shape.tool_calls / max(shape.median_tool_calls, 1.0)
+        text += f" ({ratio:.1f}× this agent's median of {shape.median_tool_calls:g})"
+    return text
+
+
+def _turn_volume_reason(shape: Shape) -> str:
+    text = f"{shape.user_turns} user turns"
+    if shape.median_user_turns is not None and relative_turn_volume(shape) > 0:
+        text += f" (this agent's median: {shape.median_user_turns:g})"
+    return text
 
 
 @dataclass

@@ -10,7 +10,8 @@ from otelsignals.model import Conversation, Message, Role
 from otelsignals.scoring import score
 from otelsignals.signals import taxonomy as tx
 from otelsignals.triage import (
-    COLD_TOOL_CALLS_FULL,
+    ABSOLUTE_TOOL_CALLS_BASE,
+    ABSOLUTE_TOOL_CALLS_FULL,
     AgentBaselines,
     Shape,
     priority,
@@ -79,21 +80,31 @@ def test_satisfaction_damps_soft_evidence_at_most_by_a_third() -> None:
     assert satisfied >= 0.69 * plain  # damping 0.3 on the soft part only
 
 
-def test_tool_volume_is_measured_against_the_agents_own_median() -> None:
+def test_tool_volume_counts_against_the_agents_own_median() -> None:
     support = Shape(user_turns=4, tool_calls=12, median_user_turns=4, median_tool_calls=3)
     coding = Shape(user_turns=4, tool_calls=12, median_user_turns=4, median_tool_calls=40)
-    assert tool_volume(coding) == 0.0
-    assert 0.0 < tool_volume(support) < 1.0
-    assert tool_volume(Shape(4, 18, 4, 3)) == pytest.approx(1.0)  # six times the median: full
-    assert priority(scored(), support).value > priority(scored(), coding).value == 0.0
+    assert 0.0 < tool_volume(coding) < tool_volume(support) < 1.0  # the same 12 calls: only the
+    assert tool_volume(Shape(4, 18, 4, 3)) == pytest.approx(1.0)  # support agent is at 4× its median
+    assert priority(scored(), support).value > priority(scored(), coding).value
     assert any(
         "12 tool calls (4.0× this agent's median of 3)" in r for r in priority(scored(), support).reasons
     )
+    assert priority(scored(), coding).reasons == ["12 tool calls"]  # below its median: absolute only
 
 
-def test_before_an_agent_has_a_baseline_fixed_scales_stand_in() -> None:
+def test_tool_volume_counts_in_absolute_terms_whatever_the_agent() -> None:
+    """A conversation of 30 tool calls is a hard task even for an agent that usually makes 30."""
+    busy_agent = Shape(user_turns=4, tool_calls=30, median_user_turns=4, median_tool_calls=30)
+    assert tool_volume(busy_agent) > 0.5
+    assert tool_volume(Shape(4, 3, 4, 3)) == 0.0  # a few calls are what any task may need
+    assert turn_volume(Shape(12, 3, 12, 3)) > 0.5  # 12 user turns, the agent's median: still long
+
+
+def test_before_an_agent_has_a_baseline_the_fixed_scales_alone_count() -> None:
     assert tool_volume(Shape(3, 0)) == 0.0
-    assert tool_volume(Shape(3, COLD_TOOL_CALLS_FULL)) == pytest.approx(1.0)
+    assert tool_volume(Shape(3, int(ABSOLUTE_TOOL_CALLS_BASE))) == 0.0
+    assert 0.0 < tool_volume(Shape(3, 10)) < 1.0
+    assert tool_volume(Shape(3, int(ABSOLUTE_TOOL_CALLS_FULL))) == pytest.approx(1.0)
     assert turn_volume(Shape(5, 0)) == 0.0 and turn_volume(Shape(15, 0)) == pytest.approx(1.0)
 
 

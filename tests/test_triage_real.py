@@ -57,11 +57,18 @@ def test_every_failed_tool_result_carries_a_failure_signal(analysed: list) -> No
 
 
 def test_the_held_out_half_ranks_failures_first(analysed: list) -> None:
+    """All held-out conversations pooled (two agent settings with failure rates 61 % and 6 %): the
+    issue's targets, and ahead of both trivial heuristics in the top 20 % and by AUROC."""
     held_out = [o for o in analysed if o.half == "B"]
     labels = [o.failed for o in held_out]
-    priority = [triage_real.RANKINGS["priority"](o) for o in held_out]
-    assert triage_real.auroc(priority, labels) >= 0.70
-    assert triage_real.lift_at(priority, labels, 0.2) >= 1.5
+    ranked = {name: [key(o) for o in held_out] for name, key in triage_real.RANKINGS.items()}
+    assert triage_real.auroc(ranked["priority"], labels) >= 0.70
+    assert triage_real.lift_at(ranked["priority"], labels, 0.2) >= 1.5
+    for heuristic in ("tool calls", "user turns"):
+        assert triage_real.auroc(ranked["priority"], labels) > triage_real.auroc(ranked[heuristic], labels)
+        assert triage_real.lift_at(ranked["priority"], labels, 0.2) > triage_real.lift_at(
+            ranked[heuristic], labels, 0.2
+        )
 
 
 def test_within_one_agent_the_priority_beats_both_heuristics(analysed: list) -> None:
