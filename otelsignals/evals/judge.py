@@ -19,12 +19,13 @@ holding the rendered conversation and the earlier stages' findings. Every reques
 metric                     stages                                         no-model shortcut
 =========================  =============================================  ==============================
 task_completion            extract_task → task_completion                 empty task → 1.0
-tool_correctness           tool_correctness                               no calls, no tools → 1.0
-argument_correctness       argument_correctness (one verdict per call)    no tool calls → 1.0
+tool_correctness           select_tools → tool_correctness                no calls, no tools → 1.0
+argument_correctness       extract_user_input → argument_correctness      no tool calls → 1.0
+                           (one verdict per call) → argument_reason
 step_efficiency            extract_task → step_efficiency                 empty task → 1.0
 confidence                 confidence                                     —
-plan_adherence             extract_plan → plan_adherence                  no plan found → 1.0
-plan_quality               extract_plan → plan_quality                    no plan found → 1.0
+plan_adherence             extract_task → extract_plan → plan_adherence   no plan found → 1.0
+plan_quality               extract_task → extract_plan → plan_quality     no plan found → 1.0
 =========================  =============================================  ==============================
 
 Errors. Transport failures (timeouts, connection errors, HTTP 429 and 5xx) are retried by
@@ -381,11 +382,15 @@ class Judge:
             "extract_task", section("Conversation", self._transcript(conversation)), run
         )
 
-    async def _plan(self, conversation: Conversation, run: _Run) -> tuple[list[str], str] | None:
+    async def _plan(self, conversation: Conversation, task: str, run: _Run) -> tuple[list[str], str] | None:
         """(the plan's steps, "explicit" or "implied"), or None when the agent followed none."""
-        found = await self._run_stage(
-            "extract_plan", section("Conversation", self._transcript(conversation)), run
+        user = "\n\n".join(
+            [
+                section("Conversation", self._transcript(conversation)),
+                section("Task", task or "(none stated)"),
+            ]
         )
+        found = await self._run_stage("extract_plan", user, run)
         steps = [s.strip() for s in found["plan"] if s.strip()]
         return (steps, found.get("plan_type", "explicit")) if found["has_plan"] and steps else None
 
@@ -427,17 +432,27 @@ class Judge:
             calls = tool_calls_of(conversation)
             if not calls and not tools:
                 return 1.0, "No tool calls and no tools available.", {"tool_calls": 0}
+            transcript = section("Conversation", self._transcript(conversation))
+            available = section("Available tools", "\n".join(tools) if tools else "(not known)")
+            # Stage 1 decides what the request needed without seeing the calls, so that stage 2
+            # compares the calls against an expectation rather than rationalising them.
+            selection = await self._run_stage("select_tools", "\n\n".join([transcript, available]), run)
+            needed = [name.strip() for name in selection["needed_tools"] if name.strip()]
             listed = "\n".join(f"- [{n}] {c.name}({args_text(c.arguments)})" for n, c in calls)
             user = "\n\n".join(
                 [
-                    section("Conversation", self._transcript(conversation)),
-                    section("Available tools", "\n".join(tools) if tools else "(not known)"),
+                    transcript,
+                    available,
+                    section("User input", selection["user_input"].strip() or "(none stated)"),
+                    section("Needed tools", "\n".join(f"- {name}" for name in needed) or "(none)"),
                     section("Tool calls made", listed or "(none)"),
                 ]
             )
             verdict = await self._run_stage("tool_correctness", user, run)
             meta = {
                 "tool_calls": len(calls),
+                "user_input": selection["user_input"],
+                "needed_tools": needed,
                 "unnecessary_tools": verdict["unnecessary_tools"],
                 "missing_tools": verdict["missing_tools"],
             }
@@ -446,12 +461,15 @@ class Judge:
         return await self._evaluate("tool_correctness", body)
 
     async def argument_correctness(self, conversation: Conversation) -> MetricResult:
-        """One verdict per tool call; score = correct verdicts / tool calls (1.0, no request, with none)."""
+        """Stage 1 states the user's request; stage 2 gives one verdict per tool call; stage 3 explains
+        the score (correct verdicts / tool calls; 1.0, no request, with no calls)."""
 
         async def body(run: _Run) -> _Outcome:
             calls = tool_calls_of(conversation)
             if not calls:
-                return 1.0, "No tool calls to judge.", {"tool_calls": 0, "verdicts": []}
+                return 1.0, "No tool calls to judge.", {"tool_calls": 0, "verdicts": [], "user_input": ""}
+            transcript = section("Conversation", self._transcript(conversation))
+            user_input = (await self._run_stage("extract_user_input", transcript, run))["user_input"]
             listed = "\n".join(
                 f"{i}. {call.name}({args_text(call.arguments)}) (message {n})"
                 for i, (n, call) in enumerate(calls, 1)
@@ -466,37 +484,37 @@ class Judge:
                     )
                 return None
 
-            user = "\n\n".join(
-                [
-                    section("Conversation", self._transcript(conversation)),
-                    section("Tool calls to judge", listed),
-                ]
-            )
+            request = section("User input", user_input.strip() or "(none stated)")
+            user = "\n\n".join([transcript, request, section("Tool calls to judge", listed)])
             reply = await self._run_stage("argument_correctness", user, run, check)
-            verdicts = sorted(reply["verdicts"], key=lambda v: int(v["index"]))
-            correct = sum(1 for v in verdicts if v["verdict"] == "yes")
-            wrong = [
-                f"{calls[int(v['index']) - 1][1].name}: {v.get('reason') or 'incorrect arguments'}"
-                for v in verdicts
-                if v["verdict"] == "no"
+            verdicts = [
+                {
+                    "index": int(v["index"]),
+                    "tool": calls[int(v["index"]) - 1][1].name,
+                    "verdict": v["verdict"],
+                    "reason": v.get("reason", ""),
+                }
+                for v in sorted(reply["verdicts"], key=lambda v: int(v["index"]))
             ]
-            reason = f"{correct} of {len(calls)} tool calls had correct arguments." + (
-                " Incorrect: " + "; ".join(wrong) if wrong else ""
+            correct = sum(1 for v in verdicts if v["verdict"] == "yes")
+            judged = "\n".join(
+                f"{v['index']}. {v['tool']}: {v['verdict']}" + (f" ({v['reason']})" if v["reason"] else "")
+                for v in verdicts
+            )
+            explained = await self._run_stage(
+                "argument_reason",
+                "\n\n".join(
+                    [request, section("Verdicts", judged), section("Score", f"{correct / len(calls):.2f}")]
+                ),
+                run,
             )
             meta = {
                 "tool_calls": len(calls),
                 "correct": correct,
-                "verdicts": [
-                    {
-                        "index": int(v["index"]),
-                        "tool": calls[int(v["index"]) - 1][1].name,
-                        "verdict": v["verdict"],
-                        "reason": v.get("reason", ""),
-                    }
-                    for v in verdicts
-                ],
+                "user_input": user_input,
+                "verdicts": verdicts,
             }
-            return correct / len(calls), reason, meta
+            return correct / len(calls), explained["reason"], meta
 
         return await self._evaluate("argument_correctness", body)
 
@@ -536,27 +554,36 @@ class Judge:
 
     async def _plan_metric(self, name: str, conversation: Conversation) -> MetricResult:
         async def body(run: _Run) -> _Outcome:
-            found = await self._plan(conversation, run) if conversation.messages else None
-            if found is None:
+            if not conversation.messages:
                 return 1.0, "No plan found in the conversation.", {"plan_found": False, "plan": []}
+            # The task first, as the reference does: a plan is found, and judged, for that task.
+            task = (await self._task(conversation, run))["task"].strip()
+            found = await self._plan(conversation, task, run)
+            if found is None:
+                reason = "No plan found in the conversation."
+                return 1.0, reason, {"plan_found": False, "plan": [], "task": task}
             plan, plan_type = found
             steps = "\n".join(f"{i}. {step}" for i, step in enumerate(plan, 1))
             user = "\n\n".join(
-                [section("Conversation", self._transcript(conversation)), section("Plan", steps)]
+                [
+                    section("Conversation", self._transcript(conversation)),
+                    section("Task", task or "(none stated)"),
+                    section("Plan", steps),
+                ]
             )
             verdict = await self._run_stage(name, user, run)
             key = "deviations" if name == "plan_adherence" else "issues"
-            meta = {"plan_found": True, "plan_type": plan_type, "plan": plan, key: verdict[key]}
+            meta = {"plan_found": True, "plan_type": plan_type, "plan": plan, "task": task, key: verdict[key]}
             return verdict["score"], verdict["reason"], meta
 
         return await self._evaluate(name, body)
 
     async def plan_adherence(self, conversation: Conversation) -> MetricResult:
-        """Stage 1 extracts the stated plan; stage 2 judges adherence (1.0 when there is no plan)."""
+        """Task, then the plan followed for it, then adherence (1.0 when there is no plan)."""
         return await self._plan_metric("plan_adherence", conversation)
 
     async def plan_quality(self, conversation: Conversation) -> MetricResult:
-        """Stage 1 extracts the stated plan; stage 2 judges its quality (1.0 when there is no plan)."""
+        """Task, then the plan followed for it, then its quality (1.0 when there is no plan)."""
         return await self._plan_metric("plan_quality", conversation)
 
     async def evaluate(

@@ -137,6 +137,8 @@ def plan_conversation() -> Conversation:
 
 
 PLAN = {"has_plan": True, "plan": ["Look up A1", "Check refund policy", "Issue the refund"]}
+TASK = {"task": "Refund order A1.", "outcome": "Refund issued."}
+FIRST_FINDINGS = ("Task", "User input")  # the headings under which stage 1's findings are passed on
 
 
 def assert_judge_request(item: Received, stage: str, model: str = "judge-model") -> None:
@@ -198,24 +200,29 @@ async def test_task_completion_two_stages_with_provider_model(server: JudgeServe
 CASES: list[tuple[str, list[Reply], list[str], float, dict[str, Any]]] = [
     (
         "tool_correctness",
-        [js(score=0.5, unnecessary_tools=["track"], missing_tools=[], reason="track was not needed.")],
-        ["tool_correctness"],
+        [
+            js(user_input="Find where order A1 is.", needed_tools=["get_order"], reason="A lookup."),
+            js(score=0.5, unnecessary_tools=["track"], missing_tools=[], reason="track was not needed."),
+        ],
+        ["select_tools", "tool_correctness"],
         0.5,
-        {"unnecessary_tools": ["track"], "tool_calls": 2},
+        {"unnecessary_tools": ["track"], "tool_calls": 2, "needed_tools": ["get_order"]},
     ),
     (
         "argument_correctness",
         [
+            js(user_input="Find where order A1 is."),
             js(
                 verdicts=[
                     {"index": 2, "verdict": "no", "reason": "B2 is not the user's order."},
                     {"index": 1, "verdict": "yes", "reason": ""},
                 ]
-            )
+            ),
+            js(reason="track was called for B2, not the user's order A1."),
         ],
-        ["argument_correctness"],
+        ["extract_user_input", "argument_correctness", "argument_reason"],
         0.5,
-        {"tool_calls": 2, "correct": 1},
+        {"tool_calls": 2, "correct": 1, "user_input": "Find where order A1 is."},
     ),
     (
         "step_efficiency",
@@ -236,25 +243,35 @@ CASES: list[tuple[str, list[Reply], list[str], float, dict[str, Any]]] = [
     ),
     (
         "plan_adherence",
-        [js(**PLAN), js(score=0.6, deviations=["skipped the policy check"], reason="Step 2 skipped.")],
-        ["extract_plan", "plan_adherence"],
+        [
+            js(**TASK),
+            js(**PLAN),
+            js(score=0.6, deviations=["skipped the policy check"], reason="Step 2 skipped."),
+        ],
+        ["extract_task", "extract_plan", "plan_adherence"],
         0.6,
-        {"plan_found": True, "plan": PLAN["plan"], "deviations": ["skipped the policy check"]},
+        {
+            "plan_found": True,
+            "plan": PLAN["plan"],
+            "deviations": ["skipped the policy check"],
+            "task": TASK["task"],
+        },
     ),
     (
         "plan_quality",
-        [js(**PLAN), js(score=1, issues=[], reason="Complete and ordered.")],
-        ["extract_plan", "plan_quality"],
+        [js(**TASK), js(**PLAN), js(score=1, issues=[], reason="Complete and ordered.")],
+        ["extract_task", "extract_plan", "plan_quality"],
         1.0,
         {"plan_found": True, "plan_type": "explicit", "issues": []},
     ),
     (
         "plan_adherence",  # an implied plan ("first I'll look up your order, then…") counts too
         [
+            js(**TASK),
             js(has_plan=True, plan_type="implied", plan=["Look up A1", "Report its status"]),
             js(score=1, deviations=[], reason="Followed."),
         ],
-        ["extract_plan", "plan_adherence"],
+        ["extract_task", "extract_plan", "plan_adherence"],
         1.0,
         {"plan_found": True, "plan_type": "implied", "plan": ["Look up A1", "Report its status"]},
     ),
@@ -288,40 +305,59 @@ async def test_metric_stages_and_scores(
     assert len(received) == len(stages)
     for item, stage in zip(received, stages, strict=True):
         assert_judge_request(item, stage)
-    if len(stages) == 2:  # stage 2 is given stage 1's findings
-        second = received[1].messages[1]["content"]
-        assert ("## Plan\n1. Look up A1" if metric.startswith("plan_") else "## Task\nFind where") in second
+    # Every later stage is given the first stage's findings; the plan stages also the plan.
+    for later in received[1:]:
+        content = later.messages[1]["content"]
+        assert any(f"## {heading}\n" in content for heading in FIRST_FINDINGS), content[:200]
+    if metric.startswith("plan_"):
+        assert "## Plan\n1. Look up A1" in received[-1].messages[1]["content"]
 
 
 async def test_argument_correctness_lists_each_call_and_reason(server: JudgeServer) -> None:
     server.script(
-        js(verdicts=[{"index": 1, "verdict": "yes"}, {"index": 2, "verdict": "no", "reason": "wrong id"}])
+        js(user_input="Where is my order A1?"),
+        js(verdicts=[{"index": 1, "verdict": "yes"}, {"index": 2, "verdict": "no", "reason": "wrong id"}]),
+        js(reason="track used B2 instead of A1."),
     )
     async with judging(server) as judge:
         result = await judge.argument_correctness(order_conversation())
-    user = server.completion_requests[0].messages[1]["content"]
-    assert '1. get_order({"order_id": "A1"}) (message 2)' in user
-    assert '2. track({"order_id": "B2"}) (message 4)' in user
-    assert result.score == 0.5 and "track: wrong id" in result.reason
+    extract, verdicts, explain = (r.messages[1]["content"] for r in server.completion_requests)
+    assert extract.startswith("## Conversation\n") and "## User input" not in extract
+    assert "## User input\nWhere is my order A1?" in verdicts
+    assert '1. get_order({"order_id": "A1"}) (message 2)' in verdicts
+    assert '2. track({"order_id": "B2"}) (message 4)' in verdicts
+    # Stage 3 sees the verdicts and the score, not the transcript: it explains, it does not re-judge.
+    assert "## Verdicts\n1. get_order: yes\n2. track: no (wrong id)" in explain
+    assert "## Score\n0.50" in explain and "## Conversation" not in explain
+    assert result.score == 0.5 and result.reason == "track used B2 instead of A1."
+    assert result.metadata["user_input"] == "Where is my order A1?"
     assert [v["verdict"] for v in result.metadata["verdicts"]] == ["yes", "no"]
 
 
+SELECTED = js(user_input="Weather in Paris.", needed_tools=["get_weather"], reason="It asks the weather.")
+
+
 async def test_tool_correctness_sends_available_tools(server: JudgeServer) -> None:
-    server.script(js(score=1.0, unnecessary_tools=[], missing_tools=[], reason="Right tool."))
+    server.script(SELECTED, js(score=1.0, unnecessary_tools=[], missing_tools=[], reason="Right tool."))
     tools = [
         {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city"}},
         "search",
     ]
     async with judging(server) as judge:
         result = await judge.tool_correctness(plain_conversation(), available_tools=tools)
-    user = server.completion_requests[0].messages[1]["content"]
-    assert "## Available tools\n- get_weather: Weather for a city\n- search" in user
-    assert "## Tool calls made\n(none)" in user
-    assert result.score == 1.0
+    select, judged = (r.messages[1]["content"] for r in server.completion_requests)
+    for user in (select, judged):
+        assert "## Available tools\n- get_weather: Weather for a city\n- search" in user
+    # Stage 1 chooses the needed tools without seeing the calls; stage 2 gets its choice and the calls.
+    assert "## Tool calls made" not in select
+    assert "## Needed tools\n- get_weather" in judged and "## User input\nWeather in Paris." in judged
+    assert "## Tool calls made\n(none)" in judged
+    assert result.score == 1.0 and result.metadata["needed_tools"] == ["get_weather"]
+    assert result.metadata["user_input"] == "Weather in Paris."
 
 
 async def test_tool_correctness_reads_the_tools_the_spans_listed(server: JudgeServer) -> None:
-    server.script(js(score=1.0, unnecessary_tools=[], missing_tools=[], reason="Right tool."))
+    server.script(SELECTED, js(score=1.0, unnecessary_tools=[], missing_tools=[], reason="Right tool."))
     conversation = plain_conversation()
     conversation.available_tools["get_order"] = {
         "name": "get_order",
@@ -330,14 +366,15 @@ async def test_tool_correctness_reads_the_tools_the_spans_listed(server: JudgeSe
     }
     async with judging(server) as judge:
         await judge.tool_correctness(conversation)  # no list given: the conversation's own
-    user = server.completion_requests[0].messages[1]["content"]
-    assert "## Available tools\n- get_order: Look up" in user and "(not known)" not in user
+    for request in server.completion_requests:
+        user = request.messages[1]["content"]
+        assert "## Available tools\n- get_order: Look up" in user and "(not known)" not in user
 
 
 async def test_evaluate_runs_all_metrics(server: JudgeServer) -> None:
     # Replies are consumed in arrival order, which concurrency makes unpredictable: run one at a time.
     async with judging(server, max_concurrency=1) as judge:
-        server.script(js(has_plan=False, plan=[]))
+        server.script(js(**TASK), js(has_plan=False, plan=[]))
         results = await judge.evaluate(plain_conversation(), ["plan_quality", "argument_correctness"])
     assert list(results) == ["plan_quality", "argument_correctness"]
     assert all(r.score == 1.0 for r in results.values())
@@ -360,12 +397,13 @@ async def test_argument_correctness_without_tool_calls_makes_no_request(server: 
 
 @pytest.mark.parametrize("metric", ["plan_quality", "plan_adherence"])
 async def test_plan_metrics_without_a_plan_score_one(server: JudgeServer, metric: str) -> None:
-    server.script(js(has_plan=False, plan=[]))
+    server.script(js(**TASK), js(has_plan=False, plan=[]))
     async with judging(server) as judge:
         result = await getattr(judge, metric)(plain_conversation())
     assert result.score == 1.0 and result.passed
-    assert result.metadata["plan_found"] is False and result.metadata["stage_names"] == ["extract_plan"]
-    assert len(server.completion_requests) == 1
+    assert result.metadata["plan_found"] is False and result.metadata["task"] == TASK["task"]
+    assert result.metadata["stage_names"] == ["extract_task", "extract_plan"]
+    assert "## Task\nRefund order A1." in server.completion_requests[1].messages[1]["content"]
 
 
 async def test_task_completion_without_a_task(server: JudgeServer) -> None:
@@ -439,14 +477,16 @@ async def test_malformed_twice_is_errored_without_a_score(server: JudgeServer) -
 
 async def test_argument_verdict_count_mismatch_is_malformed(server: JudgeServer) -> None:
     server.script(
+        js(user_input="Where is A1?"),
         js(verdicts=[{"index": 1, "verdict": "yes"}]),
         js(verdicts=[{"index": 1, "verdict": "yes"}, {"index": 2, "verdict": "yes"}]),
+        js(reason="Both calls used the user's identifiers."),
     )
     async with judging(server) as judge:
         result = await judge.argument_correctness(order_conversation())
     assert result.score == 1.0 and result.metadata["repairs"] == 1
     assert (
-        "exactly one verdict for each tool call 1..2" in server.completion_requests[1].messages[3]["content"]
+        "exactly one verdict for each tool call 1..2" in server.completion_requests[2].messages[3]["content"]
     )
 
 
@@ -537,8 +577,11 @@ def test_every_stage_has_a_prompt_and_a_supported_schema() -> None:
     assert stages == {
         "extract_task",
         "task_completion",
+        "select_tools",
         "tool_correctness",
+        "extract_user_input",
         "argument_correctness",
+        "argument_reason",
         "step_efficiency",
         "confidence",
         "extract_plan",
