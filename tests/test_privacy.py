@@ -319,7 +319,7 @@ KEY_TABLE = {
     "plain": {
         "pattern", "reason", "rule", "source", "status_code", "count", "run_length", "threshold",
         "threshold_cycles", "cycles", "same_arguments", "similarity", "lower_bound", "phrase", "group",
-        "matches", "fuzzy", "cues", "actually", "upper_ratio", "letters", "words", "head", "run",
+        "matches", "fuzzy", "pattern_type", "actually", "upper_ratio", "letters", "words", "head", "run",
         "similar_to", "ratio", "repeated_answer", "request_index", "user_turns", "baseline", "efficiency",
         "asked_by", "after", "via",
     },

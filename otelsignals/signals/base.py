@@ -110,9 +110,9 @@ PLAIN_METADATA_KEYS = frozenset(
         "group",
         "matches",
         "fuzzy",
-        "cues",
         "actually",
         # negative stance cues
+        "pattern_type",  # the kind of pattern: the leaf for phrases, or complaint, all_caps…
         "upper_ratio",
         "letters",
         "words",

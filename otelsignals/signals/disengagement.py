@@ -2,10 +2,12 @@
 
 - ``escalation`` and ``quit``: phrase groups in ``phrases/disengagement.yaml`` ("let me talk to a
   human", "forget it").
-- ``negative_stance``: one instance per message from its cues, each adding EXTRA_CUE_BONUS: a phrase
-  (complaint, exasperation, sarcasm… groups), shouting (ALL CAPS, or a run of capitalised words that
-  are not names or keywords), a rhetorical question ("are you even listening?"), or a run of "!"/"?"
-  in a complaining sentence. Dropped when the message blames a third party or the world and nothing
+- ``negative_stance``: one instance per kind of cue that matched in a message, as the reference
+  counts them (``metadata.pattern_type``): ``complaint`` (a phrase of the complaint, exasperation,
+  sarcasm… groups), ``all_caps`` (shouting: ALL CAPS, or a run of capitalised words that are not names
+  or keywords), ``rhetorical_question`` ("are you even listening?"), ``excessive_punctuation`` (a run of
+  "!"/"?" in a complaining sentence). "THIS IS RIDICULOUS!!!" is three instances; the snippet is the
+  words each cue matched. Dropped when the message blames a third party or the world and nothing
   in it points at the agent (``cues`` in ``phrases/interaction.yaml``). The word lists of the shouting,
   punctuation and rhetorical-question cues are data, with their examples: ``rules`` in
   ``phrases/disengagement.yaml``.
@@ -47,7 +49,6 @@ PUNCTUATION_CONFIDENCE = 0.55
 # "!!!" is anger only in a sentence that complains ("why is it STILL charging me!!!", "it doesn't work!!!");
 # in any other sentence it is excitement ("it's for my son's 10th birthday!!!"). "???" and "?!?" always count.
 BANG_ANGER_WORDS = DEFAULT_NEGATORS | word_set("disengagement", "excessive_punctuation", "anger_words")
-EXTRA_CUE_BONUS = 0.1  # negative stance: each further cue in the same message
 
 _PUNCTUATION_RUNS = tuple(a + b + c for a in "!?" for b in "!?" for c in "!?")
 
@@ -67,7 +68,7 @@ def detect_quit(ctx: DetectionContext) -> list[SignalInstance]:
 
 @dataclass(frozen=True)
 class _Cue:
-    pattern: str  # phrase | all_caps | excessive_punctuation
+    pattern: str  # complaint | all_caps | rhetorical_question | excessive_punctuation
     confidence: float
     start: int
     end: int
@@ -88,17 +89,18 @@ def detect_negative_stance(ctx: DetectionContext) -> list[SignalInstance]:
         ]
         cues = [cue for cue in candidates if cue is not None]
         if cues and not analysis.aimed_elsewhere:
-            found.append(_stance_instance(ctx.absolute_index(i), text, cues))
+            found.extend(_stance_instance(ctx.absolute_index(i), text, cue) for cue in cues)
     return found
 
 
-def _stance_instance(index: int, text: str, cues: list[_Cue]) -> SignalInstance:
-    best = max(cues, key=lambda cue: cue.confidence)
-    confidence = round(min(0.95, best.confidence + EXTRA_CUE_BONUS * (len(cues) - 1)), 3)
-    metadata = {"pattern": best.pattern, **best.metadata, "cues": [cue.pattern for cue in cues]}
-    return SignalInstance(
-        tx.NEGATIVE_STANCE, index, confidence, snippet(text, best.start, best.end), metadata
-    )
+def _stance_instance(index: int, text: str, cue: _Cue) -> SignalInstance:
+    # The words the cue matched; a run of "!"/"?" alone says nothing, so it brings its sentence.
+    if cue.pattern == "excessive_punctuation":
+        words = snippet(text, cue.start, cue.end)
+    else:
+        words = text[cue.start : cue.end].strip()
+    metadata = {"pattern": cue.pattern, "pattern_type": cue.pattern, **cue.metadata}
+    return SignalInstance(tx.NEGATIVE_STANCE, index, cue.confidence, words, metadata)
 
 
 def _phrase_cue(analysis: TextAnalysis) -> _Cue | None:
@@ -107,7 +109,7 @@ def _phrase_cue(analysis: TextAnalysis) -> _Cue | None:
         return None
     confidence, match = best
     metadata = {"group": match.group, "phrase": match.phrase, "fuzzy": match.fuzzy}
-    return _Cue("phrase", confidence, match.start, match.end, metadata)
+    return _Cue("complaint", confidence, match.start, match.end, metadata)
 
 
 _DELETE_UPPER = dict.fromkeys(map(ord, string.ascii_uppercase))

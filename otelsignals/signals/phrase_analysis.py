@@ -65,7 +65,6 @@ from otelsignals.signals.matching import (
     PhraseMatcher,
     Scan,
     phrase_tokens,
-    snippet,
 )
 from otelsignals.signals.tokens import Token, tokenise
 from otelsignals.signals.word_lists import phrase_file, word_set
@@ -413,12 +412,14 @@ def phrase_instance(
         return None
     confidence, match = best
     metadata = {
+        "pattern_type": tx.leaf_name(signal),  # the reference's key: the kind of pattern that matched
         "pattern": match.group,
         "phrase": match.phrase,
         "matches": len(analysis.hits[signal]),
         "fuzzy": match.fuzzy,
     }
-    return SignalInstance(signal, index, confidence, snippet(text, match.start, match.end), metadata)
+    # The matched words, as the reference's snippet (the sentence around them is in the message).
+    return SignalInstance(signal, index, confidence, text[match.start : match.end].strip(), metadata)
 
 
 def detect_phrases(ctx: DetectionContext, signal: str, *, after_assistant: bool) -> list[SignalInstance]:

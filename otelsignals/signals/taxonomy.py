@@ -54,6 +54,11 @@ def category_of(signal_type: str) -> str:
     return signal_type.rsplit(".", 1)[0]
 
 
+def leaf_name(signal_type: str) -> str:
+    """``interaction.disengagement.escalation`` → ``escalation``."""
+    return signal_type.rsplit(".", 1)[1]
+
+
 # Names used across detectors, scoring and enrichment.
 CORRECTION = "interaction.misalignment.correction"
 REPHRASE = "interaction.misalignment.rephrase"

@@ -85,15 +85,19 @@ def only(signal: str, turns: Sequence[Turn]) -> list[SignalInstance]:
 
 
 def assert_fires(signal: str, turns: Sequence[Turn], index: int | None = None) -> None:
-    """Exactly one instance of ``signal``, on message ``index`` (default: the last), whose snippet
-    is that user's own words."""
+    """``signal`` fires on message ``index`` (default: the last) and nowhere else: one instance per
+    kind of pattern that matched there (the reference's counting: "THIS IS USELESS!!!" is a complaint,
+    shouting and punctuation), each with a snippet of that user's own words."""
     index = len(turns) - 1 if index is None else index
-    (instance,) = only(signal, turns)
-    assert instance.type == signal
-    assert instance.message_index == index
-    assert 0.0 <= instance.confidence <= 1.0
-    assert instance.snippet and instance.snippet in turns[index][1] and len(instance.snippet) <= 200
-    assert instance.metadata["pattern"]
+    found = only(signal, turns)
+    assert found, f"{signal} did not fire"
+    kinds = [instance.metadata["pattern"] for instance in found]
+    assert all(kinds) and len(set(kinds)) == len(kinds), kinds
+    for instance in found:
+        assert instance.type == signal
+        assert instance.message_index == index
+        assert 0.0 <= instance.confidence <= 1.0
+        assert instance.snippet and instance.snippet in turns[index][1] and len(instance.snippet) <= 200
 
 
 def rule_conversations(category: str, rule: str, kind: str) -> list[list[Turn]]:

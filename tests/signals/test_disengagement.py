@@ -99,22 +99,22 @@ def test_quit_near_miss(turns: list[Turn]) -> None:
 # --- disengagement.negative_stance -----------------------------------------------------------------
 
 NEGATIVE_STANCE_POSITIVES = [
-    ([(U, "This is useless, I've asked three times.")], "phrase"),
-    (opened((U, "I'm so frustrated with this bot.")), "phrase"),
-    (opened((U, "which is down. brilliant.")), "phrase"),
-    (opened((U, "great, now it's broken")), "phrase"),
-    (opened((U, "perfect, another error")), "phrase"),
-    (opened((U, "Still doesn't work.")), "phrase"),
-    (opened((U, "What a waste of my time.")), "phrase"),
-    (opened((U, "you're not listening")), "phrase"),
-    (opened((U, "this is so frustating")), "phrase"),  # typo
-    (opened((U, "you keep switching the setting back and forth")), "phrase"),
-    (opened((U, "stop copy pasting the same apology")), "phrase"),
-    (opened((U, "that doesn't answer my question. is it refundable")), "phrase"),
-    (opened((U, "I emailed twice last week and nobody replied")), "phrase"),
-    (opened((U, "the second outage this week. when is it back")), "phrase"),
-    (opened((U, "took way too long for a password reset")), "phrase"),
-    (opened((U, "they want $30 for a blanket? lame.")), "phrase"),
+    ([(U, "This is useless, I've asked three times.")], "complaint"),
+    (opened((U, "I'm so frustrated with this bot.")), "complaint"),
+    (opened((U, "which is down. brilliant.")), "complaint"),
+    (opened((U, "great, now it's broken")), "complaint"),
+    (opened((U, "perfect, another error")), "complaint"),
+    (opened((U, "Still doesn't work.")), "complaint"),
+    (opened((U, "What a waste of my time.")), "complaint"),
+    (opened((U, "you're not listening")), "complaint"),
+    (opened((U, "this is so frustating")), "complaint"),  # typo
+    (opened((U, "you keep switching the setting back and forth")), "complaint"),
+    (opened((U, "stop copy pasting the same apology")), "complaint"),
+    (opened((U, "that doesn't answer my question. is it refundable")), "complaint"),
+    (opened((U, "I emailed twice last week and nobody replied")), "complaint"),
+    (opened((U, "the second outage this week. when is it back")), "complaint"),
+    (opened((U, "took way too long for a password reset")), "complaint"),
+    (opened((U, "they want $30 for a blanket? lame.")), "complaint"),
 ]
 NEGATIVE_STANCE_NEAR_MISSES = [
     opened((U, "I'm not frustrated, just curious.")),
@@ -135,8 +135,7 @@ NEGATIVE_STANCE_NEAR_MISSES = [
 @pytest.mark.parametrize(("turns", "pattern"), NEGATIVE_STANCE_POSITIVES)
 def test_negative_stance_positive(turns: list[Turn], pattern: str) -> None:
     assert_fires(tx.NEGATIVE_STANCE, turns)
-    (instance,) = only(tx.NEGATIVE_STANCE, turns)
-    assert instance.metadata["pattern"] == pattern
+    assert pattern in {i.metadata["pattern_type"] for i in only(tx.NEGATIVE_STANCE, turns)}
 
 
 @pytest.mark.parametrize("turns", NEGATIVE_STANCE_NEAR_MISSES)
@@ -144,10 +143,22 @@ def test_negative_stance_near_miss(turns: list[Turn]) -> None:
     assert only(tx.NEGATIVE_STANCE, turns) == []
 
 
-def test_negative_stance_cues_combine_into_one_instance() -> None:
-    (instance,) = only(tx.NEGATIVE_STANCE, opened((U, "THIS IS USELESS, ARE YOU KIDDING ME???")))
-    assert instance.metadata["cues"] == ["phrase", "all_caps", "excessive_punctuation"]
-    assert instance.confidence == pytest.approx(min(0.95, 0.75 + 0.2))
+def test_each_kind_of_negative_stance_cue_is_its_own_instance() -> None:
+    """As the reference counts: one instance per kind of pattern that matched, each with the words
+    it matched as the snippet (a run of "!"/"?" brings its sentence)."""
+    text = "THIS IS USELESS, ARE YOU KIDDING ME???"
+    found = only(tx.NEGATIVE_STANCE, opened((U, text)))
+    by_kind = {i.metadata["pattern_type"]: i for i in found}
+    assert list(by_kind) == ["complaint", "all_caps", "excessive_punctuation"] and len(found) == 3
+    assert by_kind["complaint"].snippet == "THIS IS USELESS"
+    assert by_kind["all_caps"].snippet == text.rstrip("?")
+    assert by_kind["excessive_punctuation"].snippet == text
+    assert by_kind["complaint"].confidence > by_kind["excessive_punctuation"].confidence
+
+
+def test_the_same_kind_of_cue_twice_in_a_message_is_one_instance() -> None:
+    found = only(tx.NEGATIVE_STANCE, opened((U, "this is useless!!! what a waste of time!!!")))
+    assert sorted(i.metadata["pattern_type"] for i in found) == ["complaint", "excessive_punctuation"]
 
 
 # --- context rule: frustration at the world, not the agent -----------------------------------------

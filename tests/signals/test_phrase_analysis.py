@@ -148,8 +148,10 @@ def test_100kb_user_message_is_analysed() -> None:
     assert len(text) > 100_000
     found = run_incrementally(INTERACTION_DETECTORS, opened((U, text)))
     escalation = of_type(found, tx.ESCALATION)[0]
-    assert escalation.snippet == "Anyway, get me a human!!!" and escalation.confidence >= 0.9 * 0.6
-    assert of_type(found, tx.NEGATIVE_STANCE)[0].metadata["pattern"] == "excessive_punctuation"
+    assert escalation.snippet == "get me a human" and escalation.confidence >= 0.9 * 0.6
+    (stance,) = of_type(found, tx.NEGATIVE_STANCE)
+    assert stance.metadata["pattern_type"] == "excessive_punctuation"
+    assert stance.snippet == "Anyway, get me a human!!!"  # a "!!!" run brings its sentence
     assert fuzz.ratio("a", "a") == 100  # rapidfuzz is the one installed
 
 
