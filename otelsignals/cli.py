@@ -153,7 +153,7 @@ async def _demo(config: Config, repeat: int) -> int:
     from otelsignals.demo.traffic import send_demo_traffic
     from otelsignals.sidecar import Sidecar
 
-    # Ephemeral loopback ports, so the demo runs beside anything already listening on 4317/4318/8888.
+    # Ephemeral loopback ports, so the demo runs beside anything already listening on 4317/4318/13317.
     config.receiver.grpc.endpoint = "127.0.0.1:0"
     config.receiver.http.endpoint = "127.0.0.1:0"
     config.admin.endpoint = "127.0.0.1:0"

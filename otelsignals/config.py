@@ -518,7 +518,7 @@ class SamplerConfig:
 @dataclass
 class AdminConfig:
     enabled: bool = True
-    endpoint: str = "127.0.0.1:8888"
+    endpoint: str = "127.0.0.1:13317"
     # When set, /v1/* requires "Authorization: Bearer <token>" (health and metrics stay open).
     auth_token: str = ""
     # /v1/* serves conversations (message text when signals.snippets is on) and agent data: on an
