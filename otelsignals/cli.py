@@ -17,6 +17,7 @@ import orjson
 
 from otelsignals.config import Config, ConfigError, validate
 from otelsignals.config_loading import load_config
+from otelsignals.net import AddressInUse
 from otelsignals.telemetry import metric_total, setup_logging
 
 if TYPE_CHECKING:
@@ -122,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(config, args)
     except KeyboardInterrupt:
         return EXIT_OK
+    except AddressInUse as exc:  # a setting to change, not a failure to debug: one line, no traceback
+        print(f"otelsignals: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:
         logger.error("%s", exc)
         return EXIT_FAILURE

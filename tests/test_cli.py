@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib.metadata
+import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from otelsignals.demo.traffic import load_conversations
 from otelsignals.otlp.json_decode import decode_trace_request
@@ -153,3 +156,34 @@ def test_validate_reports_yaml_that_does_not_parse(tmp_path):
     assert result.returncode == 2
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"--config: {config} is not valid YAML: line ")
+
+
+@pytest.mark.parametrize(
+    ("listener", "config_key"),
+    [
+        ("OTLP/gRPC receiver", "receiver.grpc.endpoint"),
+        ("OTLP/HTTP receiver", "receiver.http.endpoint"),
+        ("admin API", "admin.endpoint"),
+    ],
+)
+def test_a_port_already_in_use_stops_run_with_one_line_naming_the_listener_and_its_setting(
+    tmp_path, listener: str, config_key: str
+):
+    environment_variable = "OTELSIGNALS_" + config_key.upper().replace(".", "__")
+    free = {
+        "OTELSIGNALS_RECEIVER__GRPC__ENDPOINT": "127.0.0.1:0",
+        "OTELSIGNALS_RECEIVER__HTTP__ENDPOINT": "127.0.0.1:0",
+        "OTELSIGNALS_ADMIN__ENDPOINT": "127.0.0.1:0",
+    }
+    with socket.socket() as holder:  # another process's listener, as far as otelsignals can tell
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = f"127.0.0.1:{holder.getsockname()[1]}"
+        result = run_cli("run", cwd=tmp_path, env_extra={**free, environment_variable: taken}, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"otelsignals: the {listener} cannot listen on {taken}: the address is already in use (another "
+        f"process holds it); set {config_key} (or {environment_variable}) to a free address, or stop that "
+        "process"
+    ]
