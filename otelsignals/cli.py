@@ -98,7 +98,8 @@ def _positive(value: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # gRPC's C core would write a line per failed TLS handshake or bad connection on stderr, unbounded;
-    # otelsignals counts those and logs each kind once. Read by grpc when it is first imported.
+    # otelsignals counts those and logs each kind when it starts, then a count at most every
+    # log.summary_interval. Read by grpc when it is first imported.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = _parser().parse_args(argv)
     if args.command == "validate":

@@ -43,9 +43,6 @@ class AddressInUse(OSError):
             "or stop that process"
         )
         self.errno = errno.EADDRINUSE
-        self.listener = listener
-        self.endpoint = endpoint
-        self.config_key = config_key
 
 
 def address_in_use(host: str, port: int) -> bool:
@@ -70,7 +67,7 @@ def address_in_use(host: str, port: int) -> bool:
 class ConnectionGuard:
     """Counts a server's open connections and refuses new ones beyond ``limit`` (503, then closed);
     closes a connection whose request headers are not complete ``header_timeout`` after their first
-    byte. Refusals are counted in ``rejected_requests{transport=label}`` and logged once."""
+    byte. Refusals are counted in ``rejected_requests{transport=label}`` and logged (rate-limited)."""
 
     def __init__(
         self,
@@ -103,7 +100,7 @@ class ConnectionGuard:
         label = self.label
         self.telemetry.rejected_requests.labels(label, reason).inc()
         kind = f"rejected_{reason}" if label == "http" else f"{label}_rejected_{reason}"
-        self.telemetry.logged_once.warning(
+        self.telemetry.problems.warning(
             kind, f"closed an {label} connection: {message}", transport=label, reason=reason
         )
 

@@ -29,7 +29,7 @@ class Endpoints:
 class Sidecar:
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.telemetry = Telemetry()
+        self.telemetry = Telemetry(config.log.summary_interval)
         self.pipeline = Pipeline(config, self.telemetry)
         self.receivers = Receivers(config.receiver, self.pipeline)
         self._admin: web.AppRunner | None = None

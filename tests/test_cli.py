@@ -13,7 +13,6 @@ import pytest
 from otelsignals.demo.traffic import load_conversations
 from otelsignals.otlp.json_decode import decode_trace_request
 
-
 REPO = Path(__file__).resolve().parent.parent
 
 
