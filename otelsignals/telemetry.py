@@ -14,7 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 
 logger = logging.getLogger("otelsignals")
 
@@ -26,6 +34,12 @@ class Telemetry:
     def __init__(self, log_summary_interval: float = DEFAULT_SUMMARY_INTERVAL) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # The process's own health beside the pipeline's: process_* (CPU, memory, open files against
+        # their limit, start time), python_info, and python_gc_* (collections per generation).
+        # prometheus_client registers these on its global registry only; this one is the process's.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.received_spans = Counter(
             "otelsignals_receiver_accepted_spans", "Spans accepted from clients.", ["transport"], registry=r
         )
