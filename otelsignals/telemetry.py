@@ -249,8 +249,8 @@ class ProblemLog:
     fails every batch: a line each would drown the log, while /metrics has the exact counts. A kind
     that flaps (fails, works, fails again within ``summary_interval``) does not get a line per flap:
     a failure that soon after the kind's last line is counted, and its recovery is not reported.
-    :meth:`recovered` takes a prefix of kind names, so related kinds (``export_retry_unavailable``,
-    ``export_failed_queue_full``: ``export_``) end together. ``clock`` is injectable for tests."""
+    :meth:`recovered` takes prefixes of kind names, so related kinds (``export_retry_unavailable``,
+    ``export_retry_http_503``: ``export_retry_``) end together. ``clock`` is injectable for tests."""
 
     def __init__(
         self, summary_interval: float = DEFAULT_SUMMARY_INTERVAL, clock: Callable[[], float] = time.monotonic
@@ -285,9 +285,9 @@ class ProblemLog:
         if line is not None:
             _emit(line)
 
-    def recovered(self, kinds: str, message: str, **fields: object) -> None:
-        """The problems whose kind starts with ``kinds`` are over: one line if any of them was failing
-        with its start logged; their next occurrence starts a new incident."""
+    def recovered(self, kinds: str | tuple[str, ...], message: str, **fields: object) -> None:
+        """The problems whose kind starts with ``kinds`` (a prefix, or several) are over: one line if
+        any of them was failing with its start logged; their next occurrence starts a new incident."""
         now = self._clock()
         ended: dict[str, int] = {}  # kind -> its occurrences since its last line
         with self._lock:

@@ -16,6 +16,7 @@ from otelsignals.config import IndexConfig
 from otelsignals.config_loading import load_config
 from otelsignals.conversation import ConversationState
 from otelsignals.model import Message, Role
+from otelsignals.pipeline.exporter import OUTAGE_PROBLEMS
 from otelsignals.pipeline.index_writer import IndexWriter
 from otelsignals.stores.conversation_index import open_index
 from otelsignals.telemetry import ProblemLog
@@ -152,21 +153,26 @@ def test_the_end_of_a_problem_is_logged_once_and_a_later_one_is_new(
     assert fields == {"kind": "export_retry_unavailable"}
 
 
-def test_a_recovery_ends_every_kind_with_its_prefix_in_one_line_and_no_other(
+def test_a_delivered_batch_ends_the_outage_kinds_in_one_line_and_no_other(
     problems: ProblemLog, lines: Lines
 ) -> None:
     problems.warning("export_retry_unavailable", "retrying")
+    problems.warning("export_retry_http_503", "retrying")
     problems.warning("export_failed_queue_full", "dropped")
+    problems.warning("export_failed_http_400", "downstream refused a batch for its content")
     problems.warning("rejected_bad_json", "bad JSON")
     lines.take()
-    problems.recovered("export_", "downstream takes batches again")
+    problems.recovered(OUTAGE_PROBLEMS, "downstream takes batches again")
     [(_, message, fields)] = lines.take()
     assert message == (
-        "downstream takes batches again ('export_retry_unavailable', 'export_failed_queue_full' over)"
+        "downstream takes batches again "
+        "('export_retry_unavailable', 'export_retry_http_503', 'export_failed_queue_full' over)"
     )
-    assert fields["kind"] == "export_retry_unavailable,export_failed_queue_full"
-    problems.recovered("rejected_", "bad input stopped")  # still failing: it had not been reported over
-    assert [fields["kind"] for _, _, fields in lines.take()] == ["rejected_bad_json"]
+    assert fields["kind"] == "export_retry_unavailable,export_retry_http_503,export_failed_queue_full"
+    # A refusal for the batch's content, and bad input, are not outages: still open.
+    problems.recovered(("export_failed_http_", "rejected_"), "other kinds over")
+    [(_, _, fields)] = lines.take()
+    assert fields["kind"] == "export_failed_http_400,rejected_bad_json"
 
 
 def test_a_flapping_problem_does_not_get_a_line_per_flap(

@@ -46,6 +46,10 @@ logger = logging.getLogger("otelsignals.exporter")
 
 # The export queue's hard limit, in multiples of queue.max_bytes (see the module docstring).
 HARD_LIMIT_FACTOR = 2
+# Problem kinds (telemetry.problems) that say the downstream is unreachable or overwhelmed, which
+# a delivered batch ends. A batch refused for its content (export_failed_http_400, ...) is no outage:
+# later batches getting through do not make it "over".
+OUTAGE_PROBLEMS = ("export_retry_", "export_failed_retry_expired", "export_failed_queue_full")
 
 
 @dataclass(slots=True, eq=False)
@@ -216,7 +220,7 @@ class Exporter:
         telemetry = self.telemetry
         telemetry.forwarded_requests.labels(batch.signal).inc()
         telemetry.forwarded_spans.inc(batch.span_count)
-        telemetry.problems.recovered("export_", "downstream takes batches again")
+        telemetry.problems.recovered(OUTAGE_PROBLEMS, "downstream takes batches again")
         if result.rejected_spans:
             telemetry.downstream_rejected_spans.inc(result.rejected_spans)
             telemetry.problems.warning(
