@@ -52,7 +52,7 @@ def admin_app(
     api = AdminApi(
         telemetry, is_ready, sessions, show_content, reputation, auth_token, eval_runs, read_state, index, ui
     )
-    app = web.Application(middlewares=[api.bearer_token])
+    app = web.Application(middlewares=[json_routing_errors, api.bearer_token])
     app.router.add_post("/v1/eval-runs", api.start_eval_run)
     app.router.add_get("/v1/eval-runs", api.list_eval_runs)
     app.router.add_get("/v1/eval-runs/{run_id}", api.get_eval_run)
@@ -219,6 +219,25 @@ class AdminApi:
                     headers={"WWW-Authenticate": 'Bearer realm="otelsignals"'},
                 )
         return await handler(request)
+
+
+@web.middleware
+async def json_routing_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """An unknown path or a wrong method answered in JSON like every other admin answer (aiohttp's
+    own are text/plain), so scripts and the triage page read one error shape."""
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed as exc:
+        allowed = sorted(exc.allowed_methods)
+        return web.json_response(
+            {"error": "method not allowed", "method": exc.method, "path": request.path, "allowed": allowed},
+            status=405,
+            headers={"Allow": ", ".join(allowed)},
+        )
+    except web.HTTPNotFound:
+        return web.json_response({"error": "not found", "path": request.path}, status=404)
 
 
 # The triage page: a small page and its assets, shipped in the wheel (no build step, no CDN).

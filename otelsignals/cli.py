@@ -1,9 +1,10 @@
-"""Command line: ``otelsignals run | demo``."""
+"""Command line: ``otelsignals run | demo | analyze | export | validate``, and ``--version``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import os
 import sys
@@ -16,6 +17,7 @@ import orjson
 
 from otelsignals.config import Config, ConfigError, validate
 from otelsignals.config_loading import load_config
+from otelsignals.net import AddressInUse
 from otelsignals.telemetry import metric_total, setup_logging
 
 if TYPE_CHECKING:
@@ -31,12 +33,19 @@ def _parser() -> argparse.ArgumentParser:
         prog="otelsignals",
         description="OpenTelemetry pipeline stage that finds the LLM-agent conversations worth a look.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_package_version()}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", help="YAML configuration file (defaults are embedded)")
     common.add_argument("--log-format", choices=["text", "json"], help="log format on stderr")
     common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", parents=[common], help="run the sidecar (OTLP in, enriched OTLP out)")
+    check = commands.add_parser(
+        "validate",
+        help="check a configuration (the file and the OTELSIGNALS_* environment, as run reads them): "
+        "'config OK' or every problem, one per line, exit 2",
+    )
+    check.add_argument("--config", help="YAML configuration file (without: the embedded defaults)")
     demo = commands.add_parser(
         "demo", parents=[common], help="start the sidecar, send it the bundled demo traffic, summarise"
     )
@@ -73,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("otelsignals")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def _positive(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -82,9 +98,12 @@ def _positive(value: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # gRPC's C core would write a line per failed TLS handshake or bad connection on stderr, unbounded;
-    # otelsignals counts those and logs each kind once. Read by grpc when it is first imported.
+    # otelsignals counts those and logs each kind when it starts, then a count at most every
+    # log.summary_interval. Read by grpc when it is first imported.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = _parser().parse_args(argv)
+    if args.command == "validate":
+        return _validate_config(args.config)
     try:
         config = validate(load_config(args.config))
     except ConfigError as exc:
@@ -105,10 +124,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(config, args)
     except KeyboardInterrupt:
         return EXIT_OK
+    except AddressInUse as exc:  # a setting to change, not a failure to debug: one line, no traceback
+        print(f"otelsignals: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:
         logger.error("%s", exc)
         return EXIT_FAILURE
     return EXIT_USAGE
+
+
+def _validate_config(path: str | None) -> int:
+    """What ``run`` would say about the configuration, without starting anything: every problem
+    on its own line (stderr), so a broken file is fixed in one pass."""
+    try:
+        validate(load_config(path))
+    except ConfigError as exc:
+        for key, problem in exc.problems:
+            print(f"{key}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    print("config OK")
+    return EXIT_OK
 
 
 def _export(config: Config, args: argparse.Namespace) -> int:
@@ -153,7 +188,7 @@ async def _demo(config: Config, repeat: int) -> int:
     from otelsignals.demo.traffic import send_demo_traffic
     from otelsignals.sidecar import Sidecar
 
-    # Ephemeral loopback ports, so the demo runs beside anything already listening on 4317/4318/8888.
+    # Ephemeral loopback ports, so the demo runs beside anything already listening on 4317/4318/13317.
     config.receiver.grpc.endpoint = "127.0.0.1:0"
     config.receiver.http.endpoint = "127.0.0.1:0"
     config.admin.endpoint = "127.0.0.1:0"

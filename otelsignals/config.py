@@ -518,7 +518,7 @@ class SamplerConfig:
 @dataclass
 class AdminConfig:
     enabled: bool = True
-    endpoint: str = "127.0.0.1:8888"
+    endpoint: str = "127.0.0.1:13317"
     # When set, /v1/* requires "Authorization: Bearer <token>" (health and metrics stay open).
     auth_token: str = ""
     # /v1/* serves conversations (message text when signals.snippets is on) and agent data: on an
@@ -616,6 +616,14 @@ class UiConfig:
 class LogConfig:
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["text", "json"] = "text"
+    # A problem that repeats (bad input, a downstream or store that is down) is logged when it
+    # starts and when it is over; in between, one line at most this often gives its count.
+    summary_interval: Duration = Duration(300.0)
+
+    def validate(self) -> list[str]:
+        if self.summary_interval <= 0:
+            return [f"summary_interval: must be greater than 0, got {self.summary_interval:g}s"]
+        return []
 
 
 @dataclass

@@ -95,13 +95,20 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
         raise ConfigError(key, f"expected a mapping, got {type(raw).__name__}")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"{prefix}{key}", f"unknown key (known: {', '.join(sorted(known))})")
+    problems = [
+        (f"{prefix}{key}", f"unknown key (known: {', '.join(sorted(known))})")
+        for key in raw
+        if key not in known
+    ]
     values = {}
     for f in dataclasses.fields(cls):
         if f.name in raw:
-            values[f.name] = _convert(hints[f.name], raw[f.name], f"{prefix}{f.name}")
+            try:
+                values[f.name] = _convert(hints[f.name], raw[f.name], f"{prefix}{f.name}")
+            except ConfigError as exc:  # every wrong value of a file is reported in one pass
+                problems += exc.problems
+    if problems:
+        raise ConfigError(*problems[0], *problems[1:])
     return cls(**values)
 
 

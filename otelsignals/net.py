@@ -5,7 +5,9 @@ files."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import re
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -14,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from otelsignals.config import ConfigError, ReceiverAuthConfig, ReceiverTlsConfig, split_host_port
+from otelsignals.config import (
+    ENV_PREFIX,
+    ConfigError,
+    ReceiverAuthConfig,
+    ReceiverTlsConfig,
+    split_host_port,
+)
 
 if TYPE_CHECKING:
     from prometheus_client import Gauge
@@ -23,10 +31,43 @@ if TYPE_CHECKING:
 
 
 # -- serving -----------------------------------------------------------------------------------
+class AddressInUse(OSError):
+    """A listener's address is held by another process. Not a bug, and nothing a traceback would
+    explain: the message says which listener, which address, and which setting moves it."""
+
+    def __init__(self, listener: str, endpoint: str, config_key: str) -> None:
+        environment_variable = ENV_PREFIX + config_key.upper().replace(".", "__")
+        super().__init__(
+            f"the {listener} cannot listen on {endpoint}: the address is already in use (another "
+            f"process holds it); set {config_key} (or {environment_variable}) to a free address, "
+            "or stop that process"
+        )
+        self.errno = errno.EADDRINUSE
+
+
+def address_in_use(host: str, port: int) -> bool:
+    """Whether ``host:port`` cannot be bound because something already listens there (gRPC only
+    says that binding failed, not why). Bound as the servers bind, with SO_REUSEADDR, so a port
+    merely in TIME_WAIT does not count."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False
+    for family, kind, protocol, _, address in addresses:
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+    return False
+
+
 class ConnectionGuard:
     """Counts a server's open connections and refuses new ones beyond ``limit`` (503, then closed);
     closes a connection whose request headers are not complete ``header_timeout`` after their first
-    byte. Refusals are counted in ``rejected_requests{transport=label}`` and logged once."""
+    byte. Refusals are counted in ``rejected_requests{transport=label}`` and logged (rate-limited)."""
 
     def __init__(
         self,
@@ -59,7 +100,7 @@ class ConnectionGuard:
         label = self.label
         self.telemetry.rejected_requests.labels(label, reason).inc()
         kind = f"rejected_{reason}" if label == "http" else f"{label}_rejected_{reason}"
-        self.telemetry.logged_once.warning(
+        self.telemetry.problems.warning(
             kind, f"closed an {label} connection: {message}", transport=label, reason=reason
         )
 
@@ -203,6 +244,7 @@ async def serve_aiohttp(
     ssl_context: ssl.SSLContext | None = None,
     label: str | None = None,
     connections_gauge: Gauge | None = None,
+    listener: str = "",
     **handler_options: Any,
 ) -> tuple[web.AppRunner, int]:
     """Start ``app`` on ``endpoint``; returns the runner (whose cleanup also closes the listening
@@ -212,7 +254,8 @@ async def serve_aiohttp(
     are closed, and a request's headers must be complete ``header_timeout`` after its first byte (the
     TLS handshake too). ``idle_timeout`` closes connections without a request in progress. Refusals are
     counted under ``label`` (default: the config section, e.g. ``admin``) and name
-    ``<section>.max_connections``. ``handler_options`` go to aiohttp's request handler."""
+    ``<section>.max_connections``. An address already in use raises :class:`AddressInUse` naming
+    ``listener`` (default: ``config_key``). ``handler_options`` go to aiohttp's request handler."""
     section = config_key.split(".", 1)[0]
     handler_options.setdefault("access_log", None)
     if idle_timeout is not None:
@@ -249,6 +292,8 @@ async def serve_aiohttp(
         await site.start()
     except OSError as exc:
         await runner.cleanup()
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressInUse(listener or config_key, endpoint, config_key) from None
         raise OSError(f"cannot listen on {endpoint} ({config_key}): {exc.strerror}") from exc
     return runner, site.bound_port
 

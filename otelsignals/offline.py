@@ -81,7 +81,9 @@ def traces_in_time_order(requests: Iterable[ExportTraceServiceRequest]) -> list[
 
 
 def analyze_files(paths: Iterable[Path], config: Config) -> Iterator[OfflineResult]:
-    analyzer = Analyzer(Telemetry(), config.sessions, config.signals, limits=config.analyzer)
+    analyzer = Analyzer(
+        Telemetry(config.log.summary_interval), config.sessions, config.signals, limits=config.analyzer
+    )
     enricher = Enricher(config.signals)
     requests = (request for path in paths for request in read_requests(path))
     for trace in traces_in_time_order(requests):

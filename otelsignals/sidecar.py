@@ -29,7 +29,7 @@ class Endpoints:
 class Sidecar:
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.telemetry = Telemetry()
+        self.telemetry = Telemetry(config.log.summary_interval)
         self.pipeline = Pipeline(config, self.telemetry)
         self.receivers = Receivers(config.receiver, self.pipeline)
         self._admin: web.AppRunner | None = None
@@ -37,6 +37,15 @@ class Sidecar:
 
     async def start(self) -> Endpoints:
         await self.pipeline.start()
+        try:
+            return await self._listen()
+        except BaseException:
+            # E.g. a port already in use: what did start (the pipeline's threads, a receiver) is
+            # stopped, so the process can exit with its one-line error instead of hanging.
+            await self._shut_down()
+            raise
+
+    async def _listen(self) -> Endpoints:
         await self.receivers.start()
         admin_port = 0
         if self.config.admin.enabled:
@@ -58,6 +67,7 @@ class Sidecar:
                 "admin.endpoint",
                 telemetry=self.telemetry,
                 max_connections=self.config.admin.max_connections,
+                listener="admin API",
                 idle_timeout=self.config.receiver.idle_timeout,
                 header_timeout=self.config.receiver.header_timeout,
             )
@@ -78,12 +88,15 @@ class Sidecar:
         return self.endpoints
 
     async def stop(self) -> None:
+        await self._shut_down()
+        logger.info("otelsignals stopped")
+
+    async def _shut_down(self) -> None:
         # Stop taking data first, then drain what was taken.
         await self.receivers.stop()
         await self.pipeline.stop()
         if self._admin is not None:
             await self._admin.cleanup()
-        logger.info("otelsignals stopped")
 
 
 async def run_until_signalled(config: Config) -> None:

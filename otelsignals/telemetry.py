@@ -10,17 +10,36 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 
 logger = logging.getLogger("otelsignals")
 
+# Repeats of a problem are summarised in the log at most this often (log.summary_interval).
+DEFAULT_SUMMARY_INTERVAL = 300.0
+
 
 class Telemetry:
-    def __init__(self) -> None:
+    def __init__(self, log_summary_interval: float = DEFAULT_SUMMARY_INTERVAL) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # The process's own health beside the pipeline's: process_* (CPU, memory, open files against
+        # their limit, start time), python_info, and python_gc_* (collections per generation).
+        # prometheus_client registers these on its global registry only; this one is the process's.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.received_spans = Counter(
             "otelsignals_receiver_accepted_spans", "Spans accepted from clients.", ["transport"], registry=r
         )
@@ -208,31 +227,154 @@ class Telemetry:
         self.wal_bytes = Gauge(
             "otelsignals_exporter_disk_queue_bytes", "Bytes held by the on-disk queue.", registry=r
         )
-        self.logged_once = LogOnce()
+        self.problems = ProblemLog(log_summary_interval)
 
 
-class LogOnce:
-    """Logs the first occurrence of each kind of problem; later ones are only counted.
+@dataclass
+class _ProblemKind:
+    last_line_at: float  # when a line about this kind was last logged
+    message: str  # the latest occurrence's, for the summary
+    fields: dict[str, object]
+    unlogged: int = 0  # occurrences since that line, not logged one by one
+    failing: bool = True  # no recovery reported since the latest occurrence
+    announced: bool = True  # the current incident's start was logged (so its end will be)
 
-    Bad input tends to arrive in floods from one misbehaving client; one line per kind keeps the log
-    readable while /metrics keeps the count.
-    """
 
-    def __init__(self) -> None:
-        self._seen: set[str] = set()
+class ProblemLog:
+    """The log's side of problems that repeat: each kind is logged when it starts; repeats are
+    counted and summarised in one line at most every ``summary_interval``; when the caller reports
+    that the kind is over (the downstream or a store works again), one line says so.
+
+    Bad input tends to arrive in floods from one misbehaving client, and a downstream that is down
+    fails every batch: a line each would drown the log, while /metrics has the exact counts. A kind
+    that flaps (fails, works, fails again within ``summary_interval``) does not get a line per flap:
+    a failure that soon after the kind's last line is counted, and its recovery is not reported.
+    :meth:`recovered` takes prefixes of kind names, so related kinds (``export_retry_unavailable``,
+    ``export_retry_http_503``: ``export_retry_``) end together. ``clock`` is injectable for tests."""
+
+    def __init__(
+        self, summary_interval: float = DEFAULT_SUMMARY_INTERVAL, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.summary_interval = summary_interval
+        self._clock = clock
+        self._kinds: dict[str, _ProblemKind] = {}
+        self._unlogged_kinds = 0  # kinds holding a count not yet summarised: tick() is free without
         self._lock = threading.Lock()
 
     def warning(self, kind: str, message: str, **fields: object) -> None:
+        """One occurrence of ``kind``; logged if it starts an incident, else counted."""
+        now = self._clock()
+        line: _LogLine | None
         with self._lock:
-            if kind in self._seen:
-                return
-            self._seen.add(kind)
-        logger.warning(
-            "%s (further '%s' problems are counted in /metrics, not logged)",
-            message,
-            kind,
-            extra={"fields": {"kind": kind, **fields}},
+            state = self._kinds.get(kind)
+            if state is None:
+                self._kinds[kind] = _ProblemKind(now, message, fields)
+                line = self._start_line(kind, message, fields, repeats=0)
+            elif not state.failing and now - state.last_line_at >= self.summary_interval:
+                # A new incident, long enough after the last line about this kind to be told apart.
+                line = self._start_line(kind, message, fields, repeats=state.unlogged)
+                self._set_unlogged(state, 0)
+                state.message, state.fields = message, fields
+                state.last_line_at, state.failing, state.announced = now, True, True
+            else:
+                state.message, state.fields = message, fields
+                self._set_unlogged(state, state.unlogged + 1)
+                if not state.failing:  # failing again soon after its last line: counted only
+                    state.failing, state.announced = True, False
+                line = self._summary_line(kind, state, now) if self._summary_due(state, now) else None
+        if line is not None:
+            _emit(line)
+
+    def recovered(self, kinds: str | tuple[str, ...], message: str, **fields: object) -> None:
+        """The problems whose kind starts with ``kinds`` (a prefix, or several) are over: one line if
+        any of them was failing with its start logged; their next occurrence starts a new incident."""
+        now = self._clock()
+        ended: dict[str, int] = {}  # kind -> its occurrences since its last line
+        with self._lock:
+            for kind, state in self._kinds.items():
+                if not (state.failing and kind.startswith(kinds)):
+                    continue
+                state.failing = False
+                if not state.announced:
+                    continue  # its start was not logged either: its count goes in a summary
+                state.announced = False
+                ended[kind] = state.unlogged
+                self._set_unlogged(state, 0)
+                state.last_line_at = now
+        if not ended:
+            return
+        repeats = sum(ended.values())
+        since = f"; {repeats} occurrences since the last line" if repeats else ""
+        names = ", ".join(f"'{kind}'" for kind in ended)
+        _emit(
+            _LogLine(
+                logging.INFO,
+                f"{message} ({names} over{since})",
+                {"kind": ",".join(ended), "recovered": True, "repeats": repeats, **fields},
+            )
         )
+
+    def tick(self) -> None:
+        """Logs the summaries that are due; called periodically (the pipeline's ticker), so a burst's
+        count is reported even if the burst stopped."""
+        if not self._unlogged_kinds:
+            return
+        now = self._clock()
+        with self._lock:
+            lines = [
+                self._summary_line(kind, state, now)
+                for kind, state in self._kinds.items()
+                if self._summary_due(state, now)
+            ]
+        for line in lines:
+            _emit(line)
+
+    def _summary_due(self, state: _ProblemKind, now: float) -> bool:
+        return state.unlogged > 0 and now - state.last_line_at >= self.summary_interval
+
+    def _summary_line(self, kind: str, state: _ProblemKind, now: float) -> _LogLine:
+        repeats, elapsed = state.unlogged, round(now - state.last_line_at)
+        self._set_unlogged(state, 0)
+        state.last_line_at = now
+        return _LogLine(
+            logging.WARNING,
+            f"'{kind}' happened {repeats} more times in the last {_duration_text(elapsed)}; "
+            f"the latest: {state.message}",
+            {"kind": kind, "repeats": repeats, "ongoing": state.failing, **state.fields},
+        )
+
+    def _start_line(self, kind: str, message: str, fields: dict[str, object], repeats: int) -> _LogLine:
+        earlier = f"; {repeats} occurrences before this were not logged" if repeats else ""
+        return _LogLine(
+            logging.WARNING,
+            f"{message} (repeats of '{kind}' are counted in /metrics and summarised here at most every "
+            f"{_duration_text(self.summary_interval)}{earlier})",
+            {"kind": kind, **fields},
+        )
+
+    def _set_unlogged(self, state: _ProblemKind, count: int) -> None:
+        self._unlogged_kinds += (count > 0) - (state.unlogged > 0)
+        state.unlogged = count
+
+
+@dataclass(frozen=True)
+class _LogLine:
+    level: int
+    message: str
+    fields: dict[str, object]
+
+
+def _emit(line: _LogLine) -> None:
+    """Outside the problem log's lock: a slow log handler must not hold up the threads reporting."""
+    logger.log(line.level, "%s", line.message, extra={"fields": line.fields})
+
+
+def _duration_text(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60:
+        return f"{seconds / 60:g}m" if seconds % 60 == 0 else f"{seconds / 60:.1f}m"
+    return f"{seconds:g}s"
 
 
 class JsonFormatter(logging.Formatter):

@@ -1,16 +1,24 @@
-"""The two user-facing commands behave as the README says."""
+"""The user-facing commands behave as the README says."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import socket
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from otelsignals.demo.traffic import load_conversations
 from otelsignals.otlp.json_decode import decode_trace_request
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 def run_cli(*args: str, cwd, env_extra: dict[str, str] | None = None, timeout: float = 120):
-    env = {"PATH": "/usr/bin:/bin", **(env_extra or {})}
+    # This checkout's package, not whichever one the interpreter has installed.
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **(env_extra or {})}
     return subprocess.run(
         [sys.executable, "-m", "otelsignals.cli", *args],
         cwd=cwd,
@@ -82,3 +90,99 @@ def test_unreachable_store_stops_start_up_with_a_clear_error(tmp_path):
     )
     assert result.returncode == 1
     assert "cannot open the store redis://127.0.0.1:1/0 (store.url)" in result.stderr
+
+
+def test_version_prints_the_installed_package_version(tmp_path):
+    result = run_cli("--version", cwd=tmp_path, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"otelsignals {importlib.metadata.version('otelsignals')}"
+
+
+def test_validate_says_config_ok_for_the_documented_config(tmp_path):
+    result = run_cli(
+        "validate", "--config", str(REPO / "config" / "otelsignals.yaml"), cwd=tmp_path, timeout=30
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "config OK\n", "")
+
+
+def test_validate_lists_every_problem_one_per_line(tmp_path):
+    """Rule problems of several sections, and an environment override's, each on its own line."""
+    config = tmp_path / "bad.yaml"
+    config.write_text("assembler:\n  tick_interval: 0\nreputation:\n  window: 0\n")
+    result = run_cli(
+        "validate",
+        "--config",
+        str(config),
+        cwd=tmp_path,
+        env_extra={"OTELSIGNALS_SIGNALS__BASELINE_USER_TURNS": "0"},
+        timeout=30,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert sorted(result.stderr.splitlines()) == [
+        "assembler.tick_interval: must be greater than 0, got 0s",
+        "reputation.window: must be at least 1, got 0",
+        "signals.baseline_user_turns: must be at least 1, got 0",
+    ]
+
+
+def test_validate_lists_every_wrongly_typed_or_unknown_key(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text(
+        "assembler:\n  decision_wait: soon\nexporter:\n  bogus: 1\n  queue:\n    max_bytes: lots\n"
+    )
+    result = run_cli("validate", "--config", str(config), cwd=tmp_path, timeout=30)
+    assert result.returncode == 2
+    keys = [line.split(": ", 1)[0] for line in result.stderr.splitlines()]
+    assert keys == ["assembler.decision_wait", "exporter.bogus", "exporter.queue.max_bytes"]
+
+
+def test_validate_reports_a_missing_or_unreadable_file(tmp_path):
+    missing = run_cli("validate", "--config", str(tmp_path / "nope.yaml"), cwd=tmp_path, timeout=30)
+    assert missing.returncode == 2
+    assert missing.stderr.splitlines() == [
+        f"--config: cannot read {tmp_path / 'nope.yaml'}: No such file or directory"
+    ]
+    directory = run_cli("validate", "--config", str(tmp_path), cwd=tmp_path, timeout=30)
+    assert directory.returncode == 2
+    assert directory.stderr.startswith(f"--config: cannot read {tmp_path}: ")
+    assert len(directory.stderr.splitlines()) == 1
+
+
+def test_validate_reports_yaml_that_does_not_parse(tmp_path):
+    config = tmp_path / "broken.yaml"
+    config.write_text("exporter:\n  endpoint: [unclosed\n")
+    result = run_cli("validate", "--config", str(config), cwd=tmp_path, timeout=30)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"--config: {config} is not valid YAML: line ")
+
+
+@pytest.mark.parametrize(
+    ("listener", "config_key"),
+    [
+        ("OTLP/gRPC receiver", "receiver.grpc.endpoint"),
+        ("OTLP/HTTP receiver", "receiver.http.endpoint"),
+        ("admin API", "admin.endpoint"),
+    ],
+)
+def test_a_port_already_in_use_stops_run_with_one_line_naming_the_listener_and_its_setting(
+    tmp_path, listener: str, config_key: str
+):
+    environment_variable = "OTELSIGNALS_" + config_key.upper().replace(".", "__")
+    free = {
+        "OTELSIGNALS_RECEIVER__GRPC__ENDPOINT": "127.0.0.1:0",
+        "OTELSIGNALS_RECEIVER__HTTP__ENDPOINT": "127.0.0.1:0",
+        "OTELSIGNALS_ADMIN__ENDPOINT": "127.0.0.1:0",
+    }
+    with socket.socket() as holder:  # another process's listener, as far as otelsignals can tell
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = f"127.0.0.1:{holder.getsockname()[1]}"
+        result = run_cli("run", cwd=tmp_path, env_extra={**free, environment_variable: taken}, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"otelsignals: the {listener} cannot listen on {taken}: the address is already in use (another "
+        f"process holds it); set {config_key} (or {environment_variable}) to a free address, or stop that "
+        "process"
+    ]

@@ -89,7 +89,7 @@ def test_defaults_are_the_ones_the_spec_promises() -> None:
     config = validate(load_config(None, environ={}))
     assert config.receiver.grpc.endpoint == "0.0.0.0:4317"
     assert config.receiver.http.endpoint == "0.0.0.0:4318"
-    assert config.admin.endpoint == "127.0.0.1:8888"
+    assert config.admin.endpoint == "127.0.0.1:13317"
     assert config.receiver.max_message_size == 64 * 1024**2
     assert config.assembler.decision_wait == 2.0
     assert config.exporter.endpoint == ""
@@ -502,23 +502,23 @@ def test_grpc_exporter_endpoint_forms(endpoint):
 @pytest.mark.parametrize(
     ("environ", "refused"),
     [
-        ({"OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:8888"}, True),
-        ({"OTELSIGNALS_ADMIN__ENDPOINT": "10.0.0.5:8888"}, True),
-        ({"OTELSIGNALS_ADMIN__ENDPOINT": "[::]:8888"}, True),
-        ({"OTELSIGNALS_ADMIN__ENDPOINT": "admin.internal:8888"}, True),  # a name is not proof of loopback
-        ({"OTELSIGNALS_ADMIN__ENDPOINT": "127.0.0.1:8888"}, False),
-        ({"OTELSIGNALS_ADMIN__ENDPOINT": "127.0.0.2:8888"}, False),
-        ({"OTELSIGNALS_ADMIN__ENDPOINT": "localhost:8888"}, False),
-        ({"OTELSIGNALS_ADMIN__ENDPOINT": "[::1]:8888"}, False),
-        ({"OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:8888", "OTELSIGNALS_ADMIN__AUTH_TOKEN": "s3cret"}, False),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:13317"}, True),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "10.0.0.5:13317"}, True),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "[::]:13317"}, True),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "admin.internal:13317"}, True),  # a name is not proof of loopback
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "127.0.0.1:13317"}, False),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "127.0.0.2:13317"}, False),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "localhost:13317"}, False),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "[::1]:13317"}, False),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:13317", "OTELSIGNALS_ADMIN__AUTH_TOKEN": "s3cret"}, False),
         (
             {
-                "OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:8888",
+                "OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:13317",
                 "OTELSIGNALS_ADMIN__ALLOW_UNAUTHENTICATED": "true",
             },
             False,
         ),
-        ({"OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:8888", "OTELSIGNALS_ADMIN__ENABLED": "false"}, False),
+        ({"OTELSIGNALS_ADMIN__ENDPOINT": "0.0.0.0:13317", "OTELSIGNALS_ADMIN__ENABLED": "false"}, False),
     ],
 )
 def test_admin_api_off_loopback_needs_a_token(environ: dict[str, str], refused: bool) -> None:

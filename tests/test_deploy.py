@@ -36,7 +36,7 @@ DOCKERIGNORE = DEPLOY / "Dockerfile.dockerignore"
 GATEWAY = DEPLOY / "collector" / "gateway.yaml"
 BACKEND = DEPLOY / "collector" / "backend.yaml"
 DASHBOARD = DEPLOY / "grafana" / "otelsignals-dashboard.json"
-ADMIN_PORT = 8888
+ADMIN_PORT = 13317
 TURNS_HISTOGRAM = "otelsignals_conversation_turns"
 
 

@@ -114,7 +114,7 @@ class AnalysisStage:
                 self.enricher.enrich(trace, analysis, current)
         except Exception:
             # Analysis is best effort; forwarding is not. The spans leave as they came.
-            self.telemetry.logged_once.warning("analyzer_error", "analysis of a trace failed")
+            self.telemetry.problems.warning("analyzer_error", "analysis of a trace failed")
             logger.debug("analysis failure", exc_info=True)
         if self.sampler is not None and not self._sampled_in(self.sampler, trace, analysis):
             release = self._release_dropped
@@ -133,7 +133,7 @@ class AnalysisStage:
             decision = sampler.decide(trace.trace_id, session, analysis)
             return bool(sampler.apply(trace, decision))
         except Exception:  # a sampler bug must not lose data: the trace is forwarded
-            self.telemetry.logged_once.warning("sampler_error", "sampling a trace failed; forwarded")
+            self.telemetry.problems.warning("sampler_error", "sampling a trace failed; forwarded")
             logger.debug("sampler failure", exc_info=True)
             return True
 
@@ -147,7 +147,7 @@ class AnalysisStage:
         try:
             self.analyzer.apply_late_log_events()
         except Exception:  # best effort, like all analysis
-            self.telemetry.logged_once.warning("late_log_events_error", "reading late log events failed")
+            self.telemetry.problems.warning("late_log_events_error", "reading late log events failed")
             logger.debug("late log events failure", exc_info=True)
 
     def _expire_sessions(self) -> None:

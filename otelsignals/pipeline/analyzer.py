@@ -146,7 +146,7 @@ class Analyzer:
                 reading = decoder.read(view, memory)
             except Exception:  # a reader bug must not cost the other spans their analysis
                 self.telemetry.unreadable_spans.labels("reader_error").inc()
-                self.telemetry.logged_once.warning("reader_error", "a convention reader failed on a span")
+                self.telemetry.problems.warning("reader_error", "a convention reader failed on a span")
                 logger.debug("reader failure", exc_info=True)
                 continue
             if reading is not None:
@@ -183,7 +183,7 @@ class Analyzer:
         cap_reading(reading, self.limits, cut)
         for reason, count in cut.items():
             self.telemetry.truncated_for_analysis.labels(reason).inc(count)
-            self.telemetry.logged_once.warning(
+            self.telemetry.problems.warning(
                 f"truncated_{reason}", f"text cut for the analysis ({reason}; see analyzer.* in the config)"
             )
 
@@ -283,9 +283,7 @@ class Analyzer:
             try:
                 self.on_session_closed(state, reason)
             except Exception:  # a failing session summary must not stop expiry
-                self.telemetry.logged_once.warning(
-                    "session_close_error", "summarising a closed session failed"
-                )
+                self.telemetry.problems.warning("session_close_error", "summarising a closed session failed")
                 logger.debug("session close failure", exc_info=True)
 
 

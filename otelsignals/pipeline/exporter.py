@@ -46,6 +46,10 @@ logger = logging.getLogger("otelsignals.exporter")
 
 # The export queue's hard limit, in multiples of queue.max_bytes (see the module docstring).
 HARD_LIMIT_FACTOR = 2
+# Problem kinds (telemetry.problems) that say the downstream is unreachable or overwhelmed, which
+# a delivered batch ends. A batch refused for its content (export_failed_http_400, ...) is no outage:
+# later batches getting through do not make it "over".
+OUTAGE_PROBLEMS = ("export_retry_", "export_failed_retry_expired", "export_failed_queue_full")
 
 
 @dataclass(slots=True, eq=False)
@@ -192,7 +196,7 @@ class Exporter:
                 if not durable:
                     self._record_failure(batch, "retry_expired", result)
                     return
-                self.telemetry.logged_once.warning(
+                self.telemetry.problems.warning(
                     "export_retry_beyond_max_elapsed_time",
                     f"a batch is still refused after retry.max_elapsed_time ({result.detail}); "
                     "it stays in the disk queue and is retried until delivered",
@@ -200,7 +204,7 @@ class Exporter:
                 )
             delay = backoff.wait(next(steps), result.retry_after)
             self.telemetry.export_retries.labels(result.reason).inc()
-            self.telemetry.logged_once.warning(
+            self.telemetry.problems.warning(
                 f"export_retry_{result.reason}",
                 f"downstream refused a batch ({result.detail}); retrying with backoff",
                 reason=result.reason,
@@ -216,18 +220,21 @@ class Exporter:
         telemetry = self.telemetry
         telemetry.forwarded_requests.labels(batch.signal).inc()
         telemetry.forwarded_spans.inc(batch.span_count)
+        telemetry.problems.recovered(OUTAGE_PROBLEMS, "downstream takes batches again")
         if result.rejected_spans:
             telemetry.downstream_rejected_spans.inc(result.rejected_spans)
-            telemetry.logged_once.warning(
+            telemetry.problems.warning(
                 "downstream_partial_success",
                 f"downstream accepted a batch but rejected {result.rejected_spans} of its items",
             )
+        else:
+            telemetry.problems.recovered("downstream_partial_success", "downstream takes whole batches again")
         self._on_done(batch)
 
     def _record_failure(self, batch: Batch, reason: str, result: SendResult) -> None:
         self.telemetry.export_failures.labels(reason).inc()
         self.telemetry.dropped_spans.labels("exporter", reason).inc(batch.span_count)
-        self.telemetry.logged_once.warning(
+        self.telemetry.problems.warning(
             f"export_failed_{reason}",
             f"downstream did not take a batch of {batch.span_count} spans ({result.detail}); dropped",
             reason=reason,

@@ -12,7 +12,7 @@ from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from otelsignals.config import ReceiverConfig, split_host_port
-from otelsignals.net import ServerTls
+from otelsignals.net import AddressInUse, ServerTls, address_in_use
 from otelsignals.pipeline.intake import GRPC_TRANSPORT_LIMIT_FACTOR, Authenticator, Intake, RequestRejected
 from otelsignals.pipeline.senders import (
     GRPC_METHODS,
@@ -183,13 +183,22 @@ async def start_grpc_server(
             _grpc_handler(intake, signal), request_deserializer=None, response_serializer=None
         )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {name: handler}),))
-    host, port = split_host_port(endpoint, "receiver.grpc.endpoint")
-    if tls is None:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    else:
-        bound = server.add_secure_port(f"{host}:{port}", grpc_server_credentials(tls))
+    config_key = "receiver.grpc.endpoint"
+    host, port = split_host_port(endpoint, config_key)
+    # Asked first: gRPC's C core would also print its own error line for it.
+    if port and address_in_use(host, port):
+        raise AddressInUse("OTLP/gRPC receiver", endpoint, config_key)
+    try:
+        if tls is None:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        else:
+            bound = server.add_secure_port(f"{host}:{port}", grpc_server_credentials(tls))
+    except RuntimeError:  # grpcio raises this where older versions returned 0
+        bound = 0
     if bound == 0:
-        raise OSError(f"cannot listen on {endpoint} (receiver.grpc.endpoint)")
+        if address_in_use(host, port):
+            raise AddressInUse("OTLP/gRPC receiver", endpoint, config_key)
+        raise OSError(f"cannot listen on {endpoint} ({config_key})")
     await server.start()
     return server, bound
 

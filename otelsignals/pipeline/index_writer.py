@@ -20,7 +20,6 @@ fires again after a resume may be counted once), and the quality is the worse of
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import re
 import threading
@@ -38,9 +37,8 @@ from otelsignals.model import Message
 from otelsignals.scoring import Score, score
 from otelsignals.signals.base import redact_metadata
 from otelsignals.stores.conversation_index import ConversationIndex, IndexedConversation, open_index
+from otelsignals.telemetry import ProblemLog
 from otelsignals.triage import NO_PRIORITY
-
-logger = logging.getLogger("otelsignals.index")
 
 PRUNE_INTERVAL_S = 60.0
 SIGNALS_KEPT = 200  # signals kept per conversation row (the latest)
@@ -215,8 +213,10 @@ class IndexWriter:
         registry: CollectorRegistry,
         keep_text: bool,
         synchronous: bool = False,
+        problems: ProblemLog | None = None,
     ) -> None:
         self.config = config
+        self.problems = problems if problems is not None else ProblemLog()
         # Write each change before the caller goes on (the trace is forwarded, its disk-queue records
         # released only after its row is committed), instead of once per flush_interval.
         self.synchronous = synchronous
@@ -230,7 +230,6 @@ class IndexWriter:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._last_prune = 0.0
-        self._failing = False
         self.writes = Counter(
             "otelsignals_index_writes", "Conversation rows written to the index.", registry=registry
         )
@@ -323,13 +322,11 @@ class IndexWriter:
                         self._pending[row.key] = (row, state)
                     elif newer[1] is not state:
                         self._pending[row.key] = (resumed(row, newer[0]), newer[1])
-            if not self._failing:
-                logger.warning("writing the conversation index failed; retrying: %s", exc)
-            self._failing = True
+            self.problems.warning(
+                "index_write_error", f"writing the conversation index failed; retrying: {exc}"
+            )
             return
-        if self._failing:
-            logger.info("writing the conversation index works again")
-        self._failing = False
+        self.problems.recovered("index_write_error", "writing the conversation index works again")
         self.writes.inc(len(batch))
 
     def _with_history(
@@ -355,8 +352,9 @@ class IndexWriter:
             by_age, by_bytes = self.index.prune(self.config.max_age, int(self.config.max_bytes))
             rows, size = self.index.count()
         except Exception as exc:
-            logger.warning("conversation index retention failed: %s", exc)
+            self.problems.warning("index_retention_error", f"conversation index retention failed: {exc}")
             return
+        self.problems.recovered("index_retention_error", "conversation index retention works again")
         self.pruned.labels("age").inc(by_age)
         self.pruned.labels("bytes").inc(by_bytes)
         self.rows.set(rows)
@@ -374,7 +372,12 @@ def create_index_reader(config: IndexConfig, store: StoreConfig) -> Conversation
 
 
 def create_index_writer(
-    config: IndexConfig, store: StoreConfig, registry: CollectorRegistry, snippets: bool, durable: bool
+    config: IndexConfig,
+    store: StoreConfig,
+    registry: CollectorRegistry,
+    snippets: bool,
+    durable: bool,
+    problems: ProblemLog | None = None,
 ) -> IndexWriter | None:
     """The writer of the ``index`` section (None when it is off); text is kept only when both
     ``index.content`` and ``signals.snippets`` are on. With ``durable`` (the disk queue is on) and a
@@ -390,4 +393,5 @@ def create_index_writer(
         registry,
         config.content and snippets,
         synchronous=durable and url.startswith("sqlite:"),
+        problems=problems,
     )

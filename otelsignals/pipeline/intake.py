@@ -143,7 +143,7 @@ class Intake:
             response.partial_success.rejected_spans = outcome.rejected_spans
             response.partial_success.error_message = outcome.message
             telemetry.refused_spans.labels(transport, "invalid_id").inc(outcome.rejected_spans)
-            telemetry.logged_once.warning("invalid_span_ids", outcome.message, transport=transport)
+            telemetry.problems.warning("invalid_span_ids", outcome.message, transport=transport)
             telemetry.received_requests.labels(transport, signal, "partial").inc()
         else:
             telemetry.received_requests.labels(transport, signal, "accepted").inc()
@@ -172,7 +172,7 @@ class Intake:
         if rejected.kind == "overloaded":
             return  # the client retries; received_requests{outcome="overloaded"} counts it
         telemetry.rejected_requests.labels(transport, rejected.reason).inc()
-        telemetry.logged_once.warning(
+        telemetry.problems.warning(
             f"rejected_{rejected.reason}",
             f"refused a {transport} {signal} request: {rejected.message}",
             transport=transport,

@@ -154,6 +154,7 @@ class Receivers:
                 ssl_context=tls.ssl_context() if tls is not None else None,
                 label="http",
                 connections_gauge=self._connections_gauge,
+                listener="OTLP/HTTP receiver",
                 # Bodies are decompressed by _read_body, against the size limit and with our errors.
                 auto_decompress=False,
             )

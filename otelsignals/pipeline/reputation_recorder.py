@@ -91,7 +91,7 @@ class ReputationRecorder:
             self._pending.put_nowait(evaluation)
         except queue.Full:
             self.telemetry.reputation_dropped.inc()
-            self.telemetry.logged_once.warning(
+            self.telemetry.problems.warning(
                 "reputation_queue_full", "reputation store is behind: evaluations are being dropped"
             )
 
@@ -133,6 +133,7 @@ class ReputationRecorder:
         if not written:
             return
         self.telemetry.reputation_recorded.inc(len(written))
+        self.telemetry.problems.recovered("reputation_store_error", "the reputation store records again")
         for agent_id in dict.fromkeys(e.agent_id for e in written):
             try:
                 window, total = self.store.window(agent_id)
@@ -150,10 +151,10 @@ class ReputationRecorder:
         return True
 
     def _store_failed(self, exc: Exception, evaluations: int) -> None:
-        """The store is outside us: keep serving, count what was not recorded, say so once."""
+        """The store is outside us: keep serving, count what was not recorded, say so (rate-limited)."""
         if evaluations:
             self.telemetry.reputation_errors.inc(evaluations)
-        self.telemetry.logged_once.warning(
+        self.telemetry.problems.warning(
             "reputation_store_error", f"reputation store failed: {exc}", error=type(exc).__name__
         )
 

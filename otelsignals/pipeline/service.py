@@ -48,7 +48,7 @@ class IngestOutcome:
 class Pipeline:
     def __init__(self, config: Config, telemetry: Telemetry | None = None, sender: Sender | None = None):
         self.config = config
-        self.telemetry = telemetry = telemetry or Telemetry()
+        self.telemetry = telemetry = telemetry or Telemetry(config.log.summary_interval)
         registry = telemetry.registry
         # The analysis runs on its own thread; the event loop only receives, hands over and exports.
         self.analysis = create_analysis_worker(config.analyzer, registry)
@@ -58,7 +58,12 @@ class Pipeline:
         self.disk_queue = create_disk_queue(config.exporter.queue)
         self.index_reader = create_index_reader(config.index, config.store)
         self.index_writer = create_index_writer(
-            config.index, config.store, registry, config.signals.snippets, durable=self.disk_queue is not None
+            config.index,
+            config.store,
+            registry,
+            config.signals.snippets,
+            durable=self.disk_queue is not None,
+            problems=telemetry.problems,
         )
         self.exporter = Exporter(
             config.exporter, sender or make_sender(config.exporter), telemetry, self._on_batch_done
@@ -180,6 +185,7 @@ class Pipeline:
                 self.analysis_stage.expire_sessions()
                 self.exporter.tick()
                 self.gc_policy.tick()
+                self.telemetry.problems.tick()
                 self._update_gauges()
             except Exception:  # a bug in one tick must not stop expiry for good
                 logger.exception("pipeline tick failed")

@@ -81,12 +81,13 @@ class TraceJudge:
         metrics = ["confidence", "tool_correctness"] if used_tools else ["confidence"]
         try:
             verdicts = await self.judge.evaluate(conversation, metrics)
-        except Exception as exc:  # the judge is outside us: keep the proxies and say so once
+        except Exception as exc:  # the judge is outside us: keep the proxies and say so (rate-limited)
             self.telemetry.judge_errors.inc()
-            self.telemetry.logged_once.warning(
+            self.telemetry.problems.warning(
                 "judge_error", f"LLM judge failed ({getattr(exc, 'kind', type(exc).__name__)})"
             )
             return
+        self.telemetry.problems.recovered("judge_error", "the LLM judge answers again")
         judged = {name: v.score for name, v in verdicts.items() if v.score is not None}
         if len(judged) < len(verdicts):
             self.telemetry.judge_errors.inc()
