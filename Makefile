@@ -2,23 +2,32 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# What is installed in .venv: the package with its runtime dependencies (enough for the demo and the
+# sidecar), and on top of it the test extra (linters, type stubs, browsers, instrumentation libraries).
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo run test lint bench clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME_STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	@touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $(RUNTIME_STAMP)
 
-demo: $(STAMP)
+$(TEST_STAMP): $(RUNTIME_STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(TEST_STAMP)
+
+demo: $(RUNTIME_STAMP)
 	$(BIN)/otelsignals demo
 
-run: $(STAMP)
+run: $(RUNTIME_STAMP)
 	$(BIN)/otelsignals run
 
-test: $(STAMP)
+# scripts/test-deps first: it installs the Debian packages the tests use (Redis, PostgreSQL 15,
+# chromium, openssl, a word list) when missing, or, not root, says how.
+test: $(TEST_STAMP)
 	scripts/test-deps
 	$(BIN)/ruff check otelsignals tests bench
 	$(BIN)/mypy
@@ -26,7 +35,7 @@ test: $(STAMP)
 	scripts/dead-code
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python bench/throughput.py
 
 clean:

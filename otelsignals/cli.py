@@ -186,8 +186,14 @@ def _export(config: Config, args: argparse.Namespace) -> int:
 async def _demo(config: Config, repeat: int) -> int:
     from otelsignals.demo.report import quality_report
     from otelsignals.demo.traffic import send_demo_traffic
+    from otelsignals.pipeline.senders import file_output_paths
     from otelsignals.sidecar import Sidecar
 
+    if not config.exporter.endpoint:
+        # The file exporter appends; the demo's output is this run's alone, so that the file it
+        # names (and `otelsignals analyze` of it) matches the summary printed.
+        for path in file_output_paths(config.exporter).values():
+            path.unlink(missing_ok=True)
     # Ephemeral loopback ports, so the demo runs beside anything already listening on 4317/4318/13317.
     config.receiver.grpc.endpoint = "127.0.0.1:0"
     config.receiver.http.endpoint = "127.0.0.1:0"

@@ -357,6 +357,9 @@ class SignalsConfig:
     snippets: bool = True
     # Also write the reference implementation's legacy signals.* keys (follow_up, frustration, ...).
     legacy_attributes: bool = True
+    # Append " 🚩" to a flagged span's name. False for RED metrics keyed on span names (a renamed span
+    # would count as another operation); the flag is still written as signals.flagged.
+    flag_span_name: bool = True
     # Efficiency is 1.0 up to this many user turns (SPEC §4).
     baseline_user_turns: int = 5
     # Leaf types or whole categories never detected (the reference's overrides.disable_signals), e.g.

@@ -41,6 +41,9 @@ RECENT_SIGNALS = 500
 MAX_TOOLS_KEPT = 256  # tool definitions kept per conversation (the first ones seen)
 # SPEC §7: who the agent is.
 AGENT_ID_ATTRIBUTES = ("gen_ai.agent.id", "gen_ai.agent.name")
+# The agent of a conversation none of whose spans names one (no agent attribute, no service.name):
+# its reputation, its index rows and its spans' signals.agent.id all go by this one name.
+UNKNOWN_AGENT = "unknown"
 
 
 def conversation_key(spans: Iterable[SpanView], trace_id: bytes) -> str:

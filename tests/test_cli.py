@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import socket
 import subprocess
 import sys
@@ -17,7 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args: str, cwd, env_extra: dict[str, str] | None = None, timeout: float = 120):
-    # This checkout's package, not whichever one the interpreter has installed.
+    # A bare environment (no OTELSIGNALS_* overrides), but this checkout's code, not whichever one the
+    # interpreter has installed.
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **(env_extra or {})}
     return subprocess.run(
         [sys.executable, "-m", "otelsignals.cli", *args],
@@ -29,9 +31,30 @@ def run_cli(*args: str, cwd, env_extra: dict[str, str] | None = None, timeout: f
     )
 
 
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_demo_output() -> str:
+    """The README's sample of what `otelsignals demo` prints (the fenced block it starts)."""
+    match = re.search(r"^```\n(otelsignals demo\n.*?)^```", README.read_text(), re.MULTILINE | re.DOTALL)
+    assert match, "README.md shows the demo's output"
+    return match.group(1)
+
+
+def without_elapsed_time(output: str) -> str:
+    return re.sub(r"^(  elapsed +)\S+ s$", r"\1… s", output, flags=re.MULTILINE)
+
+
 def test_demo_sends_the_bundled_traffic_through_the_sidecar_and_summarises(tmp_path):
+    # A previous run's output: the demo's file holds its own run only.
+    output = tmp_path / "otelsignals-data" / "enriched.jsonl"
+    output.parent.mkdir()
+    output.write_text("left over from an earlier run\n")
     result = run_cli("demo", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    assert without_elapsed_time(result.stdout) == without_elapsed_time(readme_demo_output()), (
+        "README.md's sample of the demo's output is out of date: paste what `otelsignals demo` prints"
+    )
     table = dict(
         line.strip().rsplit("  ", 1) for line in result.stdout.splitlines()[1:] if "  " in line.strip()
     )
@@ -41,7 +64,6 @@ def test_demo_sends_the_bundled_traffic_through_the_sidecar_and_summarises(tmp_p
     assert int(table["spans received"]) == sent == int(table["spans forwarded"])
     assert int(table["spans dropped"]) == 0
     assert 0 < int(table["of which GenAI spans"]) < sent
-    output = tmp_path / "otelsignals-data" / "enriched.jsonl"
     assert table["enriched output"] == "./otelsignals-data/enriched.jsonl"
     written = sum(
         len(ss.spans)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 
 import orjson
 import pytest
@@ -33,21 +34,31 @@ def text(role: str, content: str) -> dict:
     return {"role": role, "parts": [{"type": "text", "content": content}]}
 
 
-def documented_example(preset: dict | None = None) -> list:
+def documented_example(
+    preset: dict | None = None,
+    agent_name: str | None = "billing-helper",
+    session_id: str = "sess-doc-example",
+    service: str | None = "support-gateway",
+    turns: tuple[str, str, str, str] = (USER_1, ASSISTANT_1, USER_2, ASSISTANT_2),
+) -> list:
     memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": "support-gateway"}))
+    # service=None: a resource with nothing in it, not even the SDK's default service.name.
+    resource = Resource.create({"service.name": service}) if service is not None else Resource({})
+    provider = TracerProvider(resource=resource)
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("tests.enrichment")
     with tracer.start_as_current_span("POST /chat", kind=SpanKind.SERVER) as root:
-        root.set_attribute("session.id", "sess-doc-example")
+        root.set_attribute("session.id", session_id)
         with tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT) as chat:
             chat.set_attribute("gen_ai.operation.name", "chat")
             chat.set_attribute("gen_ai.request.model", "gpt-4o")
-            chat.set_attribute("gen_ai.agent.name", "billing-helper")
-            history = [text("user", USER_1), text("assistant", ASSISTANT_1), text("user", USER_2)]
+            if agent_name is not None:
+                chat.set_attribute("gen_ai.agent.name", agent_name)
+            user_1, assistant_1, user_2, assistant_2 = turns
+            history = [text("user", user_1), text("assistant", assistant_1), text("user", user_2)]
             chat.set_attribute("gen_ai.input.messages", orjson.dumps(history).decode())
             chat.set_attribute(
-                "gen_ai.output.messages", orjson.dumps([text("assistant", ASSISTANT_2)]).decode()
+                "gen_ai.output.messages", orjson.dumps([text("assistant", assistant_2)]).decode()
             )
             for key, value in (preset or {}).items():
                 chat.set_attribute(key, value)
@@ -118,6 +129,73 @@ def test_documented_example_span(sidecar_and_sink):
         "request_index": 2,
     }
     assert not root.events, "events go on the model-call span only"
+
+
+def test_enriched_spans_name_the_conversation_and_the_agent_they_were_analysed_under(sidecar_and_sink):
+    sidecar, sink = sidecar_and_sink()
+    named = documented_example()
+    # No gen_ai.agent.name on any span: the agent is the resource's service.name, and the
+    # conversation key (session.id) is only on the request span, not on the chat span.
+    by_service = documented_example(agent_name=None, session_id="sess-by-service", service="helpdesk-api")
+    # Nothing names the agent at all: it goes by the name its reputation is kept under.
+    nameless = documented_example(agent_name=None, session_id="sess-nameless", service=None)
+    export_grpc(sidecar.grpc_endpoint, named + by_service + nameless)
+    sink.wait_for_spans(len(named) + len(by_service) + len(nameless))
+    by_conversation: dict[str, list[dict]] = {}
+    for span in sink.decoded_spans():
+        attrs = attributes(span)
+        assert "signals.conversation.id" in attrs and "signals.agent.id" in attrs, span.name
+        by_conversation.setdefault(attrs["signals.conversation.id"], []).append(attrs)
+    assert sorted(by_conversation) == ["sess-by-service", "sess-doc-example", "sess-nameless"]
+    assert all(len(spans) == 2 for spans in by_conversation.values()), "the chat span and the root span"
+    agents = {key: {a["signals.agent.id"] for a in spans} for key, spans in by_conversation.items()}
+    assert agents == {
+        "sess-doc-example": {"billing-helper"},
+        "sess-by-service": {"helpdesk-api"},
+        "sess-nameless": {"unknown"},
+    }
+    assert not any("gen_ai.agent.name" in a for a in by_conversation["sess-by-service"])
+    sidecar.wait_for_metric("otelsignals_reputation_evaluations_total", 3)
+    with urllib.request.urlopen(f"{sidecar.admin_url}/v1/reputation", timeout=5) as answer:
+        reputations = {agent["agent_id"] for agent in orjson.loads(answer.read())["agents"]}
+    assert reputations == {"billing-helper", "helpdesk-api", "unknown"}
+
+
+CALM = (
+    "What time do you open on Saturdays?",
+    "We open at 9 am on Saturdays.",
+    "And on Sundays?",
+    "On Sundays we open at 10 am.",
+)
+
+
+def names_and_flags(sink: OtlpSink) -> dict[str, list[tuple[str, bool]]]:
+    """Per conversation, each enriched span's name and its signals.flagged."""
+    found: dict[str, list[tuple[str, bool]]] = {}
+    for span in sink.decoded_spans():
+        attrs = attributes(span)
+        found.setdefault(attrs["signals.conversation.id"], []).append((span.name, attrs["signals.flagged"]))
+    return {key: sorted(spans) for key, spans in found.items()}
+
+
+def test_the_flag_renames_spans_unless_switched_off_and_stays_an_attribute(sidecar_and_sink):
+    spans = documented_example() + documented_example(session_id="sess-calm", turns=CALM)
+    renaming, sink = sidecar_and_sink()
+    export_grpc(renaming.grpc_endpoint, spans)
+    sink.wait_for_spans(len(spans))
+    assert names_and_flags(sink) == {
+        "sess-doc-example": [("POST /chat \U0001f6a9", True), ("chat gpt-4o \U0001f6a9", True)],
+        "sess-calm": [("POST /chat", False), ("chat gpt-4o", False)],
+    }
+    renaming.stop()
+    sink.clear()
+    keeping, sink = sidecar_and_sink(flag_span_name=False)
+    export_grpc(keeping.grpc_endpoint, spans)
+    sink.wait_for_spans(len(spans))
+    assert names_and_flags(sink) == {
+        "sess-doc-example": [("POST /chat", True), ("chat gpt-4o", True)],
+        "sess-calm": [("POST /chat", False), ("chat gpt-4o", False)],
+    }
 
 
 def test_resent_span_is_not_enriched_twice_and_existing_attributes_win(sidecar_and_sink):

@@ -5,6 +5,13 @@ trace's root span. Events go on the model-call span only, so a backend counting 
 each signal once. A span that already carries ``signals.quality`` (re-sent by a client, or
 enriched by an upstream otelsignals) is left alone, and no existing attribute is ever overwritten.
 
+Every enriched span names the conversation and the agent it was analysed under
+(``signals.conversation.id``, ``signals.agent.id``): the instrumentation may carry them under any
+of several keys, or only on another span of the trace (the key: on the app's request span; the
+agent: a resource's ``service.name``), and a backend can only group by an attribute the span has.
+The flag is always written as ``signals.flagged``; ``signals.flag_span_name: false`` keeps the span
+name as it came, for RED metrics keyed on span names.
+
 Private by default: with ``signals.snippets`` off, no message or argument text leaves on a span.
 ``signal.snippet`` is not written, and ``signal.metadata`` goes through
 :func:`~otelsignals.signals.base.redact_metadata`: the values detectors declare as content (tool
@@ -23,6 +30,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from otelsignals.analysis import Analysis
 from otelsignals.config import SignalsConfig
+from otelsignals.conversation import UNKNOWN_AGENT
 from otelsignals.model import SignalInstance
 from otelsignals.otlp.wire import SpanRecord
 from otelsignals.pipeline.assembler import ReleasedTrace
@@ -41,6 +49,9 @@ def span_attributes(
     """The ``signals.*`` attributes of SPEC §5, in the order they are written."""
     s = analysis.score
     attributes: dict[str, Any] = {
+        "signals.conversation.id": analysis.conversation_id,
+        "signals.agent.id": analysis.agent_id or UNKNOWN_AGENT,
+        "signals.flagged": s.flagged,
         "signals.quality": s.quality,
         "signals.quality_score": float(s.quality_score),
         "signals.turn_count": s.turn_count,
@@ -92,7 +103,7 @@ class Enricher:
             if any(kv.key == MARKER_ATTRIBUTE for kv in span.attributes):
                 continue
             self._write(span, attributes, analysis.new_signals if carries_events else [])
-            if analysis.score.flagged and not span.name.endswith(FLAG):
+            if self.config.flag_span_name and analysis.score.flagged and not span.name.endswith(FLAG):
                 span.name += FLAG
             data = span.SerializeToString()
             trace.size += len(data) - len(record.data)

@@ -31,7 +31,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from otelsignals.config import IndexConfig, StoreConfig
-from otelsignals.conversation import ConversationState
+from otelsignals.conversation import UNKNOWN_AGENT, ConversationState
 from otelsignals.evals.session_metrics import MetricResult
 from otelsignals.model import Message
 from otelsignals.scoring import Score, score
@@ -108,7 +108,7 @@ def indexed_conversation(
     first_seen = state.first_seen_ns / 1e9 if state.first_seen_ns else now
     return IndexedConversation(
         key=conversation.key,
-        agent=conversation.agent_id or "unknown",
+        agent=conversation.agent_id or UNKNOWN_AGENT,
         first_seen=min(first_seen, now),
         last_seen=now,
         turns=current.user_turns,

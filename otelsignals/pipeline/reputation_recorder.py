@@ -19,6 +19,7 @@ from pathlib import Path
 
 from otelsignals.analysis import Analysis
 from otelsignals.config import ConfigError, StoreConfig
+from otelsignals.conversation import UNKNOWN_AGENT
 from otelsignals.reputation import Evaluation, Reputation, ReputationConfig, reputation
 from otelsignals.stores import ReputationStore, open_store
 from otelsignals.telemetry import Telemetry
@@ -26,7 +27,6 @@ from otelsignals.telemetry import Telemetry
 logger = logging.getLogger("otelsignals.reputation")
 
 FAILING_QUALITIES = ("poor", "severe")
-UNKNOWN_AGENT = "unknown"
 _STOP = object()
 # Evaluations recorded in one transaction at most.
 BATCH_MAX = 512

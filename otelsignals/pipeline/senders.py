@@ -219,18 +219,24 @@ def _http_error_message(payload: bytes) -> str:
         return payload[:200].decode("utf-8", "replace")
 
 
+def file_output_paths(config: ExporterConfig) -> dict[str, Path]:
+    """Where the file exporter writes each signal: traces to ``file_path``, metrics and logs beside it."""
+    traces_path = Path(config.file_path)
+    stem = traces_path.with_suffix("")
+    return {
+        "traces": traces_path,
+        "metrics": Path(f"{stem}.metrics.jsonl"),
+        "logs": Path(f"{stem}.logs.jsonl"),
+    }
+
+
 class FileSender:
-    """Writes OTLP JSON lines: traces to ``file_path``, metrics and logs beside it."""
+    """Writes OTLP JSON lines to :func:`file_output_paths`, appending: a restarted sidecar adds to
+    what it wrote before (``otelsignals demo`` removes the files first, so they hold one run)."""
 
     def __init__(self, config: ExporterConfig) -> None:
-        traces_path = Path(config.file_path)
-        traces_path.parent.mkdir(parents=True, exist_ok=True)
-        stem = traces_path.with_suffix("")
-        self.paths = {
-            "traces": traces_path,
-            "metrics": Path(f"{stem}.metrics.jsonl"),
-            "logs": Path(f"{stem}.logs.jsonl"),
-        }
+        self.paths = file_output_paths(config)
+        self.paths["traces"].parent.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, BufferedWriter] = {}
 
     async def send(self, signal: str, body: bytes) -> SendResult:

@@ -1,9 +1,10 @@
 """The ``otelsignals.session`` span: a closed session's scores, as a span of its own trace, linked
 to the session's traces, so a trace backend can find a session's verdict next to its traces.
 
-It carries no message text whatever ``signals.snippets`` says: the session id, the close reason,
-counts, and the session metrics' scores, reasons and metadata, which are numbers, trace ids and
-signal names (``tests/test_privacy.py`` checks it with PII markers).
+It carries no message text whatever ``signals.snippets`` says: the session id (also as ``session.id``
+and ``signals.conversation.id``), the agent, the close reason, counts, and the session metrics'
+scores, reasons and metadata, which are numbers, trace ids and signal names
+(``tests/test_privacy.py`` checks it with PII markers). README.md lists every attribute.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from otelsignals.conversation import ConversationState
+from otelsignals.conversation import UNKNOWN_AGENT, ConversationState
 from otelsignals.evals.session_metrics import agent_consistency, agent_reliability
 from otelsignals.otlp.wire import ScopeContext, SpanRecord
 from otelsignals.pipeline.enricher import write_attribute as _set
@@ -56,6 +57,11 @@ def session_span(
     )
     traces = list(traces)
     _set(span.attributes.add(), "otelsignals.session.id", session_id)
+    # The same session under the names queries already use: session.id as the instrumentation
+    # conventions spell it, and the grouping keys of the enriched spans.
+    _set(span.attributes.add(), "session.id", session_id)
+    _set(span.attributes.add(), "signals.conversation.id", session_id)
+    _set(span.attributes.add(), "signals.agent.id", agent_id or UNKNOWN_AGENT)
     _set(span.attributes.add(), "otelsignals.session.close_reason", reason)
     _set(span.attributes.add(), "otelsignals.session.trace_count", len(traces))
     if agent_id:

@@ -8,9 +8,11 @@ import time
 import urllib.request
 
 import orjson
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from otelsignals.conventions.decoding import any_value
 from otelsignals.demo.traffic import load_conversations, send_demo_traffic
+from otelsignals.pipeline.session_span import session_span
 from tests.support.otlp_sink import OtlpSink
 from tests.support.sidecar import SidecarProcess
 
@@ -51,6 +53,10 @@ def test_idle_sessions_are_summarised_in_session_spans(tmp_path, sink: OtlpSink)
     for span in spans:
         attributes = {kv.key: any_value(kv.value) for kv in span.attributes}
         by_session[attributes["otelsignals.session.id"]] = (span, attributes)
+        # Findable by the names queries already group by.
+        assert attributes["session.id"] == attributes["signals.conversation.id"]
+        assert attributes["session.id"] == attributes["otelsignals.session.id"]
+        assert attributes["signals.agent.id"] == attributes["gen_ai.agent.id"]
         assert span.trace_id not in {link.trace_id for link in span.links}, "a trace of its own"
         assert {link.trace_id for link in span.links} <= sent_traces
         assert attributes["otelsignals.session.close_reason"] == "ttl"
@@ -60,3 +66,13 @@ def test_idle_sessions_are_summarised_in_session_spans(tmp_path, sink: OtlpSink)
     for script in SESSIONS:
         span, attributes = by_session[script["session_id"]]
         assert attributes["otelsignals.session.trace_count"] == len(script["turns"]) == len(span.links)
+
+
+def test_a_session_span_without_a_known_agent_names_it_as_its_reputation_does():
+    record = session_span("sess-42", None, [(b"\x01" * 16, b"\x02" * 8)], [], "capacity", 10, 20)
+    span = Span.FromString(record.data)
+    attributes = {kv.key: any_value(kv.value) for kv in span.attributes}
+    assert attributes["session.id"] == attributes["signals.conversation.id"] == "sess-42"
+    assert attributes["signals.agent.id"] == "unknown" and "gen_ai.agent.id" not in attributes
+    assert attributes["otelsignals.session.close_reason"] == "capacity"
+    assert attributes["otelsignals.session.trace_count"] == 1 == len(span.links)
