@@ -70,6 +70,21 @@ CASES: dict[str, dict[str, Any]] = {
         "serviceAccount": {"create": False},
         "exporter": {"endpoint": "http://otel-backend:4318", "protocol": "http/protobuf"},
     },
+    "gateway-extras": {
+        "extraEnv": [
+            {
+                "name": "OTELSIGNALS_EVALS__JUDGE_API_KEY",
+                "valueFrom": {"secretKeyRef": {"name": "judge", "key": "key"}},
+            }
+        ],
+        "extraVolumes": [{"name": "judge-ca", "secret": {"secretName": "judge-ca"}}],
+        "extraVolumeMounts": [{"name": "judge-ca", "mountPath": "/etc/judge-ca", "readOnly": True}],
+        "podAnnotations": {"example.com/team": "agents"},
+        "tolerations": [
+            {"key": "dedicated", "operator": "Equal", "value": "observability", "effect": "NoSchedule"}
+        ],
+        "config": {"evals": {"judge_url": "http://judge.internal/v1"}},
+    },
     "sidecar": {"mode": "sidecar", "serviceMonitor": {"enabled": True}, "autoscaling": {"enabled": True}},
 }
 
@@ -167,7 +182,11 @@ def port_number(container: dict[str, Any], port: int | str) -> int:
 
 
 # What the Secrets that CASES name but do not create would hold.
-EXISTING_SECRETS = {("ops-admin", "bearer"): "an-operator-token", ("pg-dsn", "dsn"): POSTGRES_URL}
+EXISTING_SECRETS = {
+    ("ops-admin", "bearer"): "an-operator-token",
+    ("pg-dsn", "dsn"): POSTGRES_URL,
+    ("judge", "key"): "a-judge-key",
+}
 
 
 def effective_config(docs: list[dict[str, Any]], pod_spec: dict[str, Any], tmp_path: Path) -> cfg.Config:
@@ -187,6 +206,7 @@ def effective_config(docs: list[dict[str, Any]], pod_spec: dict[str, Any], tmp_p
         if ref is not None:
             rendered = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == ref["name"]]
             known = EXISTING_SECRETS.get((ref["name"], ref["key"]))
+            assert rendered or known, f"{entry['name']}: Secret {ref['name']} is neither rendered nor known"
             environ[entry["name"]] = secret_value(docs, ref["name"], ref["key"]) if rendered else str(known)
     return cfg.validate(load_config(local, environ=environ))
 
@@ -476,6 +496,14 @@ def test_configuration_comes_from_values(tmp_path: Path) -> None:
         "http://otel-backend:4318",
         "http/protobuf",
     )
+
+    # Extra environment (here from a Secret of one's own) and config keys reach the process.
+    extras = render(CASES["gateway-extras"])
+    pod = one(extras, "Deployment")["spec"]["template"]["spec"]
+    config = effective_config(extras, pod, tmp_path)
+    assert (config.evals.judge_url, config.evals.judge_api_key) == ("http://judge.internal/v1", "a-judge-key")
+    mounts = otelsignals_container(pod)["volumeMounts"]
+    assert {"name": "judge-ca", "mountPath": "/etc/judge-ca", "readOnly": True} in mounts
 
     # An exporter endpoint written under config counts as well; none at all is refused.
     nested = render({"exporter": {"endpoint": ""}, "config": {"exporter": {"endpoint": "elsewhere:4317"}}})
