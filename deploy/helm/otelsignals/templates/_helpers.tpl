@@ -205,8 +205,8 @@ volumeMounts:
 {{- end -}}
 
 {{/*
-For application charts that have otelsignals as a dependency (with mode: sidecar), called with the
-application chart's root context:
+For application charts that have otelsignals as a dependency (under its own name, no alias; with
+mode: sidecar), called with the application chart's root context:
 
   containers:
     - name: app
