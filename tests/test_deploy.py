@@ -651,9 +651,41 @@ def test_gateway_routes_by_trace_and_by_session_to_the_headless_service() -> Non
     assert traceid_pipelines, "a pipeline routes by trace id"
 
 
+# routing_key values the load_balancing exporter supports in a logs pipeline (its README's table).
+LOADBALANCING_LOG_ROUTING_KEYS = {"service", "traceID", "resource", "attributes"}
+
+
+def test_gateway_routes_logs_with_their_traces() -> None:
+    # GenAI events written as log records are joined to their span by otelsignals, so every receiver
+    # whose traces go to otelsignals sends its logs there too, through the same exporter (same hash).
+    config = _collector(GATEWAY)
+    pipelines = config["service"]["pipelines"]
+    traces = {name: p for name, p in pipelines.items() if name.split("/")[0] == "traces"}
+    logs = {name: p for name, p in pipelines.items() if name.split("/")[0] == "logs"}
+    assert logs, "the gateway has no logs pipeline"
+    for name, pipeline in traces.items():
+        balancers = [e for e in pipeline["exporters"] if e.split("/")[0] == "load_balancing"]
+        for receiver in pipeline["receivers"]:
+            routed = [p for p in logs.values() if receiver in p["receivers"]]
+            assert routed, f"logs from {receiver} (traces in {name}) do not reach otelsignals"
+            for log_pipeline in routed:
+                assert set(balancers) <= set(log_pipeline["exporters"]), (
+                    f"logs from {receiver} go to {log_pipeline['exporters']}, their traces to {balancers}"
+                )
+    for pipeline in logs.values():
+        for exporter in pipeline["exporters"]:
+            settings = config["exporters"][exporter]
+            if exporter.split("/")[0] == "load_balancing":
+                # Without routing_key, logs would be routed by service, not with their trace.
+                assert "routing_key" in settings, exporter
+                assert settings["routing_key"] in LOADBALANCING_LOG_ROUTING_KEYS, exporter
+    by_trace = [p for p in logs.values() if "otlp" in p["receivers"]]
+    assert any(config["exporters"][e]["routing_key"] == "traceID" for p in by_trace for e in p["exporters"])
+
+
 def test_backend_collector_sends_to_tempo_and_debug() -> None:
     config = _collector(BACKEND)
-    (pipeline,) = config["service"]["pipelines"].values()
+    pipeline = config["service"]["pipelines"]["traces"]
     assert pipeline["receivers"] == ["otlp"]
     assert "batch" in pipeline["processors"]
     kinds = {e.split("/")[0] for e in pipeline["exporters"]}
@@ -666,6 +698,8 @@ def test_backend_collector_sends_to_tempo_and_debug() -> None:
     (_, _, _, container), *_ = [c for c in _otelsignals_containers() if c[0].name == "deployment.yaml"]
     exporter_endpoint = _container_environ(container)["OTELSIGNALS_EXPORTER__ENDPOINT"]
     assert exporter_endpoint.rsplit(":", 1)[1] == grpc.rsplit(":", 1)[1]
+    # otelsignals forwards the logs it receives: the backend must accept them.
+    assert "otlp" in config["service"]["pipelines"]["logs"]["receivers"]
 
 
 # --------------------------------------------------------------------------------------------------
