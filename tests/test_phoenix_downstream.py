@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import socket
 import time
@@ -25,7 +26,7 @@ from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry
 
 from otelsignals.config import AnnotationsConfig
-from otelsignals.pipeline.annotations import PhoenixAnnotator, SpanVerdict
+from otelsignals.pipeline.annotations import PhoenixAnnotator, SpanVerdict, ThrottledLog
 from tests.support.clients import export_grpc
 from tests.support.otlp_sink import OtlpSink
 from tests.support.phoenix import PhoenixServer, wait_until
@@ -303,3 +304,20 @@ def test_verdicts_left_at_shutdown_are_tried_then_counted(outage: str, metric: s
     assert registry.get_sample_value(metric, {"reason": reason}) == 3
     assert registry.get_sample_value("otelsignals_annotations_sent_total") == 0
     assert registry.get_sample_value("otelsignals_annotations_pending") == 0
+
+
+def test_repeated_failures_are_summed_up_not_logged_each_time(caplog: pytest.LogCaptureFixture) -> None:
+    log = ThrottledLog(interval=0.2)
+    with caplog.at_level(logging.WARNING, logger="otelsignals.annotations"):
+        for _ in range(3):
+            log.warning("annotations_connection", "Phoenix did not take 1 annotation(s)")
+        log.warning("annotations_http_401", "Phoenix did not take 1 annotation(s)")
+        time.sleep(0.25)
+        log.warning("annotations_connection", "Phoenix did not take 1 annotation(s)")
+    lines = [(record.fields["kind"], record.getMessage()) for record in caplog.records]
+    assert [kind for kind, _ in lines] == [
+        "annotations_connection",
+        "annotations_http_401",
+        "annotations_connection",
+    ]
+    assert lines[-1][1].endswith("(2 more since the last report)")

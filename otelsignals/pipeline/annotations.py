@@ -163,7 +163,7 @@ class PhoenixAnnotator:
         self.failed = Counter(
             "otelsignals_annotations_failed",
             "Verdicts Phoenix did not take after every attempt, by the last answer (http_<status>, "
-            "timeout, connection).",
+            "timeout, connection; error: a bug of ours).",
             ["reason"],
             registry=registry,
         )
@@ -229,7 +229,12 @@ class PhoenixAnnotator:
                 # Let the batch fill: one request for a burst of turns rather than one per turn.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._batch_full.wait(), self.flush_interval)
-            await self._send_batch()
+            try:
+                await self._send_batch()
+            except Exception:  # a bug must not stop the sender for good: that batch is counted failed
+                self.failed.labels("error").inc(len(self._in_flight))
+                self._in_flight = []
+                logger.exception("sending annotations to Phoenix failed")
 
     async def _send_all_pending(self) -> None:
         while self._pending:
