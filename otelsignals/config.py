@@ -616,6 +616,41 @@ class UiConfig:
 
 
 @dataclass
+class AnnotationsConfig:
+    """Conversation verdicts written into a trace backend as annotations (pipeline/annotations.py)."""
+
+    # Arize Phoenix's base URL (e.g. http://phoenix:6006): each analysed turn's verdict is posted to
+    # its REST API as a span annotation on the turn's model-call span. Empty: off.
+    phoenix_url: str = ""
+    # Sent with every request, e.g. {authorization: "Bearer <API key>"} when Phoenix has auth on.
+    headers: dict[str, str] = field(default_factory=dict)
+    # The annotation's name in Phoenix ("note" is reserved there).
+    name: str = "otelsignals"
+    # Verdicts waiting to be sent; beyond, new ones are dropped and counted (the pipeline never waits).
+    max_pending: int = 10_000
+    # Verdicts per request at most; a request waits up to flush_interval for a batch to fill.
+    batch_size: int = 100
+    flush_interval: Duration = Duration(1.0)
+    # Per request; a refused request is tried up to max_attempts times with backoff.
+    timeout: Duration = Duration(10.0)
+    max_attempts: int = 5
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.phoenix_url and not re.match(r"^https?://[^/]", self.phoenix_url):
+            problems.append(f"phoenix_url: must start with http:// or https://, got {self.phoenix_url!r}")
+        if not self.name.strip() or self.name == "note":
+            problems.append(f"name: must be set and not 'note' (Phoenix reserves it), got {self.name!r}")
+        for key in ("max_pending", "batch_size", "max_attempts"):
+            if getattr(self, key) < 1:
+                problems.append(f"{key}: must be at least 1, got {getattr(self, key)}")
+        for key in ("flush_interval", "timeout"):
+            if getattr(self, key) <= 0:
+                problems.append(f"{key}: must be greater than 0, got {getattr(self, key):g}s")
+        return problems
+
+
+@dataclass
 class LogConfig:
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["text", "json"] = "text"
@@ -650,6 +685,7 @@ class Config:
     reputation: ReputationConfig = field(default_factory=ReputationConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
     ui: UiConfig = field(default_factory=UiConfig)
+    annotations: AnnotationsConfig = field(default_factory=AnnotationsConfig)
     evals: EvalsConfig = field(default_factory=EvalsConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     log: LogConfig = field(default_factory=LogConfig)

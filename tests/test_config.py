@@ -550,3 +550,37 @@ def test_bad_metric_thresholds_are_refused(tmp_path: Path, thresholds: str, prob
     with pytest.raises(ConfigError) as refused:
         validate(load_config(path, environ={}))
     assert problem in str(refused.value)
+
+
+# -- annotations (Phoenix span annotations) ---------------------------------------------------------
+@pytest.mark.parametrize(
+    ("environ", "key"),
+    [
+        ({"OTELSIGNALS_ANNOTATIONS__PHOENIX_URL": "phoenix:6006"}, "annotations.phoenix_url"),
+        ({"OTELSIGNALS_ANNOTATIONS__NAME": "note"}, "annotations.name"),
+        ({"OTELSIGNALS_ANNOTATIONS__NAME": " "}, "annotations.name"),
+        ({"OTELSIGNALS_ANNOTATIONS__MAX_PENDING": "0"}, "annotations.max_pending"),
+        ({"OTELSIGNALS_ANNOTATIONS__BATCH_SIZE": "0"}, "annotations.batch_size"),
+        ({"OTELSIGNALS_ANNOTATIONS__MAX_ATTEMPTS": "0"}, "annotations.max_attempts"),
+        ({"OTELSIGNALS_ANNOTATIONS__FLUSH_INTERVAL": "0s"}, "annotations.flush_interval"),
+        ({"OTELSIGNALS_ANNOTATIONS__TIMEOUT": "0"}, "annotations.timeout"),
+    ],
+)
+def test_annotation_settings_name_the_key(environ: dict[str, str], key: str) -> None:
+    assert config_error(environ=environ).key == key
+
+
+def test_annotations_are_off_by_default_and_take_a_phoenix_url_with_headers() -> None:
+    assert load_config(None, environ={}).annotations.phoenix_url == ""
+    config = validate(
+        load_config(
+            None,
+            environ={
+                "OTELSIGNALS_ANNOTATIONS__PHOENIX_URL": "https://phoenix.example:6006/",
+                "OTELSIGNALS_ANNOTATIONS__HEADERS": "{authorization: Bearer abc}",
+                "OTELSIGNALS_ANNOTATIONS__FLUSH_INTERVAL": "250ms",
+            },
+        )
+    )
+    assert config.annotations.headers == {"authorization": "Bearer abc"}
+    assert config.annotations.flush_interval == 0.25

@@ -20,6 +20,7 @@ from otelsignals.analysis import Analysis
 from otelsignals.otlp.wire import SpanRecord
 from otelsignals.pipeline.analysis_worker import AnalysisWorker
 from otelsignals.pipeline.analyzer import Analyzer
+from otelsignals.pipeline.annotations import PhoenixAnnotator, span_verdict
 from otelsignals.pipeline.assembler import ReleasedTrace
 from otelsignals.pipeline.enricher import Enricher
 from otelsignals.pipeline.index_writer import IndexWriter
@@ -50,6 +51,7 @@ class AnalysisStage:
         trace_judge: TraceJudge | None = None,
         sampler: TriageSampler | None = None,
         index_writer: IndexWriter | None = None,
+        annotator: PhoenixAnnotator | None = None,
     ) -> None:
         self.worker = worker
         self.analyzer = analyzer
@@ -61,6 +63,7 @@ class AnalysisStage:
         self.trace_judge = trace_judge
         self.sampler = sampler
         self.index_writer = index_writer
+        self.annotator = annotator
         self._expiry_pending = False
         # prometheus-client's labels() lookup costs more than the rest of a small trace's release.
         self._released_counters: dict[str, Counter] = {}
@@ -119,7 +122,17 @@ class AnalysisStage:
         if self.sampler is not None and not self._sampled_in(self.sampler, trace, analysis):
             release = self._release_dropped
             return (lambda: release(trace.spans)) if release is not None else None
-        return lambda: self._forward(trace.spans, trace.size)
+        annotator = self.annotator
+        verdict = span_verdict(analysis) if annotator is not None and analysis is not None else None
+        if annotator is None or verdict is None:
+            return lambda: self._forward(trace.spans, trace.size)
+
+        def forward_and_annotate() -> None:
+            # The spans are handed to the exporter first, so they usually reach Phoenix first too.
+            self._forward(trace.spans, trace.size)
+            annotator.submit(verdict)
+
+        return forward_and_annotate
 
     def _index(self, writer: IndexWriter, analysis: Analysis) -> None:
         state = self.analyzer.sessions.get(analysis.conversation_id)

@@ -21,6 +21,7 @@ from otelsignals.otlp.wire import SpanRecord, split_request
 from otelsignals.pipeline.analysis_stage import AnalysisStage
 from otelsignals.pipeline.analysis_worker import create_analysis_worker
 from otelsignals.pipeline.analyzer import create_analyzer
+from otelsignals.pipeline.annotations import create_annotator
 from otelsignals.pipeline.assembler import create_assembler
 from otelsignals.pipeline.disk_queue import create_disk_queue
 from otelsignals.pipeline.enricher import Enricher
@@ -94,6 +95,8 @@ class Pipeline:
             self.analysis.read,
             self.index_reader,
         )
+        # Conversation verdicts as Phoenix span annotations, sent in the background (when configured).
+        self.annotator = create_annotator(config.annotations, registry, telemetry.problems)
         self.analysis_stage = AnalysisStage(
             self.analysis,
             self.analyzer,
@@ -107,6 +110,7 @@ class Pipeline:
             ),
             sampler=create_sampler(config.sampler, registry),
             index_writer=self.index_writer,
+            annotator=self.annotator,
         )
         self.assembler = create_assembler(config.assembler, self.analysis_stage.take, self._on_duplicate)
         self.gc_policy = GcPolicy(config.service.gc_freeze_interval, registry)
@@ -127,6 +131,8 @@ class Pipeline:
             self.index_writer.start()
         self.analysis.start()
         self.exporter.start()
+        if self.annotator is not None:
+            self.annotator.start()
         if self.disk_queue is not None:
             for record in self.disk_queue.recover():
                 if record.signal == "traces":
@@ -166,6 +172,8 @@ class Pipeline:
         # Open sessions are not closed by a restart (another replica, or this one after the restart,
         # may continue them): no session span is emitted for them here.
         await self.exporter.stop(self.config.service.shutdown_timeout)
+        if self.annotator is not None:  # after the spans, which the verdicts annotate
+            await self.annotator.stop(self.config.service.shutdown_timeout)
         if self.disk_queue is not None:
             self.disk_queue.close()
         if self.reputation is not None:
