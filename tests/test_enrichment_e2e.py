@@ -109,9 +109,8 @@ def test_documented_example_span(sidecar_and_sink):
         assert attrs["signals.escalation.requested"] is True
         assert attrs["signals.frustration.count"] == 1
         assert attrs["signals.frustration.severity"] == 1
-        assert attrs["signals.follow_up.repair.count"] == attrs.get(
-            "signals.interaction.misalignment.count", 0
-        )
+        assert "signals.interaction.misalignment.count" not in attrs
+        assert "signals.follow_up.repair.count" not in attrs  # legacy keys too only when not zero
         assert "signals.execution.failure.count" not in attrs  # per category only when count > 0
     events = {event.name: {kv.key: any_value(kv.value) for kv in event.attributes} for event in chat.events}
     escalation = events["signal.interaction.disengagement.escalation"]
@@ -129,6 +128,101 @@ def test_documented_example_span(sidecar_and_sink):
         "request_index": 2,
     }
     assert not root.events, "events go on the model-call span only"
+
+
+# The reference documentation's example span (Plano Signals, "Example Span"): a 4-turn session whose
+# user shouts, complains and asks for a human; disengagement count 6 / severity 3, frustration count 4 /
+# severity 2, the escalation event on message 6 with the snippet "get me a human". The conversation is
+# ours (the documentation shows only the span); messages 0–6 are the system prompt, the user, the
+# agent's two tool look-ups and the user again.
+def tool_calling_turn(role: str, content: str | None = None, call: tuple | None = None, result=None) -> dict:
+    parts: list[dict] = [{"type": "text", "content": content}] if content else []
+    if call is not None:
+        parts.append({"type": "tool_call", "id": call[0], "name": call[1], "arguments": call[2]})
+    if result is not None:
+        parts.append({"type": "tool_call_response", "id": result[0], "response": result[1]})
+    return {"role": role, "parts": parts}
+
+
+REFERENCE_HISTORY = [
+    tool_calling_turn("system", "You are Acme's order support assistant."),
+    tool_calling_turn("user", "THIS IS RIDICULOUS!!! WHERE IS MY ORDER"),
+    tool_calling_turn(
+        "assistant", "Let me check that order for you.", call=("c1", "get_order", {"id": "A-1043"})
+    ),
+    tool_calling_turn("tool", result=("c1", {"status": "in_transit"})),
+    tool_calling_turn("assistant", call=("c2", "get_shipment", {"order_id": "A-1043"})),
+    tool_calling_turn("tool", result=("c2", {"carrier": "DHL", "eta": "2026-11-28"})),
+    tool_calling_turn("user", "Forget it, get me a human!!"),
+]
+REFERENCE_ANSWER = "I'm sorry for the wait. I can't connect you to a person, but I've opened ticket 8812."
+
+
+def reference_example() -> list:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "acme-gateway"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with provider.get_tracer("tests.reference").start_as_current_span(
+        "POST /v1/chat/completions gpt-5.2", kind=SpanKind.CLIENT
+    ) as chat:
+        chat.set_attribute("gen_ai.operation.name", "chat")
+        chat.set_attribute("gen_ai.request.model", "gpt-5.2")
+        chat.set_attribute("gen_ai.conversation.id", "conv-reference")
+        chat.set_attribute("gen_ai.input.messages", orjson.dumps(REFERENCE_HISTORY).decode())
+        answer = [tool_calling_turn("assistant", REFERENCE_ANSWER)]
+        chat.set_attribute("gen_ai.output.messages", orjson.dumps(answer).decode())
+    provider.shutdown()
+    return list(memory.get_finished_spans())
+
+
+def test_the_reference_documentations_example_span_attribute_for_attribute(sidecar_and_sink):
+    sidecar, sink = sidecar_and_sink()
+    export_grpc(sidecar.grpc_endpoint, reference_example())
+    sink.wait_for_spans(1)
+    (span,) = sink.decoded_spans()
+    assert span.name == "POST /v1/chat/completions gpt-5.2 \U0001f6a9"  # the reference marks it " [!]"
+    signals = {key: value for key, value in attributes(span).items() if key.startswith("signals.")}
+    ours = {  # what otelsignals adds beside the reference's keys (README, "On the spans")
+        key: signals.pop(key)
+        for key in (
+            "signals.conversation.id",
+            "signals.agent.id",
+            "signals.flagged",
+            "signals.triage.priority",
+        )
+    }
+    assert signals == {
+        "signals.quality": "severe",
+        "signals.quality_score": 0.0,
+        "signals.turn_count": 4,
+        "signals.efficiency_score": 1.0,
+        # layered: only the non-zero categories
+        "signals.interaction.disengagement.count": 6,
+        "signals.interaction.disengagement.severity": 3,
+        # legacy: only the keys with something to say
+        "signals.frustration.count": 4,
+        "signals.frustration.severity": 2,
+        "signals.escalation.requested": True,
+    }
+    assert ours["signals.conversation.id"] == "conv-reference" and ours["signals.flagged"] is True
+    events = [{kv.key: any_value(kv.value) for kv in event.attributes} for event in span.events]
+    (escalation,) = [e for e in events if e["signal.type"] == "interaction.disengagement.escalation"]
+    assert escalation["signal.message_index"] == 6
+    assert escalation["signal.snippet"] == "get me a human"
+    assert orjson.loads(escalation["signal.metadata"])["pattern_type"] == "escalation"
+    assert 0 < escalation["signal.confidence"] <= 1
+    kinds = sorted(
+        (e["signal.message_index"], orjson.loads(e["signal.metadata"])["pattern_type"])
+        for e in events
+        if e["signal.type"] == "interaction.disengagement.negative_stance"
+    )
+    assert kinds == [
+        (1, "all_caps"),
+        (1, "complaint"),
+        (1, "excessive_punctuation"),
+        (6, "excessive_punctuation"),
+    ]
+    assert len(events) == 6
 
 
 def test_enriched_spans_name_the_conversation_and_the_agent_they_were_analysed_under(sidecar_and_sink):

@@ -22,6 +22,7 @@ metadata is written as the detectors made it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -41,6 +42,28 @@ from otelsignals.signals.base import redact_metadata
 
 FLAG = " \U0001f6a9"  # " 🚩"
 MARKER_ATTRIBUTE = "signals.quality"
+
+
+def legacy_attributes(
+    counts: Mapping[str, int], leaves: Mapping[str, int], user_turns: int
+) -> dict[str, Any]:
+    """The reference's pre-taxonomy keys, each only when it has something to say (as the reference
+    emits them: a dashboard's "has frustration" is the key's presence)."""
+    misalignment, frustration = counts.get(t.MISALIGNMENT, 0), leaves.get(t.NEGATIVE_STANCE, 0)
+    attributes: dict[str, Any] = {}
+    if misalignment:
+        attributes["signals.follow_up.repair.count"] = misalignment
+        attributes["signals.follow_up.repair.ratio"] = round(misalignment / max(user_turns, 1), 4)
+    if frustration:
+        attributes["signals.frustration.count"] = frustration
+        attributes["signals.frustration.severity"] = severity(frustration)
+    if counts.get(t.STAGNATION, 0):
+        attributes["signals.repetition.count"] = counts[t.STAGNATION]
+    if leaves.get(t.ESCALATION, 0) or leaves.get(t.QUIT, 0):
+        attributes["signals.escalation.requested"] = True
+    if counts.get(t.SATISFACTION, 0):
+        attributes["signals.positive_feedback.count"] = counts[t.SATISFACTION]
+    return attributes
 
 
 def span_attributes(
@@ -63,17 +86,7 @@ def span_attributes(
             attributes[f"signals.{category}.count"] = count
             attributes[f"signals.{category}.severity"] = severity(count)
     if legacy:
-        leaves = s.leaf_counts
-        misalignment = s.counts[t.MISALIGNMENT]
-        attributes |= {
-            "signals.follow_up.repair.count": misalignment,
-            "signals.follow_up.repair.ratio": round(misalignment / max(s.user_turns, 1), 4),
-            "signals.frustration.count": leaves.get(t.NEGATIVE_STANCE, 0),
-            "signals.frustration.severity": severity(leaves.get(t.NEGATIVE_STANCE, 0)),
-            "signals.repetition.count": s.counts[t.STAGNATION],
-            "signals.escalation.requested": bool(leaves.get(t.ESCALATION, 0) or leaves.get(t.QUIT, 0)),
-            "signals.positive_feedback.count": s.counts[t.SATISFACTION],
-        }
+        attributes |= legacy_attributes(s.counts, s.leaf_counts, s.user_turns)
     if analysis.skipped:
         attributes["signals.skipped"] = list(analysis.skipped)
     if reputation is not None:

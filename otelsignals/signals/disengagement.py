@@ -22,7 +22,7 @@ from typing import Any
 from otelsignals.model import SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, DetectorSpec
-from otelsignals.signals.matching import DEFAULT_NEGATORS, Scan, snippet
+from otelsignals.signals.matching import DEFAULT_NEGATORS, Scan, clause_snippet, snippet
 from otelsignals.signals.phrase_analysis import (
     COMPLAINTS,
     TextAnalysis,
@@ -97,6 +97,8 @@ def _stance_instance(index: int, text: str, cue: _Cue) -> SignalInstance:
     # The words the cue matched; a run of "!"/"?" alone says nothing, so it brings its sentence.
     if cue.pattern == "excessive_punctuation":
         words = snippet(text, cue.start, cue.end)
+    elif cue.pattern == "complaint":
+        words = clause_snippet(text, cue.start, cue.end)
     else:
         words = text[cue.start : cue.end].strip()
     metadata = {"pattern": cue.pattern, "pattern_type": cue.pattern, **cue.metadata}

@@ -434,6 +434,22 @@ def _overlaps(excluded: set[tuple[int, int]], group: int, first: int, last: int)
     return any((group, i) in excluded for i in range(first, last + 1))
 
 
+CLAUSE_TAIL_LIMIT = 60  # characters a phrase's snippet may run on after the match
+
+
+def clause_snippet(text: str, start: int, end: int) -> str:
+    """The matched words ``[start, end)`` and the rest of their clause: "let me speak to" in "Let me
+    speak to a human agent. Now." is "Let me speak to a human agent" (the reference's snippet is the
+    matched words; a phrase that names no object would otherwise say little)."""
+    right = end
+    stop = min(len(text), end + CLAUSE_TAIL_LIMIT)
+    while right < stop and text[right] not in ".,;:!?\n":
+        right += 1
+    if right == stop < len(text) and text[right].isalnum():  # cut inside a word: drop its start
+        right = max(end, text.rfind(" ", end, right))
+    return text[start:right].strip()
+
+
 def snippet(text: str, start: int, end: int, limit: int = SNIPPET_LIMIT) -> str:
     """The sentence of ``text`` around ``[start, end)``, at most ``limit`` characters, stripped.
 

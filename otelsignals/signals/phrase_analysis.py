@@ -64,6 +64,7 @@ from otelsignals.signals.matching import (
     PhraseGroup,
     PhraseMatcher,
     Scan,
+    clause_snippet,
     phrase_tokens,
 )
 from otelsignals.signals.tokens import Token, tokenise
@@ -418,8 +419,8 @@ def phrase_instance(
         "matches": len(analysis.hits[signal]),
         "fuzzy": match.fuzzy,
     }
-    # The matched words, as the reference's snippet (the sentence around them is in the message).
-    return SignalInstance(signal, index, confidence, text[match.start : match.end].strip(), metadata)
+    snippet = clause_snippet(text, match.start, match.end)  # the matched words, as the reference's
+    return SignalInstance(signal, index, confidence, snippet, metadata)
 
 
 def detect_phrases(ctx: DetectionContext, signal: str, *, after_assistant: bool) -> list[SignalInstance]:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from otelsignals.signals.matching import PhraseGroup, PhraseMatcher, interior_one_edit, snippet
+from otelsignals.signals.matching import (
+    PhraseGroup,
+    PhraseMatcher,
+    clause_snippet,
+    interior_one_edit,
+    snippet,
+)
 from otelsignals.signals.tokens import normalise, tokenise, unify
 
 GROUPS = (
@@ -433,3 +439,17 @@ def test_without_lead_ins_or_trailers_anchors_are_strict() -> None:
     assert strict.find("ok great") == []
     assert strict.find("great thanks") == []
     assert [m.group for m in strict.find("ok, great!")] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("text", "matched", "expected"),
+    [
+        ("Let me speak to a human agent. Now.", "Let me speak to", "Let me speak to a human agent"),
+        ("Forget it, get me a human!!", "Forget it", "Forget it"),  # the clause ends at the comma
+        ("ok. get me a human", "get me a human", "get me a human"),  # nothing left to add
+        ("I want to talk to " + "someone " * 20, "I want to talk to", "I want to talk to " + "someone " * 7),
+    ],
+)
+def test_clause_snippet_is_the_match_and_the_rest_of_its_clause(text: str, matched: str, expected: str):
+    start = text.index(matched)
+    assert clause_snippet(text, start, start + len(matched)) == expected.strip()
