@@ -145,6 +145,9 @@ class ConversationState:
     # trace's analysed span; the assistant's latest answers for loop detection).
     trace_signals: deque[Any] = field(default_factory=lambda: deque(maxlen=RECENT_SIGNALS))
     trace_spans: deque[tuple[bytes, bytes]] = field(default_factory=lambda: deque(maxlen=RECENT_SIGNALS))
+    # Per analysed trace, where its messages ended, counted from the conversation's start (trimmed
+    # messages included): a trace-level eval run judges the conversation as it stood after it.
+    trace_message_ends: dict[str, int] = field(default_factory=dict)
     previous_outputs: deque[str] = field(default_factory=lambda: deque(maxlen=3))
     turn_latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_SIGNALS))
     first_seen_ns: int = 0
@@ -156,6 +159,23 @@ class ConversationState:
     @classmethod
     def new(cls, key: str) -> ConversationState:
         return cls(Conversation(key))
+
+    def record_trace_end(self, trace_id: str) -> None:
+        """Remember where ``trace_id``'s messages end (the latest RECENT_SIGNALS traces)."""
+        conversation = self.conversation
+        self.trace_message_ends[trace_id] = conversation.message_offset + len(conversation.messages)
+        if len(self.trace_message_ends) > RECENT_SIGNALS:
+            del self.trace_message_ends[next(iter(self.trace_message_ends))]
+
+    def conversation_after(self, trace_id: str) -> Conversation | None:
+        """A copy of the conversation as it stood after ``trace_id``; None when that trace is not
+        among the remembered ones or its messages were trimmed away."""
+        end = self.trace_message_ends.get(trace_id)
+        conversation = self.conversation
+        if end is None or end - conversation.message_offset <= 0:
+            return None
+        messages = conversation.messages[: end - conversation.message_offset]
+        return Conversation(conversation.key, messages=messages, agent_id=conversation.agent_id)
 
     def append(self, message: Message, indexed: bool = True) -> None:
         """Show ``message``; ``indexed`` also records it in the history index (snapshot messages)."""

@@ -432,3 +432,19 @@ def test_the_tools_offered_are_kept_once_by_name():
     apply_trace(state, b"t2", [(span, reading)])
     tools = state.conversation.available_tools
     assert list(tools) == ["get_order", "refund"] and tools["get_order"]["description"] == "Look up an order"
+
+
+def test_the_conversation_after_a_trace_survives_trimming() -> None:
+    state = ConversationState.new("c")
+    for n in range(4):
+        state.append(Message(Role.USER, f"question {n}"))
+        state.append(Message(Role.ASSISTANT, f"answer {n}"))
+        state.record_trace_end(f"trace-{n}")
+    after = state.conversation_after("trace-1")
+    assert after is not None and [m.content for m in after.messages][-1] == "answer 1"
+    assert len(after.messages) == 4
+    state.trim(5)  # keeps the last 4 messages (90 % of the bound): traces 0 and 1 are gone
+    assert state.conversation_after("trace-0") is None and state.conversation_after("trace-1") is None
+    after = state.conversation_after("trace-2")
+    assert after is not None and [m.content for m in after.messages] == ["question 2", "answer 2"]
+    assert state.conversation_after("unknown") is None

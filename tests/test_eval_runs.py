@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from otelsignals.demo.traffic import load_conversations, send_demo_traffic
+from otelsignals.pipeline.eval_runs import EvalRunError, parse_request
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.sidecar import SidecarProcess
 
@@ -249,7 +250,7 @@ def test_a_filtered_run_evaluates_closed_conversations_from_the_index(tmp_path):
         ({"filter": {"flagged": "maybe"}}, "flagged"),
         ({"filter": {"colour": "red"}}, "colour"),
         ({"filter": {"sort": "-priority"}}, "not filters"),
-        ({"filter": {}, "session_ids": ["s"]}, "not both"),
+        ({"filter": {}, "session_ids": ["s"]}, "one of"),
         ({"filter": {}, "limit": 0}, "limit"),
     ],
 )
@@ -285,3 +286,71 @@ def test_a_per_trace_metric_without_values_passes_with_nothing_evaluated():
         "coherence", [TraceSignals("t1", coherence=0.2), TraceSignals("t2", coherence=0.4)], 0.5
     )
     assert low.score == pytest.approx(0.3) and not low.passed and "t1" in low.reason
+
+
+# ---- trace-level runs ----------------------------------------------------------------------------
+
+
+def test_a_trace_level_run_judges_the_conversation_as_it_stood_after_each_trace(tmp_path):
+    """Per trace: the recorded per-trace metrics, and a judge metric of the conversation up to that
+    trace — the first trace's judge sees the first user message, not the second."""
+    first_user, second_user = SESSION["turns"][0]["user"], SESSION["turns"][1]["user"]
+    with FakeOpenAI() as judge:
+        judge.script(*[Reply.text(json.dumps({"score": 0.7, "concerns": [], "reason": "ok"}))] * 2)
+        evals = {"judge_url": judge.base_url, "judge_model": "gpt-4o-mini"}
+        with SidecarProcess(tmp_path, evals=evals) as sidecar:
+            with_traffic(sidecar)
+            status, session = call(sidecar, "GET", f"/v1/sessions/{SESSION['session_id']}")
+            assert status == 200
+            first, second = session["trace_ids"][:2]
+            body = {"trace_ids": [first, second], "metrics": ["coherence", "confidence"]}
+            status, started = call(sidecar, "POST", "/v1/eval-runs", body)
+            assert status == 202, started
+            run = finished(sidecar, started["id"])
+        sent = [json.dumps(request.messages) for request in judge.completion_requests]
+    assert run["status"] == "done" and list(run["results"]) == [first, second]
+    for trace_id in (first, second):
+        result = run["results"][trace_id]
+        assert result["session_id"] == SESSION["session_id"]
+        assert 0.0 <= result["coherence"]["score"] <= 1.0
+        assert result["coherence"]["metadata"] == {
+            "trace_id": trace_id,
+            "source": "embedding",
+            "threshold": 0.5,
+            "success": result["coherence"]["passed"],
+        }
+        assert result["confidence"]["score"] == 0.7
+    assert first_user in sent[0] and second_user not in sent[0]
+    assert first_user in sent[1] and second_user in sent[1]
+
+
+def test_a_closed_conversations_trace_is_found_in_the_index(tmp_path):
+    settings = {"sessions": {"ttl": "1s"}, "index": {"flush_interval": "100ms"}}
+    with SidecarProcess(tmp_path, **settings) as sidecar:
+        with_traffic(sidecar)
+        status, session = call(sidecar, "GET", f"/v1/sessions/{SESSION['session_id']}")
+        trace_id = session["trace_ids"][0]
+        closed_and_indexed(sidecar, len([c for c in load_conversations() if c.get("session_id")]))
+        body = {"trace_ids": [trace_id, "0" * 32], "metrics": ["coherence"]}
+        status, started = call(sidecar, "POST", "/v1/eval-runs", body)
+        assert status == 202, started
+        run = finished(sidecar, started["id"])
+    found, unknown = run["results"][trace_id], run["results"]["0" * 32]
+    assert found["session_id"] == SESSION["session_id"]
+    assert 0.0 <= found["coherence"]["score"] <= 1.0
+    assert "not in the index" in unknown["error"]
+
+
+@pytest.mark.parametrize(
+    ("body", "complaint"),
+    [
+        ({"trace_ids": ["abc"]}, "32 lower-case hex"),
+        ({"trace_ids": ["A" * 32]}, "32 lower-case hex"),
+        ({"trace_ids": ["a" * 32], "metrics": ["agent_reliability"]}, "no session metrics"),
+        ({"trace_ids": ["a" * 32], "session_ids": ["s"]}, "one of"),
+        ({"trace_ids": []}, "trace_ids"),
+    ],
+)
+def test_bad_trace_level_requests_are_refused(body, complaint):
+    with pytest.raises(EvalRunError, match=complaint):
+        parse_request(body)

@@ -16,6 +16,10 @@ even before the next write removes it.
 
     {"session_ids": ["sess-1"], "metrics": ["agent_reliability", "task_completion"],
      "signal_weights": {"tool_correctness": 1.0}, "model": "openai/gpt-4o-mini"}
+
+A run takes one of ``session_ids``, ``filter`` (the listing's filters, evaluated on the conversation
+index's matches) or ``trace_ids``: a trace-level run gives, per trace, the per-trace metrics the
+sidecar recorded for it and the judge metrics of the conversation as it stood after that trace.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -56,6 +60,11 @@ SESSION_METRICS = {"agent_reliability": agent_reliability, "agent_consistency": 
 # The per-trace metrics the sidecar computed as the traces arrived, reported per trace with their mean.
 TRACE_METRICS = ("coherence", "loop_detection")
 ALL_METRICS = (*SESSION_METRICS, *TRACE_METRICS, *JUDGE_METRICS)
+TRACE_RUN_METRICS = (*TRACE_METRICS, *JUDGE_METRICS)
+
+
+def _is_trace_id(value: str) -> bool:
+    return len(value) == 32 and all(c in "0123456789abcdef" for c in value)
 
 
 T = TypeVar("T")
@@ -98,25 +107,34 @@ async def _read_directly(reader: Callable[[], T]) -> T:
     return reader()
 
 
+def _id_list(body: dict[str, Any], field_name: str) -> list[str] | None:
+    ids = body.get(field_name)
+    if ids is not None and (
+        not isinstance(ids, list) or not ids or not all(isinstance(s, str) and s for s in ids)
+    ):
+        raise EvalRunError(f"{field_name}: a non-empty list of ids is required")
+    return ids
+
+
 def parse_request(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise EvalRunError("the body must be a JSON object")
-    sessions = body.get("session_ids")
+    sessions, traces = _id_list(body, "session_ids"), _id_list(body, "trace_ids")
     conditions = body.get("filter")
-    if (sessions is None) == (conditions is None):
-        raise EvalRunError("give either session_ids (a list) or filter (the listing's filters), not both")
-    if sessions is not None and (
-        not isinstance(sessions, list) or not sessions or not all(isinstance(s, str) and s for s in sessions)
-    ):
-        raise EvalRunError("session_ids: a non-empty list of session ids is required")
+    if sum(given is not None for given in (sessions, traces, conditions)) != 1:
+        raise EvalRunError("give one of session_ids (a list), filter (the listing's filters) or trace_ids")
+    if traces is not None and not all(_is_trace_id(t) for t in traces):
+        raise EvalRunError("trace_ids: trace ids are 32 lower-case hex digits, as OTLP/JSON writes them")
     if conditions is not None:
         filter_of(conditions)  # refused now rather than when the run starts
     limit = body.get("limit", DEFAULT_FILTER_LIMIT)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_FILTER_LIMIT:
         raise EvalRunError(f"limit: a whole number from 1 to {MAX_FILTER_LIMIT}")
-    metrics = body.get("metrics", list(SESSION_METRICS))
-    if not isinstance(metrics, list) or not metrics or any(m not in ALL_METRICS for m in metrics):
-        raise EvalRunError(f"metrics: a non-empty list of {', '.join(ALL_METRICS)}")
+    allowed = TRACE_RUN_METRICS if traces is not None else ALL_METRICS
+    metrics = body.get("metrics", list(TRACE_METRICS if traces is not None else SESSION_METRICS))
+    if not isinstance(metrics, list) or not metrics or any(m not in allowed for m in metrics):
+        kind = " (a trace-level run has no session metrics)" if traces is not None else ""
+        raise EvalRunError(f"metrics: a non-empty list of {', '.join(allowed)}{kind}")
     weights = body.get("signal_weights", {})
     if not isinstance(weights, dict) or any(
         k not in DEFAULT_WEIGHTS or isinstance(v, bool) or not isinstance(v, int | float) or v < 0
@@ -128,6 +146,7 @@ def parse_request(body: Any) -> dict[str, Any]:
         raise EvalRunError('model: "provider/model", e.g. "openai/gpt-4o-mini"')
     request: dict[str, Any] = {
         "session_ids": sessions,
+        **({"trace_ids": traces} if traces is not None else {}),
         "metrics": metrics,
         "signal_weights": weights,
         "model": model,
@@ -268,7 +287,10 @@ class EvalRuns:
     async def _run(self, run: dict[str, Any]) -> None:
         request = run["request"]
         try:
-            results = {sid: await self._evaluate(sid, request) for sid in request["session_ids"]}
+            if "trace_ids" in request:
+                results = {tid: await self._evaluate_trace(tid, request) for tid in request["trace_ids"]}
+            else:
+                results = {sid: await self._evaluate(sid, request) for sid in request["session_ids"]}
             run |= {"status": "done", "results": results, "finished_at": time.time()}
         except Exception as exc:  # the run fails as a whole, and says why
             logger.debug("eval run failed", exc_info=True)
@@ -312,17 +334,59 @@ class EvalRuns:
             elif name in TRACE_METRICS:
                 results[name] = per_trace_result(name, traces, self.evals.threshold_for(name)).as_dict()
         if judged:
-            config = JudgeConfig(
-                model=self.evals.judge_model,
-                provider_model=request["model"] or None,
-                threshold=self.evals.threshold,
-                thresholds=dict(self.evals.thresholds),
+            results |= await self._judge(conversation, judged, request["model"])
+        return results
+
+    async def _judge(
+        self, conversation: Conversation, metrics: Sequence[str], model: str | None
+    ) -> dict[str, Any]:
+        config = JudgeConfig(
+            model=self.evals.judge_model,
+            provider_model=model or None,
+            threshold=self.evals.threshold,
+            thresholds=dict(self.evals.thresholds),
+        )
+        async with ChatCompletions(self.evals.judge_url, self.evals.judge_api_key) as complete:
+            verdicts = await Judge(config, complete).evaluate(conversation, metrics)
+        results: dict[str, Any] = {}
+        for name, verdict in verdicts.items():
+            result = verdict.as_dict()
+            results[name] = result if self.show_content else withhold_text(result)
+        return results
+
+    async def _evaluate_trace(self, trace_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        """One trace: the per-trace metrics recorded for it, and the judge metrics of its
+        conversation as it stood after it (open conversations only: the index keeps no per-trace
+        history of the messages)."""
+
+        def open_trace() -> tuple[str, TraceSignals | None, Conversation | None] | None:
+            for state in self.sessions:
+                if trace_id in state.trace_message_ends:
+                    recorded = next((t for t in state.trace_signals if t.trace_id == trace_id), None)
+                    return state.conversation.key, recorded, state.conversation_after(trace_id)
+            return None
+
+        found = await self._read_state(open_trace)
+        if found is None and self.index is not None:
+            indexed = await asyncio.to_thread(self.index.find_trace, trace_id)
+            if indexed is not None:
+                traces, _ = from_index(indexed)
+                found = indexed.key, next((t for t in traces if t.trace_id == trace_id), None), None
+        if found is None:
+            return {"error": f"trace {trace_id!r} is in no open conversation and not in the index"}
+        session_id, recorded, conversation = found
+        results: dict[str, Any] = {"session_id": session_id}
+        for name in request["metrics"]:
+            if name in TRACE_METRICS:
+                results[name] = trace_result(name, trace_id, recorded, self.evals.threshold_for(name))
+        judged = [m for m in request["metrics"] if m in JUDGE_METRICS]
+        if judged and conversation is None:
+            results["error"] = (
+                f"the judge metrics need the conversation as it stood after trace {trace_id!r}, "
+                "which only an open conversation keeps"
             )
-            async with ChatCompletions(self.evals.judge_url, self.evals.judge_api_key) as complete:
-                verdicts = await Judge(config, complete).evaluate(conversation, judged)
-            for name, verdict in verdicts.items():
-                result = verdict.as_dict()
-                results[name] = result if self.show_content else withhold_text(result)
+        elif judged and conversation is not None:
+            results |= await self._judge(conversation, judged, request["model"])
         return results
 
     async def _save(self, run: dict[str, Any]) -> None:
@@ -357,6 +421,17 @@ def _message(entry: dict[str, Any]) -> Message:
             else None
         ),
     )
+
+
+def trace_result(name: str, trace_id: str, recorded: TraceSignals | None, threshold: float) -> dict[str, Any]:
+    """A per-trace metric of one trace, as the sidecar recorded it when the trace arrived."""
+    value = getattr(recorded, name) if recorded is not None else None
+    if recorded is None or value is None:
+        return {"error": f"no {name} was recorded for trace {trace_id!r}"}
+    source = recorded.sources.get(name, "embedding")
+    reason = f"{name} {value:.2f}, recorded when the trace was analysed."
+    metadata = {"trace_id": trace_id, "source": source}
+    return MetricResult(name, value, value >= threshold, reason, metadata, threshold).as_dict()
 
 
 def per_trace_result(name: str, traces: list[TraceSignals], threshold: float) -> MetricResult:

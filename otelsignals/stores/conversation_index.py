@@ -233,6 +233,20 @@ class ConversationIndex:
             ).fetchone()
         return _item(row) if row is not None else None
 
+    def find_trace(self, trace_id: str) -> IndexedConversation | None:
+        """The conversation whose recorded trace ids (the latest ones) include ``trace_id`` (32 hex
+        digits). A scan of the rows' details: for on-demand lookups, not for the hot path."""
+        if len(trace_id) != 32 or any(c not in "0123456789abcdef" for c in trace_id):
+            raise ValueError(f"a trace id is 32 lower-case hex digits, got {trace_id!r}")
+        pattern = f'%"{trace_id}"%'  # as the detail's JSON lists it
+        with self._lock:
+            row = self._execute(
+                f"SELECT {_COLUMNS} FROM conversation_index WHERE detail LIKE {self._p} "
+                "ORDER BY last_seen DESC LIMIT 1",
+                (pattern,),
+            ).fetchone()
+        return _item(row) if row is not None else None
+
     def get_many(self, keys: Sequence[str]) -> dict[str, IndexedConversation]:
         """The rows of those of ``keys`` that are indexed."""
         found: dict[str, IndexedConversation] = {}

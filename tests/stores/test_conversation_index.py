@@ -232,3 +232,19 @@ def test_get_many_returns_the_indexed_ones(index: ConversationIndex) -> None:
     found = index.get_many(["c0", "c2", "missing"])
     assert sorted(found) == ["c0", "c2"] and found["c2"].key == "c2"
     assert index.get_many([]) == {}
+
+
+def test_a_trace_id_finds_its_conversation(index: ConversationIndex) -> None:
+    wanted, other = "ab" * 16, "cd" * 16
+    index.upsert(
+        [
+            conversation("c1", detail={"trace_ids": [other]}),
+            conversation("c2", detail={"trace_ids": [other, wanted]}, last_seen=2_000.0),
+            conversation("c3", detail={"note": wanted[:-2]}),  # a prefix of it is no match
+        ]
+    )
+    found = index.find_trace(wanted)
+    assert found is not None and found.key == "c2"
+    assert index.find_trace("ef" * 16) is None
+    with pytest.raises(ValueError, match="32 lower-case hex"):
+        index.find_trace("%' OR 1=1 --")
