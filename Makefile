@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo run test lint bench clean
+.PHONY: demo demo-phoenix run test lint bench clean
 
 $(RUNTIME_STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ $(TEST_STAMP): $(RUNTIME_STAMP)
 
 demo: $(RUNTIME_STAMP)
 	$(BIN)/otelsignals demo
+
+# The demo into a real Arize Phoenix (installed in .venv-phoenix), left running to browse.
+demo-phoenix: $(RUNTIME_STAMP)
+	scripts/demo-phoenix
 
 run: $(RUNTIME_STAMP)
 	$(BIN)/otelsignals run
