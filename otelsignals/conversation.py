@@ -13,6 +13,7 @@ else by name and canonical arguments) and, for tool results, the call id they an
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -174,8 +175,15 @@ class ConversationState:
         conversation = self.conversation
         if end is None or end - conversation.message_offset <= 0:
             return None
-        messages = conversation.messages[: end - conversation.message_offset]
-        return Conversation(conversation.key, messages=messages, agent_id=conversation.agent_id)
+        ids = [t.hex() for t in conversation.trace_ids]
+        upto = ids.index(trace_id) + 1 if trace_id in ids else len(ids)
+        return dataclasses.replace(  # what the spans said of it (offered tools…) comes along
+            conversation,
+            messages=conversation.messages[: end - conversation.message_offset],
+            llm_calls=[call for call in conversation.llm_calls if call.trace_id.hex() in ids[:upto]],
+            trace_ids=conversation.trace_ids[:upto],
+            available_tools=dict(conversation.available_tools),
+        )
 
     def append(self, message: Message, indexed: bool = True) -> None:
         """Show ``message``; ``indexed`` also records it in the history index (snapshot messages)."""

@@ -448,3 +448,20 @@ def test_the_conversation_after_a_trace_survives_trimming() -> None:
     after = state.conversation_after("trace-2")
     assert after is not None and [m.content for m in after.messages] == ["question 2", "answer 2"]
     assert state.conversation_after("unknown") is None
+
+
+def test_the_conversation_after_a_trace_keeps_what_the_spans_said_of_it() -> None:
+    """The offered tools come along (a trace-level tool_correctness needs them); the model calls of
+    later traces do not."""
+    state = ConversationState.new("c")
+    state.conversation.available_tools["get_order"] = {"name": "get_order", "parameters": None}
+    for n, trace in enumerate((b"\x01" * 16, b"\x02" * 16)):
+        state.conversation.trace_ids.append(trace)
+        state.conversation.llm_calls.append(LlmCall(span_id=bytes(8), trace_id=trace))
+        state.append(Message(Role.USER, f"question {n}"))
+        state.record_trace_end(trace.hex())
+    after = state.conversation_after((b"\x01" * 16).hex())
+    assert after is not None and list(after.available_tools) == ["get_order"]
+    assert [call.trace_id for call in after.llm_calls] == [b"\x01" * 16]
+    assert after.trace_ids == [b"\x01" * 16] and len(after.messages) == 1
+    assert state.conversation.available_tools is not after.available_tools  # a copy

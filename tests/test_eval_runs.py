@@ -349,6 +349,7 @@ def test_a_closed_conversations_trace_is_found_in_the_index(tmp_path):
         ({"trace_ids": ["a" * 32], "metrics": ["agent_reliability"]}, "no session metrics"),
         ({"trace_ids": ["a" * 32], "session_ids": ["s"]}, "one of"),
         ({"trace_ids": []}, "trace_ids"),
+        ({"trace_ids": ["a" * 32] * 501}, "at most 500"),
     ],
 )
 def test_bad_trace_level_requests_are_refused(body, complaint):

@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry
 
 from otelsignals.config import AnnotationsConfig
-from otelsignals.pipeline.annotations import PhoenixAnnotator, SpanVerdict
+from otelsignals.pipeline.annotations import OUTAGE_PROBLEMS, PhoenixAnnotator, SpanVerdict
 from otelsignals.telemetry import ProblemLog
 from tests.support.clients import export_grpc
 from tests.support.otlp_sink import OtlpSink
@@ -253,7 +253,7 @@ def test_an_unreachable_phoenix_costs_no_span_and_is_counted(
         }
         assert enriched == {*severe.span_ids.values(), *calm.span_ids.values(), *again.span_ids.values()}
         failures = [r for r in sidecar.log_records() if r.get("kind") == f"annotations_{reason}"]
-        assert len(failures) == 1, "a failing Phoenix is logged once, then at most once a minute"
+        assert len(failures) == 1, "logged when it starts, then summed up"
         assert url in json.dumps(failures[0])
     finally:
         if stalled is not None:
@@ -308,3 +308,20 @@ def test_verdicts_left_at_shutdown_are_tried_then_counted(outage: str, metric: s
     assert registry.get_sample_value(metric, {"reason": reason}) == 3
     assert registry.get_sample_value("otelsignals_annotations_sent_total") == 0
     assert registry.get_sample_value("otelsignals_annotations_pending") == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "outage"),
+    [
+        ("annotations_connection", True),
+        ("annotations_timeout", True),
+        ("annotations_http_503", True),
+        ("annotations_http_429", True),
+        ("annotations_queue_full", True),
+        ("annotations_http_422", False),  # Phoenix refused that batch's content: a good batch says nothing
+        ("annotations_http_401", False),  # a wrong key stays wrong until someone fixes it
+        ("annotations_error", False),
+    ],
+)
+def test_only_an_outage_ends_when_phoenix_takes_a_batch(kind: str, outage: bool) -> None:
+    assert kind.startswith(OUTAGE_PROBLEMS) is outage

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import json
 import time
@@ -227,6 +228,14 @@ class _Run:
 
 _Outcome = tuple[float, str, dict[str, Any]]
 
+# Stages that only extract facts from the transcript (no verdict): within one `Judge.evaluate`, the
+# metrics that need the same one with the same input share its answer, so that they work from one
+# task and one plan, and pay for them once.
+EXTRACTION_STAGES = frozenset({"extract_task", "extract_plan", "extract_user_input"})
+_SHARED_STAGES: contextvars.ContextVar[dict[tuple[str, str], asyncio.Future[dict[str, Any]]] | None] = (
+    contextvars.ContextVar("otelsignals_judge_shared_stages", default=None)
+)
+
 
 class Judge:
     """LLM-judge metrics, asking the model through ``complete``."""
@@ -293,9 +302,26 @@ class Judge:
         run: _Run,
         check: Callable[[dict[str, Any]], str | None] | None = None,
     ) -> dict[str, Any]:
+        """One stage; an extraction stage that several metrics of one `evaluate` ask with the same
+        input is asked once, and they all work from its one answer."""
+        run.stages.append(name)
+        shared = _SHARED_STAGES.get()
+        if shared is None or name not in EXTRACTION_STAGES:
+            return await self._ask_stage(name, user, run, check)
+        answer = shared.get((name, user))
+        if answer is None:  # the first metric to need it asks, counting the request in its own run
+            answer = shared[name, user] = asyncio.ensure_future(self._ask_stage(name, user, run, check))
+        return dict(await asyncio.shield(answer))
+
+    async def _ask_stage(
+        self,
+        name: str,
+        user: str,
+        run: _Run,
+        check: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> dict[str, Any]:
         """One stage: request, parse, validate; one corrective retry on malformed output."""
         stage = self.stage(name)
-        run.stages.append(name)
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": stage.prompt},
             {"role": "user", "content": user},
@@ -372,9 +398,12 @@ class Judge:
         threshold = self.config.thresholds.get(name, self.config.threshold)
         return MetricResult(name, score, score >= threshold, reason, metadata, threshold)
 
-    def _transcript(self, conversation: Conversation) -> str:
+    def _transcript(self, conversation: Conversation, *, without_tools: bool = False) -> str:
         return render_transcript(
-            conversation, self.config.max_transcript_chars, self.config.max_message_chars
+            conversation,
+            self.config.max_transcript_chars,
+            self.config.max_message_chars,
+            without_tools=without_tools,
         )
 
     async def _task(self, conversation: Conversation, run: _Run) -> dict[str, Any]:
@@ -434,9 +463,10 @@ class Judge:
                 return 1.0, "No tool calls and no tools available.", {"tool_calls": 0}
             transcript = section("Conversation", self._transcript(conversation))
             available = section("Available tools", "\n".join(tools) if tools else "(not known)")
-            # Stage 1 decides what the request needed without seeing the calls, so that stage 2
-            # compares the calls against an expectation rather than rationalising them.
-            selection = await self._run_stage("select_tools", "\n\n".join([transcript, available]), run)
+            # Stage 1 decides what the request needed without seeing the calls (nor their results),
+            # so that stage 2 compares the calls against an expectation rather than rationalising them.
+            said = section("Conversation", self._transcript(conversation, without_tools=True))
+            selection = await self._run_stage("select_tools", "\n\n".join([said, available]), run)
             needed = [name.strip() for name in selection["needed_tools"] if name.strip()]
             listed = "\n".join(f"- [{n}] {c.name}({args_text(c.arguments)})" for n, c in calls)
             user = "\n\n".join(
@@ -589,7 +619,8 @@ class Judge:
     async def evaluate(
         self, conversation: Conversation, metrics: Iterable[str] = METRICS, **kwargs: Any
     ) -> dict[str, MetricResult]:
-        """Several metrics concurrently (the semaphore still bounds the requests)."""
+        """Several metrics concurrently (the semaphore still bounds the requests); the extraction
+        stages they share (the task, the plan) are asked once."""
         names = list(metrics)
         unknown = [n for n in names if n not in METRICS]
         if unknown:
@@ -600,7 +631,11 @@ class Judge:
                 calls.append(self.tool_correctness(conversation, kwargs.get("available_tools")))
             else:
                 calls.append(getattr(self, name)(conversation))
-        return dict(zip(names, await asyncio.gather(*calls), strict=True))
+        shared = _SHARED_STAGES.set({})  # the metrics' tasks, made by gather, inherit it
+        try:
+            return dict(zip(names, await asyncio.gather(*calls), strict=True))
+        finally:
+            _SHARED_STAGES.reset(shared)
 
 
 def _content(payload: Mapping[str, Any]) -> Any:

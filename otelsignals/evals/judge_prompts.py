@@ -187,13 +187,26 @@ def _render_message(number: int, message: Message, limit: int) -> str:
 
 
 def render_transcript(
-    conversation: Conversation, max_chars: int = 60_000, max_message_chars: int = 4_000
+    conversation: Conversation,
+    max_chars: int = 60_000,
+    max_message_chars: int = 4_000,
+    *,
+    without_tools: bool = False,
 ) -> str:
-    """Numbered messages (absolute numbers); the oldest are elided beyond `max_chars`, the first kept."""
+    """Numbered messages (absolute numbers); the oldest are elided beyond `max_chars`, the first kept.
+    ``without_tools``: only what the user and the assistant said, no tool calls and no results (for
+    a stage that must judge what a request needs before seeing what the agent did)."""
     offset = conversation.message_offset
-    rendered = [
-        _render_message(offset + i, m, max_message_chars) for i, m in enumerate(conversation.messages)
-    ]
+    if without_tools:
+        rendered = [
+            f"[{offset + i}] {m.role.value}: {_clip(m.content, max_message_chars)}"
+            for i, m in enumerate(conversation.messages)
+            if m.role is not Role.TOOL and m.content
+        ]
+    else:
+        rendered = [
+            _render_message(offset + i, m, max_message_chars) for i, m in enumerate(conversation.messages)
+        ]
     if not rendered:
         return "(no messages)"
     total = sum(len(r) + 1 for r in rendered)

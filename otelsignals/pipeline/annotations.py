@@ -52,7 +52,16 @@ PHOENIX_RETRYABLE_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
 # Waits between attempts: 0.5 s doubling, at most 30 s (the last attempt of 5 comes ~7.5 s after the first).
 PHOENIX_BACKOFF = Backoff(initial_interval=0.5, multiplier=2.0, max_interval=30.0, randomization_factor=0.5)
 SPAN_ANNOTATIONS_PATH = "/v1/span_annotations"
-# Repeats of one kind of failure are summed up in one line at most this often.
+# Problem kinds that say Phoenix is unreachable or overwhelmed: a batch it takes ends them. A refusal
+# of one batch's content (another 4xx) is not an outage, and a later good batch does not end it.
+OUTAGE_PROBLEMS = (
+    "annotations_connection",
+    "annotations_timeout",
+    "annotations_http_5",
+    "annotations_http_408",
+    "annotations_http_429",
+    "annotations_queue_full",
+)
 
 
 @dataclass(frozen=True)
@@ -181,8 +190,12 @@ class PhoenixAnnotator:
         # A batch interrupted mid-request goes again (Phoenix upserts: a repeat is harmless).
         self._pending.extendleft(reversed(self._in_flight))
         self._in_flight = []
-        with contextlib.suppress(TimeoutError):
+        try:
             await asyncio.wait_for(self._send_all_pending(), timeout)
+        except TimeoutError:
+            pass
+        except Exception:  # a bug of ours: what is left is dropped below, and shutdown goes on
+            logger.debug("sending annotations at shutdown failed", exc_info=True)
         left = len(self._pending) + len(self._in_flight)
         if left:
             self.dropped.labels("shutdown").inc(left)
@@ -206,10 +219,13 @@ class PhoenixAnnotator:
                     await asyncio.wait_for(self._batch_full.wait(), self.flush_interval)
             try:
                 await self._send_batch()
-            except Exception:  # a bug must not stop the sender for good: that batch is counted failed
+            except Exception as exc:  # a bug must not stop the sender: that batch is counted failed
                 self.failed.labels("error").inc(len(self._in_flight))
                 self._in_flight = []
-                logger.exception("sending annotations to Phoenix failed")
+                logger.debug("sending annotations to Phoenix failed", exc_info=True)
+                self._problems.warning(
+                    "annotations_error", f"sending annotations failed: {type(exc).__name__}"
+                )
 
     async def _send_all_pending(self) -> None:
         while self._pending:
@@ -235,7 +251,7 @@ class PhoenixAnnotator:
         last = exchange.last
         if last.ok:
             self.sent.inc(len(batch))
-            self._problems.recovered("annotations_", "Phoenix takes annotations again", url=self.url)
+            self._problems.recovered(OUTAGE_PROBLEMS, "Phoenix takes annotations again", url=self.url)
             return
         reason = failure_reason(last)
         self.failed.labels(reason).inc(len(batch))

@@ -51,7 +51,12 @@ from otelsignals.pipeline.listing import listing_request
 from otelsignals.pipeline.llm_endpoints import ChatCompletions
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.stores import ReputationStore
-from otelsignals.stores.conversation_index import ConversationFilter, ConversationIndex, IndexedConversation
+from otelsignals.stores.conversation_index import (
+    ConversationFilter,
+    ConversationIndex,
+    IndexedConversation,
+    is_trace_id,
+)
 
 logger = logging.getLogger("otelsignals.eval_runs")
 
@@ -61,10 +66,6 @@ SESSION_METRICS = {"agent_reliability": agent_reliability, "agent_consistency": 
 TRACE_METRICS = ("coherence", "loop_detection")
 ALL_METRICS = (*SESSION_METRICS, *TRACE_METRICS, *JUDGE_METRICS)
 TRACE_RUN_METRICS = (*TRACE_METRICS, *JUDGE_METRICS)
-
-
-def _is_trace_id(value: str) -> bool:
-    return len(value) == 32 and all(c in "0123456789abcdef" for c in value)
 
 
 T = TypeVar("T")
@@ -86,6 +87,7 @@ _NAMES_ONLY = frozenset(
 
 DEFAULT_FILTER_LIMIT = 100  # conversations a filtered run evaluates, the highest priority first
 MAX_FILTER_LIMIT = 500
+MAX_RUN_TARGETS = 500  # session or trace ids one run may name
 
 
 class EvalRunError(ValueError):
@@ -113,6 +115,8 @@ def _id_list(body: dict[str, Any], field_name: str) -> list[str] | None:
         not isinstance(ids, list) or not ids or not all(isinstance(s, str) and s for s in ids)
     ):
         raise EvalRunError(f"{field_name}: a non-empty list of ids is required")
+    if ids is not None and len(ids) > MAX_RUN_TARGETS:  # each costs lookups and judge calls
+        raise EvalRunError(f"{field_name}: at most {MAX_RUN_TARGETS} in one run")
     return ids
 
 
@@ -123,7 +127,7 @@ def parse_request(body: Any) -> dict[str, Any]:
     conditions = body.get("filter")
     if sum(given is not None for given in (sessions, traces, conditions)) != 1:
         raise EvalRunError("give one of session_ids (a list), filter (the listing's filters) or trace_ids")
-    if traces is not None and not all(_is_trace_id(t) for t in traces):
+    if traces is not None and not all(is_trace_id(t) for t in traces):
         raise EvalRunError("trace_ids: trace ids are 32 lower-case hex digits, as OTLP/JSON writes them")
     if conditions is not None:
         filter_of(conditions)  # refused now rather than when the run starts

@@ -67,6 +67,11 @@ _SCHEMA = (
 _ROW_OVERHEAD_BYTES = 200  # the columns beside ``detail``, roughly, for the byte bound
 
 
+def is_trace_id(value: str) -> bool:
+    """32 lower-case hex digits: a trace id as OTLP/JSON and the trace backends write it."""
+    return len(value) == 32 and all(c in "0123456789abcdef" for c in value)
+
+
 @dataclass
 class IndexedConversation:
     key: str
@@ -236,7 +241,7 @@ class ConversationIndex:
     def find_trace(self, trace_id: str) -> IndexedConversation | None:
         """The conversation whose recorded trace ids (the latest ones) include ``trace_id`` (32 hex
         digits). A scan of the rows' details: for on-demand lookups, not for the hot path."""
-        if len(trace_id) != 32 or any(c not in "0123456789abcdef" for c in trace_id):
+        if not is_trace_id(trace_id):
             raise ValueError(f"a trace id is 32 lower-case hex digits, got {trace_id!r}")
         pattern = f'%"{trace_id}"%'  # as the detail's JSON lists it
         with self._lock:

@@ -356,6 +356,20 @@ async def test_tool_correctness_sends_available_tools(server: JudgeServer) -> No
     assert result.metadata["user_input"] == "Weather in Paris."
 
 
+async def test_tool_selection_is_blind_to_the_calls_made(server: JudgeServer) -> None:
+    """Stage 1 sees what the user and the assistant said, not the calls nor their results."""
+    server.script(
+        js(user_input="Where is A1?", needed_tools=["get_order"], reason="A lookup."),
+        js(score=0.5, unnecessary_tools=["track"], missing_tools=[], reason="track was not needed."),
+    )
+    async with judging(server) as judge:
+        await judge.tool_correctness(order_conversation(), available_tools=["get_order", "track"])
+    select, judged = (r.messages[1]["content"] for r in server.completion_requests)
+    assert "tool call" not in select and "tool result" not in select and "B2" not in select
+    assert "Where is my order A1?" in select  # the user's words are there
+    assert "-> tool call track" in judged and "## Tool calls made\n- [" in judged
+
+
 async def test_tool_correctness_reads_the_tools_the_spans_listed(server: JudgeServer) -> None:
     server.script(SELECTED, js(score=1.0, unnecessary_tools=[], missing_tools=[], reason="Right tool."))
     conversation = plain_conversation()
@@ -678,3 +692,26 @@ async def test_a_criterion_out_of_range_is_malformed(server: JudgeServer) -> Non
     async with judging(server) as judge:
         result = await judge.confidence(order_conversation())
     assert is_errored(result) and "$.criteria.decisiveness must be <= 1" in result.metadata["error"]
+
+
+async def test_metrics_evaluated_together_share_one_task_extraction(server: JudgeServer) -> None:
+    """task_completion, step_efficiency and both plan metrics all start from the user's task: asked
+    once, every metric works from the same answer; the plan, shared by the plan metrics, too."""
+    answers = {
+        "extract_task": js(**TASK),
+        "extract_plan": js(**PLAN),
+        "task_completion": js(verdict=1.0, reason="Done."),
+        "step_efficiency": js(score=0.9, redundant_steps=[], reason="Direct."),
+        "plan_adherence": js(score=0.8, deviations=[], reason="Followed."),
+        "plan_quality": js(score=0.7, issues=[], reason="Sound."),
+    }
+    server.answer_by_system_prompt({stage_prompt(name): reply for name, reply in answers.items()})
+    metrics = ["task_completion", "step_efficiency", "plan_adherence", "plan_quality"]
+    async with judging(server) as judge:
+        results = await judge.evaluate(plan_conversation(), metrics)
+    asked = [r.messages[0]["content"] for r in server.completion_requests]
+    assert asked.count(stage_prompt("extract_task")) == 1 and asked.count(stage_prompt("extract_plan")) == 1
+    assert len(asked) == 2 + len(metrics)
+    assert all(r.metadata["task"] == TASK["task"] for r in results.values())
+    assert results["plan_quality"].metadata["stage_names"] == ["extract_task", "extract_plan", "plan_quality"]
+    assert sum(r.metadata["requests"] for r in results.values()) == len(asked)  # each request counted once

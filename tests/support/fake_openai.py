@@ -203,6 +203,7 @@ class FakeOpenAI:
         self._ids = _Ids(random.Random(seed))
         self._lock = threading.Lock()
         self._script: deque[Reply] = deque()
+        self._by_system_prompt: dict[str, Reply] = {}
         self._received: list[Received] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -273,6 +274,12 @@ class FakeOpenAI:
         with self._lock:
             self._script.extend(replies)
 
+    def answer_by_system_prompt(self, replies: dict[str, Reply]) -> None:
+        """Answer each request by its system message instead of in arrival order (for requests that
+        arrive concurrently): the same reply every time that system message is seen."""
+        with self._lock:
+            self._by_system_prompt = dict(replies)
+
     @property
     def pending(self) -> int:
         with self._lock:
@@ -291,6 +298,7 @@ class FakeOpenAI:
     def clear(self) -> None:
         with self._lock:
             self._script.clear()
+            self._by_system_prompt.clear()
             self._received.clear()
 
     # ---- handlers --------------------------------------------------------------------
@@ -314,7 +322,9 @@ class FakeOpenAI:
         reply = None
         with self._lock:
             self._received.append(item)
-            if body is not None and self._script:
+            if body is not None and self._by_system_prompt:
+                reply = self._by_system_prompt.get(_system_prompt(body))
+            elif body is not None and self._script:
                 reply = self._script.popleft()
         item.reply = reply
         return item, body, reply
@@ -532,3 +542,9 @@ def _split_text(text: str) -> list[str]:
 
 def _split_args(arguments: str, size: int = 8) -> list[str]:
     return [arguments[i : i + size] for i in range(0, len(arguments), size)] or [""]
+
+
+def _system_prompt(body: dict[str, Any]) -> str:
+    messages = body.get("messages") or []
+    first = messages[0] if messages and isinstance(messages[0], dict) else {}
+    return str(first.get("content", "")) if first.get("role") == "system" else ""
