@@ -41,7 +41,7 @@ from otelsignals.signals.phrase_analysis import (
     sentence_spans,
     user_texts,
 )
-from otelsignals.signals.stagnation import REPETITION_WINDOW, Answer, comparable_answer, most_similar
+from otelsignals.signals.stagnation import REPETITION_WINDOW, Answer, most_similar, prepared_answer
 from otelsignals.signals.tokens import Token
 from otelsignals.signals.word_lists import canonical_forms, word_order, word_sequences, word_set
 
@@ -481,7 +481,7 @@ def _repeated_answer(ctx: DetectionContext, i: int) -> int | None:
     for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
         message = ctx.messages[j]
         if message.role is Role.ASSISTANT and message.content:
-            answers.append((ctx.absolute_index(j), comparable_answer(message.content)))
+            answers.append((ctx.absolute_index(j), prepared_answer(ctx, j, message.content)))
             if len(answers) > REPETITION_WINDOW:
                 break
     if len(answers) < 2:
