@@ -281,7 +281,14 @@ class PhraseMatcher:
     def scan(self, text: str) -> Scan:
         unified = unify(text)
         spans = quoted_spans(unified)
-        tokens = mark_quoted(tokens_of(unified), spans)
+        return self._scan(text, unified, mark_quoted(tokens_of(unified), spans), spans)
+
+    def rescan(self, scanned: Scan) -> Scan:
+        """``self.scan(scanned.text)`` from another matcher's scan of it: every matcher tokenises and
+        quotes a text alike, so the tokens and quoted spans are reused, not computed again."""
+        return self._scan(scanned.text, unify(scanned.text), scanned.tokens, scanned.quoted_spans)
+
+    def _scan(self, text: str, unified: str, tokens: list[Token], spans: list[tuple[int, int]]) -> Scan:
         scan = Scan(text, tokens, [], spans)
         words, fuzzy = self._correct(tokens, scan)
         scan.matches = self._phrase_hits(tokens, words, fuzzy, scan)
