@@ -132,6 +132,19 @@ def unsatisfying(message: Message) -> bool:
     return bool(content is not None and (content_is_error(content) or empty_result_of(content) is not None))
 
 
+_UNSATISFYING = "loops.unsatisfying"  # in ctx.scratch: local index → unsatisfying(that tool result)
+
+
+def _unsatisfying_at(ctx: DetectionContext, index: int) -> bool:
+    """unsatisfying(ctx.messages[index]), worked out once per trace for the three loop detectors (it
+    parses the result's JSON)."""
+    known: dict[int, bool] = ctx.scratch.setdefault(_UNSATISFYING, {})
+    verdict = known.get(index)
+    if verdict is None:
+        verdict = known[index] = unsatisfying(ctx.messages[index])
+    return verdict
+
+
 def _call_events(ctx: DetectionContext, state: dict[str, Any], start: int) -> Iterator[tuple[int, str, Any]]:
     """(local index, kind, payload) in order: ``("user", None)``; ``("call", (name, canonical
     arguments or None))``; ``("result", unsatisfying)`` for the tool result of a call."""
@@ -155,7 +168,7 @@ def _call_events(ctx: DetectionContext, state: dict[str, Any], start: int) -> It
                     continue
                 # A call no assistant message carried (content not captured): known from its span.
                 yield index, "call", (name, canonical_arguments(result.arguments))
-            yield index, "result", unsatisfying(message)
+            yield index, "result", _unsatisfying_at(ctx, index)
 
 
 def _state(ctx: DetectionContext, key: str) -> dict[str, Any]:
