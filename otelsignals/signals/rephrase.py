@@ -18,6 +18,7 @@ The word lists of rules 3–5 are data, with their examples: ``rules`` in ``phra
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import deque
 from typing import Any, NamedTuple
 
@@ -88,9 +89,9 @@ def _content_tokens(tokens: list[Token]) -> list[str]:
 
 
 def _substantial(words: str) -> bool:
-    return (
-        words.count(" ") + 1 >= REPHRASE_MIN_WORDS and sum(c.isalpha() for c in words) >= REPHRASE_MIN_LETTERS
-    )
+    # the letters counted in C, and only up to REPHRASE_MIN_LETTERS (a message's words run to hundreds)
+    letters = itertools.islice(filter(str.isalpha, words), REPHRASE_MIN_LETTERS)
+    return words.count(" ") + 1 >= REPHRASE_MIN_WORDS and len(list(letters)) >= REPHRASE_MIN_LETTERS
 
 
 def rephrase_similarity(words: str, earlier: str) -> float:
