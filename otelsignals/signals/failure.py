@@ -37,7 +37,6 @@ from otelsignals.signals.base import DetectionContext, DetectorSpec
 from otelsignals.signals.errors import (
     Classification,
     content_is_error,
-    empty_result_of,
     result_failed,
     tool_failure,
 )
@@ -57,6 +56,7 @@ from otelsignals.signals.tool_calls import (
     assistant_call,
     canonical_arguments,
     content_of,
+    empty_result_at,
     has_value,
     is_identifier,
     name_words,
@@ -237,7 +237,7 @@ def detect_bad_query(ctx: DetectionContext) -> list[SignalInstance]:
             if result_failed(result):
                 continue
             content = content_of(message)
-            kind = empty_result_of(content)
+            kind = empty_result_at(ctx, index)
             if kind is None or content_is_error(content):
                 continue
             name, arguments = assistant_call(ctx, index, result)

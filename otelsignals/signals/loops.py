@@ -47,12 +47,11 @@ from typing import Any
 
 import orjson
 
-from otelsignals.model import Message, Role, SignalInstance
+from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, Detector, DetectorSpec
 from otelsignals.signals.errors import (
     content_is_error,
-    empty_result_of,
     result_failed,
 )
 from otelsignals.signals.taxonomy import (
@@ -67,6 +66,7 @@ from otelsignals.signals.tool_calls import (
     argument_words,
     canonical_arguments,
     content_of,
+    empty_result_at,
     name_words,
     progress_done,
     progress_start,
@@ -123,13 +123,21 @@ def _consume(pending: list[list[Any]], call_id: str | None, name: str | None) ->
     return True
 
 
-def unsatisfying(message: Message) -> bool:
-    """A tool result the agent had reason to try again after: it failed or it found nothing."""
-    result = message.tool_result
-    if result_failed(result):
-        return True
-    content = content_of(message)
-    return bool(content is not None and (content_is_error(content) or empty_result_of(content) is not None))
+_UNSATISFYING = "loops.unsatisfying"  # in ctx.scratch: local index → _unsatisfying_at(index)
+
+
+def _unsatisfying_at(ctx: DetectionContext, index: int) -> bool:
+    """Whether the tool result ``ctx.messages[index]`` gave the agent reason to try again: it failed
+    or it found nothing. Worked out once per trace for the three loop detectors (it parses JSON)."""
+    known: dict[int, bool] = ctx.scratch.setdefault(_UNSATISFYING, {})
+    verdict = known.get(index)
+    if verdict is None:
+        message = ctx.messages[index]
+        content = content_of(message)
+        verdict = known[index] = result_failed(message.tool_result) or bool(
+            content is not None and (content_is_error(content) or empty_result_at(ctx, index) is not None)
+        )
+    return verdict
 
 
 def _call_events(ctx: DetectionContext, state: dict[str, Any], start: int) -> Iterator[tuple[int, str, Any]]:
@@ -155,7 +163,7 @@ def _call_events(ctx: DetectionContext, state: dict[str, Any], start: int) -> It
                     continue
                 # A call no assistant message carried (content not captured): known from its span.
                 yield index, "call", (name, canonical_arguments(result.arguments))
-            yield index, "result", unsatisfying(message)
+            yield index, "result", _unsatisfying_at(ctx, index)
 
 
 def _state(ctx: DetectionContext, key: str) -> dict[str, Any]:

@@ -193,6 +193,9 @@ class _Entry:
     anchor_start: bool = False
     anchor_end: bool = False
     tail: tuple[str, ...] = ()  # words after the key: literal norms, "*" or "*<suffix>" (see docstring)
+    # (offset from the phrase's first token, norm) of the tail's first literal word: most hits of a
+    # common key (" the ", " i can ") fail on it, so it is compared before the whole tail is
+    probe: tuple[int, str] | None = None
 
 
 @dataclass(slots=True)
@@ -263,7 +266,8 @@ class PhraseMatcher:
                 vocabulary.update(w for w in tail if not w.startswith("*"))
                 key = keys.setdefault(f" {' '.join(words)} ", _Key(len(" ".join(words)) + 2))
                 last = phrase.strip().endswith("$")
-                entry = _Entry(index, phrase, len(words) + len(tail), exclude, first, last, tail)
+                probe = next(((len(words) + k, w) for k, w in enumerate(tail) if not w.startswith("*")), None)
+                entry = _Entry(index, phrase, len(words) + len(tail), exclude, first, last, tail, probe)
                 if entry not in key.entries:
                     key.entries.append(entry)
             for phrase in group.whole_message:
@@ -281,7 +285,14 @@ class PhraseMatcher:
     def scan(self, text: str) -> Scan:
         unified = unify(text)
         spans = quoted_spans(unified)
-        tokens = mark_quoted(tokens_of(unified), spans)
+        return self._scan(text, unified, mark_quoted(tokens_of(unified), spans), spans)
+
+    def rescan(self, scanned: Scan) -> Scan:
+        """``self.scan(scanned.text)`` from another matcher's scan of it: every matcher tokenises and
+        quotes a text alike, so the tokens and quoted spans are reused, not computed again."""
+        return self._scan(scanned.text, unify(scanned.text), scanned.tokens, scanned.quoted_spans)
+
+    def _scan(self, text: str, unified: str, tokens: list[Token], spans: list[tuple[int, int]]) -> Scan:
         scan = Scan(text, tokens, [], spans)
         words, fuzzy = self._correct(tokens, scan)
         scan.matches = self._phrase_hits(tokens, words, fuzzy, scan)
@@ -312,14 +323,16 @@ class PhraseMatcher:
             starts[position] = index
             position += len(word) + 1
         hits: list[tuple[int, _Entry]] = []
+        count = len(words)
         for end, key in self._automaton.iter(f" {' '.join(words)} "):
             scan.candidates += 1
             first = starts[end - key.chars + 2]
-            hits.extend(
-                (first, entry)
-                for entry in key.entries
-                if self._tail_matches(words, first, entry) and self._anchored(tokens, first, entry)
-            )
+            for entry in key.entries:
+                probe = entry.probe
+                if probe is not None and (first + probe[0] >= count or words[first + probe[0]] != probe[1]):
+                    continue  # (the cheap look first: _tail_matches would say no too)
+                if self._tail_matches(words, first, entry) and self._anchored(tokens, first, entry):
+                    hits.append((first, entry))
         excluded = self._excluded(hits)
         any_fuzzy = any(fuzzy)
         matches: list[Match] = []

@@ -132,7 +132,18 @@ class PhraseLibrary:
         """Names of the cue lists with an unquoted, un-negated hit in ``text``."""
         if self.cues is None:
             return frozenset()
-        return frozenset(m.group for m in self.cues.find(text) if not (m.quoted or m.negated))
+        return _groups_hit(self.cues.find(text))
+
+    def scanned_cue_hits(self, scan: Scan) -> frozenset[str]:
+        """cue_hits of the text ``scan`` (the phrase matcher's) holds, reusing its tokens."""
+        if self.cues is None:
+            return frozenset()
+        return _groups_hit(self.cues.rescan(scan).matches)
+
+
+def _groups_hit(matches: list[Match]) -> frozenset[str]:
+    """The groups of ``matches`` with a hit neither quoted nor negated."""
+    return frozenset(m.group for m in matches if not (m.quoted or m.negated))
 
 
 def parse_library(data: dict[str, Any]) -> PhraseLibrary:
@@ -249,7 +260,7 @@ class TextAnalysis:
     def aimed_elsewhere(self) -> bool:
         """The message blames a third party or the world and points at neither the agent, the chat nor
         the service: its frustration is not a stance toward the agent."""
-        cues = phrase_library().cue_hits(self.scan.text)
+        cues = phrase_library().scanned_cue_hits(self.scan)
         return THIRD_PARTY in cues and AGENT not in cues
 
 

@@ -18,6 +18,7 @@ The word lists of rules 3–5 are data, with their examples: ``rules`` in ``phra
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import deque
 from typing import Any, NamedTuple
 
@@ -41,7 +42,7 @@ from otelsignals.signals.phrase_analysis import (
     sentence_spans,
     user_texts,
 )
-from otelsignals.signals.stagnation import REPETITION_WINDOW, Answer, comparable_answer, most_similar
+from otelsignals.signals.stagnation import REPETITION_WINDOW, Answer, most_similar, prepared_answer
 from otelsignals.signals.tokens import Token
 from otelsignals.signals.word_lists import canonical_forms, word_order, word_sequences, word_set
 
@@ -88,9 +89,9 @@ def _content_tokens(tokens: list[Token]) -> list[str]:
 
 
 def _substantial(words: str) -> bool:
-    return (
-        words.count(" ") + 1 >= REPHRASE_MIN_WORDS and sum(c.isalpha() for c in words) >= REPHRASE_MIN_LETTERS
-    )
+    # the letters counted in C, and only up to REPHRASE_MIN_LETTERS (a message's words run to hundreds)
+    letters = itertools.islice(filter(str.isalpha, words), REPHRASE_MIN_LETTERS)
+    return words.count(" ") + 1 >= REPHRASE_MIN_WORDS and len(list(letters)) >= REPHRASE_MIN_LETTERS
 
 
 def rephrase_similarity(words: str, earlier: str) -> float:
@@ -481,7 +482,7 @@ def _repeated_answer(ctx: DetectionContext, i: int) -> int | None:
     for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
         message = ctx.messages[j]
         if message.role is Role.ASSISTANT and message.content:
-            answers.append((ctx.absolute_index(j), comparable_answer(message.content)))
+            answers.append((ctx.absolute_index(j), prepared_answer(ctx, j, message.content)))
             if len(answers) > REPETITION_WINDOW:
                 break
     if len(answers) < 2:

@@ -13,6 +13,7 @@ from rapidfuzz.distance import OSA
 from otelsignals.model import Message, Role, ToolResult
 from otelsignals.signals.base import DetectionContext
 from otelsignals.signals.errors import (
+    empty_result_of,
     normalise,
 )
 from otelsignals.signals.word_lists import word_set
@@ -45,6 +46,18 @@ def content_of(message: Message) -> str | None:
     if isinstance(message.content, str):
         return message.content
     return result.content if result is not None and isinstance(result.content, str) else None
+
+
+_EMPTY_RESULTS = "tool_calls.empty_results"  # in ctx.scratch: local index → empty_result_at(index)
+
+
+def empty_result_at(ctx: DetectionContext, index: int) -> str | None:
+    """empty_result_of the content of the TOOL message ``ctx.messages[index]``, worked out once per
+    trace: the bad-query rule and the three loop detectors all ask, and it parses the result's JSON."""
+    known: dict[int, str | None] = ctx.scratch.setdefault(_EMPTY_RESULTS, {})
+    if index not in known:
+        known[index] = empty_result_of(content_of(ctx.messages[index]))
+    return known[index]
 
 
 def assistant_call(ctx: DetectionContext, index: int, result: ToolResult | None) -> tuple[str | None, Any]:

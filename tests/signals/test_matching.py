@@ -11,6 +11,7 @@ from otelsignals.signals.matching import (
     interior_one_edit,
     snippet,
 )
+from otelsignals.signals.phrase_analysis import phrase_library
 from otelsignals.signals.tokens import normalise, tokenise, unify
 
 GROUPS = (
@@ -453,3 +454,19 @@ def test_without_lead_ins_or_trailers_anchors_are_strict() -> None:
 def test_clause_snippet_is_the_match_and_the_rest_of_its_clause(text: str, matched: str, expected: str):
     start = text.index(matched)
     assert clause_snippet(text, start, start + len(matched)) == expected.strip()
+
+
+# --- a second matcher on a scanned text ------------------------------------------------------------
+
+
+def test_rescan_of_another_matchers_scan_is_its_own_scan(matcher: PhraseMatcher) -> None:
+    """The interaction library's cue matcher reads the phrase scan's tokens instead of tokenising
+    the message again: the result must be a fresh scan's, on every library example."""
+    library = phrase_library()
+    assert library.cues is not None
+    texts = [text for spec in library.groups.values() for text in (*spec.positives, *spec.near_misses)]
+    texts += [text for examples in library.cue_examples.values() for text in (*examples[0], *examples[1])]
+    for text in texts:
+        scanned = library.matcher.scan(text)
+        assert library.cues.rescan(scanned) == library.cues.scan(text), text
+        assert matcher.rescan(scanned) == matcher.scan(text), text

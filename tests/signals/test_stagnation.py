@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rapidfuzz import fuzz
 
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.stagnation import REPETITION_SIMILARITY, efficiency
+from otelsignals.signals.stagnation import (
+    REPETITION_CONTAINED_SIMILARITY,
+    REPETITION_SIMILARITY,
+    efficiency,
+    partial_ratio_bound,
+)
 from tests.signals.conversations import (
     INTERACTION_DETECTORS,
     A,
@@ -291,3 +299,38 @@ def test_repeated_sentences(earlier: str, later: str, repeated: bool) -> None:
 def test_contained_repetition(earlier: str, later: str, repeated: bool) -> None:
     found = only(tx.REPETITION, [(U, "help"), (A, earlier), (U, "and?"), (A, later)])
     assert [i.message_index for i in found] == ([3] if repeated else [])
+
+
+# --- the partial_ratio bound that skips most containment checks --------------------------------------
+_LETTERS = "abcde ."  # few letters: most drawn pairs are close, many score above the threshold
+
+
+@st.composite
+def needle_in_text(draw: st.DrawFn) -> tuple[str, str]:
+    """A text and a longer one holding an edited copy of it (both sides of the 64-character needle
+    limit where rapidfuzz changes algorithm)."""
+    size = draw(st.sampled_from((1, 20, 64, 65, 150)))
+    needle = draw(st.text(_LETTERS, min_size=size, max_size=size))
+    copy = list(needle)
+    for _ in range(draw(st.integers(0, max(8, size // 5)))):
+        at = draw(st.integers(0, len(copy)))
+        edit = draw(st.sampled_from(("insert", "delete", "replace")))
+        if edit == "insert" or at == len(copy):
+            copy.insert(at, draw(st.sampled_from(_LETTERS)))
+        elif edit == "delete":
+            del copy[at]
+        else:
+            copy[at] = draw(st.sampled_from(_LETTERS))
+    around = st.text(_LETTERS, max_size=60)
+    return needle, draw(around) + "".join(copy) + draw(around)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(needle_in_text())
+def test_partial_ratio_bound_holds(texts: tuple[str, str]) -> None:
+    """The bound is never below partial_ratio, so a pair it skips scores below the threshold too."""
+    short, long = sorted(texts, key=len)
+    bound = partial_ratio_bound(short, long)
+    assert fuzz.partial_ratio(short, long) <= bound + 1e-9
+    if bound < REPETITION_CONTAINED_SIMILARITY:
+        assert fuzz.partial_ratio(short, long, score_cutoff=REPETITION_CONTAINED_SIMILARITY) == 0

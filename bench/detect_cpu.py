@@ -1,0 +1,165 @@
+"""The detect stage alone on the agent workload: CPU per turn, per detector, and a digest of its output.
+
+    python bench/detect_cpu.py [--conversations 60] [--active 30] [--per-detector] [--profile] [--sizes]
+
+The requests of ``bench/agent_workload.py`` (same generator, same ``--seed``) go through the pipeline's
+path in this process (parse, trace assembly, the Analyzer); only ``analysis.detect`` is measured, in
+CPU time of this thread (``time.thread_time``: on a shared machine, far steadier than wall time).
+Prints the detect stage's µs per turn, the signals found and a digest of every signal (type, index,
+confidence, snippet, metadata) and skipped group: a refactor of the detectors must leave the digest
+as it is. ``--per-detector``: each registered detector's share; ``--profile``: the top functions of the
+detect stage under cProfile; ``--sizes``: the detectors' memory per open conversation (deep size of
+what ``detector_memory`` holds beyond the conversation's messages, and of the whole state).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import gc
+import hashlib
+import io
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import agent_workload  # noqa: E402
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
+
+import otelsignals.analysis as analysis_module  # noqa: E402
+from otelsignals.config_loading import load_config  # noqa: E402
+from otelsignals.otlp.wire import split_request  # noqa: E402
+from otelsignals.pipeline.analyzer import Analyzer  # noqa: E402
+from otelsignals.pipeline.assembler import Assembler, ReleasedTrace  # noqa: E402
+from otelsignals.signals import detect as detect_module  # noqa: E402
+from otelsignals.signals.base import DetectionContext  # noqa: E402
+from otelsignals.telemetry import Telemetry  # noqa: E402
+
+
+def timed_detectors(spent: dict[str, float]) -> tuple[detect_module.Registered, ...]:
+    """The registry with each detector's CPU time added to ``spent`` under its module.function."""
+
+    def wrap(entry: detect_module.Registered) -> detect_module.Registered:
+        name = f"{entry.detector.__module__.rsplit('.', 1)[1]}.{entry.detector.__name__}"
+        inner = entry.detector
+
+        def run(ctx: DetectionContext) -> Any:
+            started = time.thread_time()
+            try:
+                return inner(ctx)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.thread_time() - started
+
+        return dataclasses.replace(entry, detector=run)
+
+    return tuple(wrap(entry) for entry in detect_module.DETECTORS)
+
+
+def deep_size(root: object, seen: set[int]) -> int:
+    total, stack = 0, [root]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, type) or callable(item):
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        stack.extend(gc.get_referents(item))
+    return total
+
+
+def print_sizes(analyzer: Analyzer) -> None:
+    states = list(analyzer.sessions)
+    memory = whole = 0
+    for state in states:
+        seen: set[int] = set()
+        deep_size(state.conversation, seen)  # the messages' text is the conversation's, not the detectors'
+        memory += deep_size(state.detector_memory, seen)
+        whole += deep_size(state, set())
+    print(
+        f"{len(states)} conversations: detector memory {memory / len(states):,.0f} B each beyond the "
+        f"messages; whole state {whole / len(states):,.0f} B"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--conversations", type=int, default=60)
+    parser.add_argument("--active", type=int, default=30, help="conversations open at once (per phase)")
+    parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--per-detector", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--sizes", action="store_true")
+    args = parser.parse_args()
+
+    bodies = [
+        turn.body for turn in agent_workload.build_workload(args.conversations, args.active, args.seed).turns
+    ]
+    config = load_config(None, environ={})
+    original: Callable[..., Any] = analysis_module.detect
+    spent_by_detector: dict[str, float] = {}
+    if args.per_detector:
+        detect_module.DETECTORS = timed_detectors(spent_by_detector)
+    profiler = cProfile.Profile() if args.profile else None
+    digest = hashlib.blake2b(digest_size=8)
+    spent = 0.0
+    signals = 0
+
+    def detect(context: DetectionContext, disabled: frozenset[str] = frozenset()) -> Any:
+        nonlocal spent, signals
+        if profiler is not None:
+            profiler.enable()
+        started = time.thread_time()
+        found, skipped = original(context, disabled)
+        spent += time.thread_time() - started
+        if profiler is not None:
+            profiler.disable()
+        for s in found:
+            fields = [s.type, s.message_index, s.confidence, s.snippet, s.metadata]
+            digest.update(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS))
+        digest.update(orjson.dumps(skipped))
+        signals += len(found)
+        return found, skipped
+
+    analysis_module.detect = detect
+    analyzer = Analyzer(Telemetry(), config.sessions, config.signals, config.evals, config.analyzer)
+    released: list[ReleasedTrace] = []
+    assembler = Assembler(released.append, lambda record: None, decision_wait=2.0)
+    detect_module.warm_up()
+    if analyzer.embedder is not None:
+        analyzer.embedder.embed(["warm up"])
+    for body in bodies:
+        assembler.add(split_request(ExportTraceServiceRequest.FromString(body)).records)
+        for trace in released:
+            analyzer.process(trace)
+        released.clear()
+    analysis_module.detect = original
+
+    turns = len(bodies)
+    per_turn = spent / turns * 1e6
+    print(f"{turns:,} turns: detect {per_turn:,.0f} µs CPU per turn, {signals:,} signals, ", end="")
+    print(f"digest {digest.hexdigest()}")
+    for name, seconds in sorted(spent_by_detector.items(), key=lambda item: -item[1]):
+        print(f"  {name:45s} {seconds / turns * 1e6:8,.0f} µs per turn")
+    if args.sizes:
+        print_sizes(analyzer)
+    if profiler is not None:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(args.top)
+        print(text.getvalue())
+
+
+if __name__ == "__main__":
+    main()
