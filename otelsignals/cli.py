@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from otelsignals.config import Config, ConfigError, validate
+from otelsignals.config import Config, ConfigError, ExporterConfig, validate
 from otelsignals.config_loading import load_config
 from otelsignals.net import AddressInUse
 from otelsignals.telemetry import metric_total, setup_logging
@@ -183,15 +183,20 @@ def _export(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+DEMO_OUTPUT = "./otelsignals-data/demo-enriched.jsonl"  # the demo's own file (exporter.file_path)
+
+
 async def _demo(config: Config, repeat: int) -> int:
     from otelsignals.demo.report import quality_report
     from otelsignals.demo.traffic import send_demo_traffic
     from otelsignals.pipeline.senders import file_output_paths
     from otelsignals.sidecar import Sidecar
 
-    if not config.exporter.endpoint:
-        # The file exporter appends; the demo's output is this run's alone, so that the file it
-        # names (and `otelsignals analyze` of it) matches the summary printed.
+    if not config.exporter.endpoint and config.exporter.file_path == ExporterConfig.file_path:
+        # The demo's output goes to a file of its own, never the one `otelsignals run` appends to,
+        # and holds this run alone, so that it (and `otelsignals analyze` of it) matches the summary
+        # printed. A file_path the user chose is appended to like any other.
+        config.exporter.file_path = DEMO_OUTPUT
         for path in file_output_paths(config.exporter).values():
             path.unlink(missing_ok=True)
     # Ephemeral loopback ports, so the demo runs beside anything already listening on 4317/4318/13317.

@@ -46,10 +46,13 @@ def without_elapsed_time(output: str) -> str:
 
 
 def test_demo_sends_the_bundled_traffic_through_the_sidecar_and_summarises(tmp_path):
-    # A previous run's output: the demo's file holds its own run only.
-    output = tmp_path / "otelsignals-data" / "enriched.jsonl"
+    # A previous demo's output: the demo's file holds its own run only; and what `otelsignals run`
+    # wrote (its default file) is left alone.
+    output = tmp_path / "otelsignals-data" / "demo-enriched.jsonl"
     output.parent.mkdir()
-    output.write_text("left over from an earlier run\n")
+    output.write_text("left over from an earlier demo\n")
+    run_output = tmp_path / "otelsignals-data" / "enriched.jsonl"
+    run_output.write_text("what otelsignals run wrote\n")
     result = run_cli("demo", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert without_elapsed_time(result.stdout) == without_elapsed_time(readme_demo_output()), (
@@ -64,7 +67,8 @@ def test_demo_sends_the_bundled_traffic_through_the_sidecar_and_summarises(tmp_p
     assert int(table["spans received"]) == sent == int(table["spans forwarded"])
     assert int(table["spans dropped"]) == 0
     assert 0 < int(table["of which GenAI spans"]) < sent
-    assert table["enriched output"] == "./otelsignals-data/enriched.jsonl"
+    assert table["enriched output"] == "./otelsignals-data/demo-enriched.jsonl"
+    assert run_output.read_text() == "what otelsignals run wrote\n"
     written = sum(
         len(ss.spans)
         for line in output.read_bytes().splitlines()
