@@ -325,3 +325,27 @@ def test_verdicts_left_at_shutdown_are_tried_then_counted(outage: str, metric: s
 )
 def test_only_an_outage_ends_when_phoenix_takes_a_batch(kind: str, outage: bool) -> None:
     assert kind.startswith(OUTAGE_PROBLEMS) is outage
+
+
+def test_one_shutdown_budget_covers_the_spans_and_the_verdicts(tmp_path: Path) -> None:
+    """A downstream and a Phoenix that both never answer: SIGTERM ends the process within
+    service.shutdown_timeout (plus the process's own exit), not the timeout once per phase."""
+    downstream, phoenix = StalledPhoenix(), StalledPhoenix()
+    budget = 4.0
+    annotations = {"phoenix_url": phoenix.url, "flush_interval": "50ms", "timeout": "30s"}
+    exporter = {"endpoint": downstream.url.removeprefix("http://"), "timeout": "30s"}
+    try:
+        with SidecarProcess(
+            tmp_path, exporter, annotations=annotations, service={"shutdown_timeout": f"{budget:g}s"}
+        ) as sidecar:
+            export_grpc(sidecar.grpc_endpoint, documented_example())
+            sidecar.wait_for_metric("otelsignals_analyzer_conversation_traces_total", 1, timeout=10)
+            time.sleep(0.3)  # the verdict on its way to Phoenix, the spans to the downstream
+            started = time.monotonic()
+            assert sidecar.stop(timeout=30) == 0
+            took = time.monotonic() - started
+        # Before, each phase had the whole timeout: at least 2 × budget here.
+        assert took < 1.6 * budget, f"shutdown took {took:.1f}s"
+    finally:
+        downstream.socket.close()
+        phoenix.socket.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -148,13 +149,21 @@ class Pipeline:
         self.ready = True
 
     async def stop(self) -> None:
+        # One budget for the whole shutdown (service.shutdown_timeout), shared by its phases in turn
+        # (analysis, spans, verdict annotations), so that an orchestrator's grace period longer than
+        # it is always enough; what a phase leaves, the next one gets.
+        deadline = time.monotonic() + self.config.service.shutdown_timeout
+
+        def remaining() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         self.ready = False
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
         self.assembler.flush()
-        if not await self.analysis.drain(self.config.service.shutdown_timeout):
+        if not await self.analysis.drain(remaining()):
             unanalysed = self.analysis.abandon()
             for forward in unanalysed:
                 forward()
@@ -171,9 +180,9 @@ class Pipeline:
             self.index_reader.close()
         # Open sessions are not closed by a restart (another replica, or this one after the restart,
         # may continue them): no session span is emitted for them here.
-        await self.exporter.stop(self.config.service.shutdown_timeout)
+        await self.exporter.stop(remaining())
         if self.annotator is not None:  # after the spans, which the verdicts annotate
-            await self.annotator.stop(self.config.service.shutdown_timeout)
+            await self.annotator.stop(remaining())
         if self.disk_queue is not None:
             self.disk_queue.close()
         if self.reputation is not None:
