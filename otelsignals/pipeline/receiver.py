@@ -24,7 +24,6 @@ import contextlib
 import errno
 import logging
 import resource
-import time
 from collections.abc import Callable
 
 import grpc
@@ -37,22 +36,24 @@ from otelsignals.pipeline.grpc_receiver import start_grpc_server
 from otelsignals.pipeline.http_receiver import http_app
 from otelsignals.pipeline.intake import Authenticator, Intake
 from otelsignals.pipeline.service import Pipeline
+from otelsignals.telemetry import ProblemLog
 
 logger = logging.getLogger("otelsignals.receiver")
 
 
 class _AcceptErrorLog:
-    """A loop exception handler that reports accept() failures (EMFILE and the like) once, then a
-    count every minute, instead of a traceback per attempt; anything else goes to the previous handler."""
+    """A loop exception handler for accept() failures (EMFILE and the like): counted by errno and
+    logged through the process's ProblemLog (the start, then summaries), instead of a traceback per
+    attempt; anything else goes to the previous handler."""
 
     _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-    _SUMMARY_INTERVAL = 60.0
 
-    def __init__(self, previous: Callable[..., object] | None, counter: Counter) -> None:
+    def __init__(
+        self, previous: Callable[..., object] | None, counter: Counter, problems: ProblemLog
+    ) -> None:
         self.previous = previous
         self.counter = counter
-        self.suppressed = 0
-        self.last_report = 0.0
+        self.problems = problems
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
         exc = context.get("exception")
@@ -62,20 +63,13 @@ class _AcceptErrorLog:
             else:
                 loop.default_exception_handler(context)
             return
-        self.counter.labels(errno.errorcode.get(exc.errno or 0, str(exc.errno))).inc()
-        now = time.monotonic()
-        if self.last_report and now - self.last_report < self._SUMMARY_INTERVAL:
-            self.suppressed += 1
-            return
-        first = not self.last_report
-        self.last_report = now
-        message = f"cannot accept connections: {exc.strerror} ({context.get('message', '')})"
-        if first:
-            message += "; later ones are counted in otelsignals_receiver_accept_errors_total, once a minute"
-        else:
-            message += f"; {self.suppressed} more in the last minute"
-        self.suppressed = 0
-        logger.error(message, extra={"fields": {"kind": "accept_error", "errno": exc.errno}})
+        name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        self.counter.labels(name).inc()
+        self.problems.warning(
+            f"accept_error_{name}",
+            f"cannot accept connections: {exc.strerror} ({context.get('message', '')}); "
+            "counted in otelsignals_receiver_accept_errors_total",
+        )
 
 
 def connection_limit(configured: int) -> int:
@@ -108,6 +102,7 @@ class Receivers:
         self.grpc_port = 0
         self.http_port = 0
         registry = pipeline.telemetry.registry
+        self._problems = pipeline.telemetry.problems
         self._connections_gauge = Gauge(
             "otelsignals_receiver_http_connections",
             "Open connections to the OTLP/HTTP receiver.",
@@ -124,7 +119,9 @@ class Receivers:
         receiver = self.config
         loop = asyncio.get_running_loop()
         if not isinstance(loop.get_exception_handler(), _AcceptErrorLog):
-            loop.set_exception_handler(_AcceptErrorLog(loop.get_exception_handler(), self._accept_errors))
+            loop.set_exception_handler(
+                _AcceptErrorLog(loop.get_exception_handler(), self._accept_errors, self._problems)
+            )
         _raise_open_files_limit()
         max_connections = connection_limit(receiver.max_connections)
         if max_connections < receiver.max_connections:
