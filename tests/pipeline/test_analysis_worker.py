@@ -20,7 +20,7 @@ from otelsignals.pipeline.analysis_worker import AnalysisWorker
 from otelsignals.sidecar import Sidecar
 from tests.support.clients import export_grpc, make_spans
 from tests.support.loop_thread import start_loop_thread
-from tests.support.sidecar import free_port
+from tests.support.servers import free_port
 
 
 async def _started(max_bytes: int = 1000) -> AnalysisWorker:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -28,10 +29,30 @@ class ServerUnavailable(RuntimeError):
     pass
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+_PORTS = random.Random()  # seeded from the OS: concurrent test processes pick different ports
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, from below the kernel's ephemeral range: a port the kernel
+    hands out (bind to 0) can meanwhile become the source port of some outgoing connection, and then
+    a server that binds it, or binds it again after a restart, fails with "address in use"."""
+    floor = _ephemeral_floor()
+    for _ in range(200):
+        port = _PORTS.randrange(10_000, floor)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port found between 10000 and {floor}")
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes] | None, timeout: float, what: str) -> None:
