@@ -305,7 +305,7 @@ def session_json(state: ConversationState, show_content: bool) -> dict[str, Any]
         "flagged": current.flagged,
         "priority": state.priority.value,  # as of the latest analysed trace
         "priority_reasons": state.priority.reasons,
-        "trace_signals": [dataclasses.asdict(signals) for signals in traces],
+        "trace_signals": [signals.as_dict() for signals in traces],
         "session_metrics": [
             metric.as_dict() for metric in (agent_reliability(traces), agent_consistency(traces))
         ],

@@ -100,7 +100,7 @@ def indexed_conversation(
             }
             for signal in state.recent_signals
         ],
-        "trace_metrics": [dataclasses.asdict(t) for t in list(state.trace_signals)[-TRACES_KEPT:]],
+        "trace_metrics": [t.as_dict() for t in list(state.trace_signals)[-TRACES_KEPT:]],
         "session_metrics": [metric.as_dict() for metric in session_metrics] or None,
         "message_offset": conversation.message_offset,
         "messages": [_message(m, redact) for m in conversation.messages] if redact is not None else None,

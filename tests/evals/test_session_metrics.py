@@ -9,9 +9,12 @@ score = clamp(1 − sqrt(mean(wu²))).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from otelsignals.evals import (
     DEFAULT_WEIGHTS,
@@ -425,3 +428,22 @@ def test_bad_weights_rejected(weights):
 def test_duplicate_trace_ids_rejected():
     with pytest.raises(ValueError, match="duplicate"):
         agent_consistency([fine("t"), fine("t")])
+
+
+@given(
+    st.builds(
+        TraceSignals,
+        trace_id=st.text(min_size=1, max_size=8),
+        confidence=st.none() | st.floats(0, 1),
+        loop_detection=st.none() | st.floats(0, 1),
+        tool_correctness=st.none() | st.floats(0, 1),
+        coherence=st.none() | st.floats(0, 1),
+        sources=st.dictionaries(
+            st.sampled_from(["confidence", "coherence"]), st.sampled_from(["proxy", "embedding"])
+        ),
+    )
+)
+def test_as_dict_is_dataclasses_asdict(signals: TraceSignals) -> None:
+    """The fast copy the conversation index writes has every field, as asdict gives them."""
+    assert signals.as_dict() == dataclasses.asdict(signals)
+    assert signals.as_dict()["sources"] is not signals.sources
