@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import dataclasses
-import gc
 import hashlib
 import io
 import pstats
@@ -34,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import agent_workload  # noqa: E402
+from gc_pauses import deep_size  # noqa: E402
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
 
 import otelsignals.analysis as analysis_module  # noqa: E402
@@ -63,18 +63,6 @@ def timed_detectors(spent: dict[str, float]) -> tuple[detect_module.Registered, 
         return dataclasses.replace(entry, detector=run)
 
     return tuple(wrap(entry) for entry in detect_module.DETECTORS)
-
-
-def deep_size(root: object, seen: set[int]) -> int:
-    total, stack = 0, [root]
-    while stack:
-        item = stack.pop()
-        if id(item) in seen or isinstance(item, type) or callable(item):
-            continue
-        seen.add(id(item))
-        total += sys.getsizeof(item)
-        stack.extend(gc.get_referents(item))
-    return total
 
 
 def print_sizes(analyzer: Analyzer) -> None:
