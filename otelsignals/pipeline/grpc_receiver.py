@@ -172,6 +172,11 @@ async def start_grpc_server(
     authenticator: Authenticator | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     receiver = receiver or ReceiverConfig(max_message_size=intake.max_size)
+    config_key = "receiver.grpc.endpoint"
+    host, port = split_host_port(endpoint, config_key)
+    # Asked before a server exists: gRPC's C core would also print its own error line for it.
+    if port and address_in_use(host, port):
+        raise AddressInUse("OTLP/gRPC receiver", endpoint, config_key)
     interceptors = [_GrpcAuthentication(intake, authenticator)] if authenticator is not None else []
     server = grpc.aio.server(
         options=grpc_server_options(receiver, max_connections), interceptors=interceptors
@@ -183,11 +188,6 @@ async def start_grpc_server(
             _grpc_handler(intake, signal), request_deserializer=None, response_serializer=None
         )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {name: handler}),))
-    config_key = "receiver.grpc.endpoint"
-    host, port = split_host_port(endpoint, config_key)
-    # Asked first: gRPC's C core would also print its own error line for it.
-    if port and address_in_use(host, port):
-        raise AddressInUse("OTLP/gRPC receiver", endpoint, config_key)
     try:
         if tls is None:
             bound = server.add_insecure_port(f"{host}:{port}")
