@@ -314,3 +314,27 @@ def test_indexed_messages_are_reused_only_at_the_same_position_after_an_equal_pr
     again = cache.indexed("gaps", ["a", "", "c", "d"], lambda raw: [Message(Role.USER, content=raw)])
     assert [m.content for m in again] == ["a", "c", "d"]
     assert cache.indexed("ns", [], build) == []
+
+
+def test_a_history_with_multibyte_text_is_continued_by_its_bytes():
+    # The head is compared as UTF-8 bytes: characters of 2, 3 and 4 bytes before the new tail must
+    # not shift where the tail is cut.
+    cache = HistoryCache()
+    read_lengths: list[int] = []
+
+    def read(value: Any) -> list[Message]:
+        read_lengths.append(len(value))
+        return otel_messages(value, b"s", Role.USER)
+
+    def spoken(turns: int) -> str:
+        return history(turns).replace("question", "café ≠ 質問 🙂")
+
+    for turns in (3, 4, 5):
+        messages = cache.messages("gen_ai.input.messages", spoken(turns), read)
+        assert [m.content for m in messages] == [
+            m.content for m in otel_messages(spoken(turns), b"s", Role.USER)
+        ]
+    assert read_lengths == [6, 2, 2]
+    edited = spoken(5).replace("質問 🙂 0", "質問 🙃 0")
+    assert cache.messages("gen_ai.input.messages", edited, read)[0].content == "café ≠ 質問 🙃 0"
+    assert read_lengths[-1] == 10
