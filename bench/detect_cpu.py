@@ -1,6 +1,7 @@
 """The detect stage alone on the agent workload: CPU per turn, per detector, and a digest of its output.
 
     python bench/detect_cpu.py [--conversations 60] [--active 30] [--per-detector] [--profile] [--sizes]
+                               [--stage read]
 
 The requests of ``bench/agent_workload.py`` (same generator, same ``--seed``) go through the pipeline's
 path in this process (parse, trace assembly, the Analyzer); only ``analysis.detect`` is measured, in
@@ -10,6 +11,9 @@ confidence, snippet, metadata) and skipped group: a refactor of the detectors mu
 as it is. ``--per-detector``: each registered detector's share; ``--profile``: the top functions of the
 detect stage under cProfile; ``--sizes``: the detectors' memory per open conversation (deep size of
 what ``detector_memory`` holds beyond the conversation's messages, and of the whole state).
+``--stage read`` measures (and profiles) the convention readers instead (``Analyzer.assemble``: span
+decoding, reading the messages, merging them into the conversation); the digest is still of the
+signals found, which depend on every message read.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sizes", action="store_true")
+    parser.add_argument("--stage", choices=("detect", "read"), default="detect")
     args = parser.parse_args()
 
     bodies = [
@@ -105,15 +110,29 @@ def main() -> None:
     spent = 0.0
     signals = 0
 
+    def measured(function: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            nonlocal spent
+            if profiler is not None:
+                profiler.enable()
+            started = time.thread_time()
+            try:
+                return function(*args)
+            finally:
+                spent += time.thread_time() - started
+                if profiler is not None:
+                    profiler.disable()
+
+        return run
+
+    measured_detect = measured(original) if args.stage == "detect" else original
+    original_assemble = Analyzer.assemble
+    if args.stage == "read":
+        Analyzer.assemble = measured(original_assemble)  # type: ignore[method-assign]
+
     def detect(context: DetectionContext, disabled: frozenset[str] = frozenset()) -> Any:
-        nonlocal spent, signals
-        if profiler is not None:
-            profiler.enable()
-        started = time.thread_time()
-        found, skipped = original(context, disabled)
-        spent += time.thread_time() - started
-        if profiler is not None:
-            profiler.disable()
+        nonlocal signals
+        found, skipped = measured_detect(context, disabled)
         for s in found:
             fields = [s.type, s.message_index, s.confidence, s.snippet, s.metadata]
             digest.update(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS))
@@ -134,10 +153,11 @@ def main() -> None:
             analyzer.process(trace)
         released.clear()
     analysis_module.detect = original
+    Analyzer.assemble = original_assemble  # type: ignore[method-assign]
 
     turns = len(bodies)
     per_turn = spent / turns * 1e6
-    print(f"{turns:,} turns: detect {per_turn:,.0f} µs CPU per turn, {signals:,} signals, ", end="")
+    print(f"{turns:,} turns: {args.stage} {per_turn:,.0f} µs CPU per turn, {signals:,} signals, ", end="")
     print(f"digest {digest.hexdigest()}")
     for name, seconds in sorted(spent_by_detector.items(), key=lambda item: -item[1]):
         print(f"  {name:45s} {seconds / turns * 1e6:8,.0f} µs per turn")

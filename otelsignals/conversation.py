@@ -99,11 +99,12 @@ def fingerprints(messages: list[Message]) -> list[int]:
 
 
 def _fingerprint(message: Message) -> int:
-    text = " ".join((message.content or "").split())
     if message.role is Role.TOOL:
         result = message.tool_result
         if result is not None and result.call_id:
-            return hash((Role.TOOL, result.call_id))
+            return hash((Role.TOOL, result.call_id))  # its text (kilobytes of JSON) is not read
+    text = " ".join((message.content or "").split())
+    if message.role is Role.TOOL:
         return hash((Role.TOOL, text))
     calls = tuple(call.id or (call.name, _canonical(call.arguments)) for call in message.tool_calls)
     return hash((message.role, text, calls))

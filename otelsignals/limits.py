@@ -32,12 +32,6 @@ class TextLimits:
     max_span_text_bytes: int = 1024**2
 
 
-def _size(message: Message) -> int:
-    # len() in characters is a lower bound of the UTF-8 size and exact for ASCII; the exact size is
-    # computed only near the limit.
-    return len(message.content) if message.content else 0
-
-
 def _cut(text: str, limit: int) -> str | None:
     """``text`` cut to at most ``limit`` UTF-8 bytes, or None when it already fits."""
     if len(text) <= limit // 4:  # 4 bytes per character at most: fits without encoding
@@ -64,20 +58,26 @@ def cap_messages(messages: list[Message], limits: TextLimits, cut: Counter[str])
     """The part of ``messages`` (one span's history or answer) the analysis reads; ``cut`` counts
     what was cut by reason. Messages are cut in place: the same object may be read again from the
     decoding memo, and must then look the same."""
-    for message in messages:
-        if message.content:
-            shorter = _cut(message.content, limits.max_message_bytes)
+    # A resent history's messages were cut when first read: one pass over their lengths (no call
+    # per message) finds the few that may need it. len() in characters is a lower bound of the
+    # UTF-8 size and exact for ASCII; the exact size is computed only near the limit.
+    sizes = [len(message.content) if message.content else 0 for message in messages]
+    if sizes and max(sizes) > limits.max_message_bytes // 4:
+        for index, message in enumerate(messages):
+            shorter = _cut(message.content, limits.max_message_bytes) if message.content else None
             if shorter is not None:
                 message.content = shorter
+                sizes[index] = len(shorter)
                 cut["message_bytes"] += 1
     if len(messages) > limits.max_messages_per_span:
         cut["messages_per_span"] += len(messages) - limits.max_messages_per_span
         messages = messages[-limits.max_messages_per_span :]
-    total = sum(_size(message) for message in messages)
+        sizes = sizes[-limits.max_messages_per_span :]
+    total = sum(sizes)
     if total > limits.max_span_text_bytes:
         first = 0
         while first < len(messages) - 1 and total > limits.max_span_text_bytes:
-            total -= _size(messages[first])
+            total -= sizes[first]
             first += 1
         cut["span_text_bytes"] += first
         messages = messages[first:]
