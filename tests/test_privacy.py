@@ -375,7 +375,7 @@ def test_enricher_keeps_metadata_with_snippets_on_and_redacts_it_off():
     written = {}
     for snippets in (True, False):
         span = Span()
-        Enricher(SignalsConfig(snippets=snippets))._write(span, {}, [signal])
+        Enricher(SignalsConfig(snippets=snippets))._write(span, {}, [signal], 0)
         written[snippets] = {kv.key: any_value(kv.value) for kv in span.events[0].attributes}
     assert orjson.loads(written[True]["signal.metadata"]) == signal.metadata
     assert written[True]["signal.snippet"] == signal.snippet

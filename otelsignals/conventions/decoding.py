@@ -371,7 +371,7 @@ def _field_start(data: bytes, number: int, pos: int) -> int | None:
         key, after = varint(data, pos)
         if key >> 3 == number:
             return pos
-        pos = _skip(data, key & 7, after)
+        pos = skip_field(data, key & 7, after)
     return None
 
 
@@ -386,13 +386,13 @@ def _next_field(data: bytes, pos: int, number: int | None) -> int | None:
             return pos
         if field_number in (_ATTRIBUTES_FIELD, _EVENTS_FIELD):
             return None
-        pos = _skip(data, key & 7, after)
+        pos = skip_field(data, key & 7, after)
     if pos > end:
         raise IndexError("truncated field")
     return end
 
 
-def _skip(data: bytes, wire: int, pos: int) -> int:
+def skip_field(data: bytes, wire: int, pos: int) -> int:
     """Offset after a field value of wire type ``wire`` starting at ``pos``."""
     if wire == 0:
         return varint(data, pos)[1]

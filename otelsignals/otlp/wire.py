@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from otelsignals.conventions.decoding import skip_field, varint
+
 # Span.flags bits 8 and 9 (SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK, SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK):
 # a span whose parent is known to be remote is the root of this service's part of the trace.
 _REMOTE_PARENT = 0x100 | 0x200
@@ -103,6 +105,58 @@ def split_request(request: ExportTraceServiceRequest, ingest_seq: int = 0) -> Sp
                     parent = b""
                 append(SpanRecord(trace_id, span_id, parent, span.SerializeToString(), context, ingest_seq))
     return SplitRequest(records, invalid)
+
+
+# Span.name = 5 (string), .start_time_unix_nano = 7, .end_time_unix_nano = 8 (fixed64), .attributes =
+# 9 (KeyValue: key = 1).
+_NAME_FIELD, _START_FIELD, _END_FIELD, _ATTRIBUTES_FIELD = 5, 7, 8, 9
+_KEY_TAG = 0x0A
+
+
+@dataclass(slots=True, frozen=True)
+class SpanHead:
+    name: str
+    start_time_unix_nano: int
+    end_time_unix_nano: int
+    attribute_keys: list[bytes]  # UTF-8
+
+
+def span_head(data: bytes, max_fields: int) -> SpanHead | None:
+    """A serialized span's name, times and attribute keys, read without parsing it: its top-level
+    fields are walked (values skipped, the last of a repeated singular field wins, as in a parse).
+    None when it has more than ``max_fields`` top-level fields (each is a Python step here, while
+    a parse takes them in C) or an attribute whose key does not come first. Raises IndexError for
+    bytes that end inside a field."""
+    name, start, end = "", 0, 0
+    keys: list[bytes] = []
+    pos, size, fields = 0, len(data), 0
+    while pos < size:
+        fields += 1
+        if fields > max_fields:
+            return None
+        tag, pos = varint(data, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 2 and number in (_NAME_FIELD, _ATTRIBUTES_FIELD):
+            length, pos = varint(data, pos)
+            if number == _NAME_FIELD:
+                name = data[pos : pos + length].decode("utf-8", "replace")
+            elif length and data[pos] == _KEY_TAG:
+                key_length, key_at = varint(data, pos + 1)
+                keys.append(data[key_at : key_at + key_length])
+            elif length:
+                return None
+            pos += length
+        elif wire == 1 and number in (_START_FIELD, _END_FIELD):
+            if pos + 8 > size:
+                raise IndexError("truncated span")
+            value = int.from_bytes(data[pos : pos + 8], "little")
+            start, end = (value, end) if number == _START_FIELD else (start, value)
+            pos += 8
+        else:
+            pos = skip_field(data, wire, pos)
+    if pos > size:
+        raise IndexError("truncated span")
+    return SpanHead(name, start, end, keys)
 
 
 def _varint(value: int) -> bytes:

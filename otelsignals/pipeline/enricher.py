@@ -33,7 +33,7 @@ from otelsignals.analysis import Analysis
 from otelsignals.config import SignalsConfig
 from otelsignals.conversation import UNKNOWN_AGENT
 from otelsignals.model import SignalInstance
-from otelsignals.otlp.wire import SpanRecord
+from otelsignals.otlp.wire import SpanRecord, span_head
 from otelsignals.pipeline.assembler import ReleasedTrace
 from otelsignals.reputation import Reputation
 from otelsignals.scoring import severity
@@ -110,21 +110,64 @@ class Enricher:
             elif record.is_local_root:
                 targets.append((record, False))
         attributes = span_attributes(analysis, self.config.legacy_attributes, reputation)
+        flag = self.config.flag_span_name and analysis.score.flagged
+        # The attributes serialized once, for every span they are appended to.
+        attribute_block = Span()
+        self._write(attribute_block, attributes, [], 0)
+        block = attribute_block.SerializeToString()
         changed = 0
         for record, carries_events in targets:
-            span = Span.FromString(record.data)
-            if any(kv.key == MARKER_ATTRIBUTE for kv in span.attributes):
+            signals = analysis.new_signals if carries_events else []
+            data = self._appended(record.data, block, signals, flag)
+            if data is None:
+                data = self._rewritten(record.data, attributes, signals, flag)
+            if data is None:
                 continue
-            self._write(span, attributes, analysis.new_signals if carries_events else [])
-            if self.config.flag_span_name and analysis.score.flagged and not span.name.endswith(FLAG):
-                span.name += FLAG
-            data = span.SerializeToString()
             trace.size += len(data) - len(record.data)
             record.data = data
             changed += 1
         return changed
 
-    def _write(self, span: Span, attributes: dict[str, Any], signals: list[SignalInstance]) -> None:
+    def _appended(
+        self, data: bytes, attribute_block: bytes, signals: list[SignalInstance], flag: bool
+    ) -> bytes | None:
+        """The span enriched without parsing or re-serializing what it carries: the new attributes
+        (``attribute_block``, serialized as a span of their own), events and name are appended.
+        Protobuf parsers merge a message's repeated fields across its occurrences and keep the last
+        value of a singular one, so the result reads as the span with the attributes and events
+        added and the name replaced.
+
+        None when the span has a ``signals.`` attribute (it may be the marker or a key written,
+        which only a parse can tell) or too many fields to walk cheaply: the caller then rewrites
+        it in full.
+        """
+        try:
+            head = span_head(data, _MAX_WALKED_FIELDS)
+        except IndexError:
+            return None
+        if head is None or any(key.startswith(_SIGNALS_PREFIX) for key in head.attribute_keys):
+            return None
+        added = Span()
+        self._write(added, {}, signals, head.end_time_unix_nano or head.start_time_unix_nano)
+        if flag and not head.name.endswith(FLAG):
+            added.name = head.name + FLAG
+        return data + attribute_block + added.SerializeToString()
+
+    def _rewritten(
+        self, data: bytes, attributes: dict[str, Any], signals: list[SignalInstance], flag: bool
+    ) -> bytes | None:
+        """The span parsed, enriched and serialized again; None when it already carries the marker."""
+        span = Span.FromString(data)
+        if any(kv.key == MARKER_ATTRIBUTE for kv in span.attributes):
+            return None
+        self._write(span, attributes, signals, span.end_time_unix_nano or span.start_time_unix_nano)
+        if flag and not span.name.endswith(FLAG):
+            span.name += FLAG
+        return span.SerializeToString()
+
+    def _write(
+        self, span: Span, attributes: dict[str, Any], signals: list[SignalInstance], event_time: int
+    ) -> None:
         present = {kv.key for kv in span.attributes}
         for key, value in attributes.items():
             if key not in present:
@@ -132,7 +175,7 @@ class Enricher:
         for signal in signals:
             event = span.events.add()
             event.name = f"signal.{signal.type}"
-            event.time_unix_nano = span.end_time_unix_nano or span.start_time_unix_nano
+            event.time_unix_nano = event_time
             write_attribute(event.attributes.add(), "signal.type", signal.type)
             write_attribute(event.attributes.add(), "signal.message_index", signal.message_index)
             write_attribute(event.attributes.add(), "signal.confidence", float(signal.confidence))
@@ -142,6 +185,12 @@ class Enricher:
             write_attribute(
                 event.attributes.add(), "signal.metadata", orjson.dumps(metadata, default=str).decode()
             )
+
+
+_SIGNALS_PREFIX = b"signals."
+# Above this many top-level fields (attributes and events, mostly: OpenLLMetry's indexed histories) a
+# parse in C costs less than walking the fields in Python.
+_MAX_WALKED_FIELDS = 64
 
 
 def write_attribute(kv: KeyValue, key: str, value: Any) -> None:
