@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from otelsignals.conventions.decoding import AttributeOrigin, EventView
+from otelsignals.conventions.decoding import AttributeOrigin, EventView, Utf8Text
 from otelsignals.conventions.indexed import Fill, Locate, indexed_groups
 from otelsignals.model import LlmCall, Message, ToolResult
 
@@ -35,7 +35,7 @@ class Histories(Protocol):
     def messages(
         self,
         key: str,
-        text: str,
+        text: str | Utf8Text,
         read: Callable[[Any], list[Message]],
         items: Callable[[list[Any]], list[Message]] | None = None,
         closing: str = "]",
@@ -55,12 +55,25 @@ class Histories(Protocol):
         ...
 
 
-def json_or_text(text: str) -> Any:
-    """``text`` parsed when it is a JSON array or object, else the text itself."""
+def json_or_text(text: str | Utf8Text) -> Any:
+    """``text`` parsed when it is a JSON array or object, else the text itself (as a str)."""
+    if isinstance(text, Utf8Text):
+        data = text.utf8
+        first = 0
+        while first < len(data) and data[first] in _JSON_WHITESPACE:
+            first += 1
+        if first < len(data) and data[first] in _JSON_OPENINGS:
+            with suppress(orjson.JSONDecodeError):
+                return orjson.loads(data)
+        return str(text)
     if text.lstrip()[:1] in ("[", "{"):
         with suppress(orjson.JSONDecodeError):
             return orjson.loads(text)
     return text
+
+
+_JSON_WHITESPACE = b" \t\r\n"
+_JSON_OPENINGS = b"[{"
 
 
 class ReadInFull:
@@ -70,7 +83,7 @@ class ReadInFull:
     def messages(
         self,
         key: str,
-        text: str,
+        text: str | Utf8Text,
         read: Callable[[Any], list[Message]],
         items: Callable[[list[Any]], list[Message]] | None = None,
         closing: str = "]",

@@ -66,7 +66,47 @@ def _pairs(items: Any) -> list[tuple[str, Any]]:
     # Most attributes are strings, and a span resending a long history has hundreds of them: the
     # string is taken without asking which field is set (an empty string_value is also what any
     # other kind reads as, so those go through any_value, which gives "" for an empty string).
-    return [(kv.key, kv.value.string_value or any_value(kv.value)) for kv in items]
+    return [
+        (key, _utf8_text(kv.value) if key in UTF8_TEXT_KEYS else kv.value.string_value or any_value(kv.value))
+        for kv in items
+        if (key := kv.key) is not None
+    ]
+
+
+@dataclass(slots=True, frozen=True)
+class Utf8Text:
+    """A long string attribute as the UTF-8 bytes it came in, not decoded to a str: a history
+    resent whole on every model call (``UTF8_TEXT_KEYS``) is compared with the one read before by
+    a hash of these bytes and only its new tail is parsed (memory.HistoryCache), so the whole of
+    it is never turned into Python characters, which costs ~1 ns per character of model output."""
+
+    data: bytes  # the serialized AnyValue: its tag and length, then the text
+    start: int  # where the text starts in ``data``
+
+    @property
+    def utf8(self) -> memoryview:
+        return memoryview(self.data)[self.start :]
+
+    def __len__(self) -> int:
+        return len(self.data) - self.start  # bytes
+
+    def __str__(self) -> str:
+        return self.data[self.start :].decode("utf-8", "replace")
+
+
+# Attributes read as Utf8Text when their text is this long or longer (shorter ones are str).
+UTF8_TEXT_KEYS = frozenset({"gen_ai.input.messages"})
+UTF8_TEXT_MIN_BYTES = 1024
+
+
+def _utf8_text(value: AnyValue) -> Any:
+    if not value.HasField("string_value"):
+        return any_value(value)
+    data = value.SerializeToString()  # a copy of the bytes; no decoding
+    if len(data) < UTF8_TEXT_MIN_BYTES:
+        return value.string_value
+    _, start = varint(data, 1)  # past the tag and the length
+    return Utf8Text(data, start)
 
 
 # Below these sizes a span is decoded in full, and its runs are not kept: comparing and keeping

@@ -42,6 +42,7 @@ from otelsignals.conventions.base import (
     text_value,
     tool_definitions,
 )
+from otelsignals.conventions.decoding import Utf8Text
 from otelsignals.model import Message, Role, ToolCall, ToolResult
 
 # The tools a model call was offered (OTel GenAI semantic conventions), a JSON list.
@@ -366,7 +367,7 @@ def messages_of_attributes(
     if INPUT_MESSAGES in attributes:
         present = True
         value = attributes[INPUT_MESSAGES]
-        if isinstance(value, str):
+        if isinstance(value, str | Utf8Text):
             read = lambda parsed: otel_messages(parsed, span_id, Role.USER)  # noqa: E731
             inputs.extend(histories.messages(INPUT_MESSAGES, value, read))
         else:

@@ -14,7 +14,7 @@ import orjson
 import xxhash
 
 from otelsignals.conventions.base import json_or_text, link_tool_names
-from otelsignals.conventions.decoding import SpanDecodeMemo
+from otelsignals.conventions.decoding import SpanDecodeMemo, Utf8Text
 from otelsignals.model import Message
 
 
@@ -47,12 +47,13 @@ class HistoryCache:
     def messages(
         self,
         key: str,
-        text: str,
+        text: str | Utf8Text,
         read: Callable[[Any], list[Message]],
         items: Callable[[list[Any]], list[Message]] | None = None,
         closing: str = "]",
     ) -> list[Message]:
-        """The messages of a history written as one JSON text.
+        """The messages of a history written as one JSON text (a str, or the UTF-8 bytes it came
+        as: compared, and its tail parsed, as UTF-8 either way).
 
         ``read(value)`` reads the whole text: its parsed JSON, or the text itself when it is not
         JSON. A text that continues the previous one of ``key`` (the same up to the ``closing``
@@ -62,34 +63,33 @@ class HistoryCache:
         array, when reading the object amounts to reading its arrays in order.
         """
         remembered = self._last.setdefault(key, [])
-        # The head of a long history is hashed on every call, as bytes (xxh3) rather than by
-        # hash() of a str slice. UTF-32 is the encoding with no slow case: a str is stored with
-        # 1, 2 or 4 bytes per character (ASCII, most model output, emoji), and widening to 4 costs
-        # 0.1-0.6 ns per character where encoding UTF-8 costs up to 1.2 (and UTF-16 up to 1.0).
-        data = text.encode("utf-32-le", "surrogatepass")
+        # The head of a long history is hashed on every call, as its UTF-8 bytes (xxh3): a history
+        # read from a span already is bytes (decoding.Utf8Text), never decoded whole.
+        data = text.utf8 if isinstance(text, Utf8Text) else memoryview(text.encode("utf-8", "surrogatepass"))
+        end = closing.encode()
         longest: _JsonHistory | None = None
         further: list[Any] | None = None
         for history in remembered:
             if longest is None or history.head_length > longest.head_length:
-                found = history.continued_by(text, data, closing)
+                found = history.continued_by(data, end)
                 if found is not None:
                     longest, further = history, found
         if longest is not None and further is not None:
             messages = longest.messages + ((items or read)(further) if further else [])
             link_tool_names(messages, len(longest.messages))
-            self._remember(remembered, text, data, closing, messages)
+            self._remember(remembered, data, end, messages)
             return messages
         value = json_or_text(text)
         messages = read(value)
-        if value is not text:  # only valid JSON is continued
-            self._remember(remembered, text, data, closing, messages)
+        if not isinstance(value, str):  # only valid JSON is continued
+            self._remember(remembered, data, end, messages)
         return messages
 
     @staticmethod
     def _remember(
-        remembered: list[_JsonHistory], text: str, data: bytes, closing: str, messages: list[Message]
+        remembered: list[_JsonHistory], data: memoryview, closing: bytes, messages: list[Message]
     ) -> None:
-        history = _JsonHistory.of(text, data, closing, messages)
+        history = _JsonHistory.of(data, closing, messages)
         if history is None:
             return
         remembered[:] = [h for h in remembered if h.head_length != history.head_length]
@@ -148,46 +148,48 @@ _JSON_HISTORIES = 4
 
 
 class _JsonHistory:
-    """A history read before from one JSON text, remembered by the length and hash of the text up
-    to its closing (not the text itself: a conversation's history can be megabytes). The hash is
-    xxh3-128 of its UTF-32 bytes: two different heads collide with probability 2**-128."""
+    """A history read before from one JSON text, remembered by the length and hash of its UTF-8
+    bytes up to its closing (not the bytes themselves: a conversation's history can be megabytes).
+    The hash is xxh3-128: two different heads collide with probability 2**-128."""
 
     __slots__ = ("head_hash", "head_length", "messages")
 
     def __init__(self, head_length: int, head_hash: int, messages: list[Message]) -> None:
-        self.head_length = head_length  # characters
+        self.head_length = head_length
         self.head_hash = head_hash
         self.messages = messages
 
     @classmethod
-    def of(cls, text: str, data: bytes, closing: str, messages: list[Message]) -> _JsonHistory | None:
-        """``text`` (``data``: its UTF-32) remembered, when it ends with ``closing``."""
-        trimmed = len(text.rstrip())
-        head_length = trimmed - len(closing)
-        if head_length <= 0 or text[head_length:trimmed] != closing:
+    def of(cls, data: memoryview, closing: bytes, messages: list[Message]) -> _JsonHistory | None:
+        """``data`` remembered, when it ends with ``closing`` (and JSON whitespace)."""
+        end = len(data)
+        while end and data[end - 1] in _JSON_WHITESPACE:
+            end -= 1
+        head_length = end - len(closing)
+        if head_length <= 0 or data[head_length:end] != closing:
             return None
-        return cls(head_length, _head_hash(data, head_length), messages)
+        return cls(head_length, _hash(data[:head_length]), messages)
 
-    def continued_by(self, text: str, data: bytes, closing: str) -> list[Any] | None:
-        """The values ``text`` (``data``: its UTF-32) adds to the last array of this history ([]
-        when it is this history again), or None when it does not merely continue it."""
+    def continued_by(self, data: memoryview, closing: bytes) -> list[Any] | None:
+        """The values ``data`` adds to the last array of this history ([] when it is this history
+        again), or None when it does not merely continue it."""
         head_length = self.head_length
-        if len(text) < head_length or _head_hash(data, head_length) != self.head_hash:
+        if len(data) < head_length or _hash(data[:head_length]) != self.head_hash:
             return None
-        rest = text[head_length:].strip()
+        rest = bytes(data[head_length:]).strip(_JSON_WHITESPACE)
         if rest == closing:
             return []
-        if not rest.startswith(",") or not rest.endswith(closing):
+        if not rest.startswith(b",") or not rest.endswith(closing):
             return None
         try:
-            further = orjson.loads("[" + rest[1 : len(rest) - len(closing) + 1])
+            further = orjson.loads(b"[" + rest[1 : len(rest) - len(closing) + 1])
         except orjson.JSONDecodeError:
             return None
         return further if isinstance(further, list) else None
 
 
-def _head_hash(utf32: bytes, characters: int) -> int:
-    return xxhash.xxh3_128_intdigest(memoryview(utf32)[: 4 * characters])
+_JSON_WHITESPACE = b" \t\r\n"
+_hash = xxhash.xxh3_128_intdigest
 
 
 # Indexed histories remembered per namespace of a conversation (each at most one history long).

@@ -9,9 +9,12 @@ from typing import Any
 
 import orjson
 import pytest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from otelsignals.conventions.base import Reader, SpanReading, SpanView
-from otelsignals.conventions.genai import GENAI_READER, otel_messages
+from otelsignals.conventions.base import READ_IN_FULL, Reader, SpanReading, SpanView, json_or_text
+from otelsignals.conventions.decoding import UTF8_TEXT_MIN_BYTES, Utf8Text, decode_span
+from otelsignals.conventions.genai import GENAI_READER, INPUT_MESSAGES, otel_messages
 from otelsignals.conventions.memory import HistoryCache
 from otelsignals.conventions.openinference import OPENINFERENCE_READER
 from otelsignals.conventions.openllmetry import OPENLLMETRY_READER
@@ -338,3 +341,52 @@ def test_a_history_with_multibyte_text_is_continued_by_its_bytes():
     edited = spoken(5).replace("質問 🙂 0", "質問 🙃 0")
     assert cache.messages("gen_ai.input.messages", edited, read)[0].content == "café ≠ 質問 🙃 0"
     assert read_lengths[-1] == 10
+
+
+# -- a history decoded from a span as its UTF-8 bytes (decoding.Utf8Text) --------------------------
+def decoded_input(text: str) -> Any:
+    """``gen_ai.input.messages`` as the span decoder hands it to the readers."""
+    span = Span(attributes=[KeyValue(key=INPUT_MESSAGES, value=AnyValue(string_value=text))])
+    return decode_span(span.SerializeToString(), None)[1][INPUT_MESSAGES]
+
+
+def test_a_long_history_comes_as_utf8_bytes_and_a_short_one_as_text():
+    long, short = history(40), history(1)
+    assert len(long.encode()) >= UTF8_TEXT_MIN_BYTES > len(short.encode())
+    assert isinstance(decoded_input(long), Utf8Text) and str(decoded_input(long)) == long
+    assert decoded_input(short) == short
+
+
+def test_a_history_read_as_bytes_continues_one_read_as_text_and_reads_as_a_full_parse():
+    cache = HistoryCache()
+    read_lengths: list[int] = []
+
+    def read(value: Any) -> list[Message]:
+        read_lengths.append(len(value))
+        return otel_messages(value, b"s", Role.USER)
+
+    def spoken(turns: int) -> str:
+        return history(turns).replace("answer", "réponse ≠ 🙂 “quoted”")
+
+    for turns in range(1, 30):  # text while short, bytes once long: one cache across both
+        value = decoded_input(spoken(turns))
+        messages = cache.messages(INPUT_MESSAGES, value, read)
+        full = READ_IN_FULL.messages(INPUT_MESSAGES, value, lambda v: otel_messages(v, b"s", Role.USER))
+        assert [(m.role, m.content) for m in messages] == [(m.role, m.content) for m in full]
+    assert any(isinstance(decoded_input(spoken(turns)), Utf8Text) for turns in range(1, 30))
+    assert set(read_lengths) == {2}  # the cache read only the new messages, as text and as bytes
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("  \n" + history(40), id="JSON after whitespace"),
+        pytest.param("not JSON " * 200, id="text"),
+        pytest.param("[" + "x" * 2000, id="broken JSON"),
+        pytest.param(" " * 1500, id="only whitespace"),
+    ],
+)
+def test_long_text_as_bytes_reads_as_the_same_text_would(text: str):
+    value = decoded_input(text)
+    assert isinstance(value, Utf8Text)
+    assert json_or_text(value) == json_or_text(text)
