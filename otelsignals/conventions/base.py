@@ -220,6 +220,8 @@ def parse_json(value: Any) -> Any:
     Text that is not JSON comes back unchanged (callers decide whether that is content)."""
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
+    elif isinstance(value, Utf8Text):
+        value = str(value)
     if isinstance(value, str):
         text = value.strip()
         if text[:1] in ("[", "{", '"'):

@@ -95,7 +95,7 @@ class Utf8Text:
 
 
 # Attributes read as Utf8Text when their text is this long or longer (shorter ones are str).
-UTF8_TEXT_KEYS = frozenset({"gen_ai.input.messages"})
+UTF8_TEXT_KEYS = frozenset({"gen_ai.input.messages", "ai.prompt.messages", "ai.prompt"})
 UTF8_TEXT_MIN_BYTES = 1024
 
 

@@ -39,6 +39,7 @@ from otelsignals.conventions.base import (
     text_value,
     tool_result_of,
 )
+from otelsignals.conventions.decoding import Utf8Text
 from otelsignals.model import LlmCall, Message, Role, ToolCall, ToolResult
 
 CONVENTION = "vercel_ai"
@@ -48,7 +49,8 @@ MODEL_CALL_SUFFIXES = (".doGenerate", ".doStream")
 # ai.embed / ai.embedMany (and their doEmbed spans) carry no conversation.
 EMBED_MARKER = ".embed"
 
-# Prompt JSON above this size is not parsed: it would cost more latency than it is worth here.
+# Prompt JSON above this size (characters, or bytes of a decoding.Utf8Text) is not parsed: it would
+# cost more latency than it is worth here.
 MAX_JSON_CHARS = 8 * 1024 * 1024
 
 _ROLES = {"system": Role.SYSTEM, "user": Role.USER, "assistant": Role.ASSISTANT, "tool": Role.TOOL}
@@ -198,7 +200,7 @@ def _prompt_messages(prompt: Any, span_id: bytes) -> list[Message]:
 def _prompt_history(span: SpanView) -> list[Message]:
     """``ai.prompt.messages``: the history, one JSON array."""
     value = span.attributes.get(PROMPT_MESSAGES)
-    if isinstance(value, str) and len(value) <= MAX_JSON_CHARS:
+    if isinstance(value, str | Utf8Text) and len(value) <= MAX_JSON_CHARS:
         return span.histories.messages(PROMPT_MESSAGES, value, lambda parsed: _messages(parsed, span.span_id))
     return _messages(_json(value), span.span_id)
 
@@ -208,7 +210,7 @@ def _outer_prompt(span: SpanView) -> list[Message]:
     array of messages read in that order (or text): reading it amounts to reading its arrays in
     order, which is what lets its history end in ``]}`` (base.Histories)."""
     value = span.attributes.get(PROMPT)
-    if isinstance(value, str) and len(value) <= MAX_JSON_CHARS:
+    if isinstance(value, str | Utf8Text) and len(value) <= MAX_JSON_CHARS:
         return span.histories.messages(
             PROMPT,
             value,
@@ -302,7 +304,7 @@ def _part_type(part: Any) -> str | None:
 # -- small helpers --------------------------------------------------------------------------------
 def _json(value: Any) -> Any:
     """A JSON-string attribute parsed (structured values pass through); oversized text is skipped."""
-    if isinstance(value, str) and len(value) > MAX_JSON_CHARS:
+    if isinstance(value, str | Utf8Text) and len(value) > MAX_JSON_CHARS:
         return None
     return parse_json(value)
 

@@ -25,6 +25,8 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from otelsignals.conventions.base import SpanView
+from otelsignals.conventions.decoding import Utf8Text
+from otelsignals.conventions.memory import HistoryCache
 from otelsignals.conventions.span_decoder import span_view
 from otelsignals.conventions.vercel_ai import VERCEL_AI_READER
 from otelsignals.model import Role
@@ -487,6 +489,36 @@ def test_huge_prompt_is_not_parsed() -> None:
     huge = json.dumps([{"role": "user", "content": "x" * (9 * 1024 * 1024)}])
     reading = VERCEL_AI_READER.read(make_span("ai.generateText.doGenerate", {"ai.prompt.messages": huge}))
     assert reading is not None and reading.input_messages == []
+
+
+def _long_history(turns: int) -> list[dict[str, Any]]:
+    said = "Réponse “longue” ≠ courte 🙂 " * 4
+    return [{"role": role, "content": f"{said} {n}"} for n in range(turns) for role in ("user", "assistant")]
+
+
+def test_long_prompts_come_as_utf8_bytes_and_read_as_their_text_does() -> None:
+    """ai.prompt and ai.prompt.messages of 1 KiB or more reach the reader undecoded
+    (decoding.Utf8Text); read in full and through a conversation's history cache, turn after turn,
+    they give what the same text gives as a str."""
+    cache = HistoryCache()
+    for turns in (10, 11, 12):
+        history = _long_history(turns)
+        outer = make_span(
+            "ai.generateText", {"ai.prompt": json.dumps({"system": "Be brief.", "messages": history})}
+        )
+        inner = make_span("ai.generateText.doGenerate", {"ai.prompt.messages": json.dumps(history)})
+        for view, key in ((outer, "ai.prompt"), (inner, "ai.prompt.messages")):
+            assert isinstance(view.attributes[key], Utf8Text)
+            as_text = SpanView(view.trace_id, view.span_id, name=view.name)
+            as_text.attributes = {**view.attributes, key: str(view.attributes[key])}
+            expected = VERCEL_AI_READER.read(as_text)
+            view.histories = cache
+            for reading in (VERCEL_AI_READER.read(view), VERCEL_AI_READER.read(as_text)):
+                assert reading is not None and expected is not None
+                assert [(m.role, m.content) for m in reading.input_messages] == [
+                    (m.role, m.content) for m in expected.input_messages
+                ]
+            assert len(expected.input_messages) >= 2 * turns
 
 
 _KEYS = st.sampled_from(
