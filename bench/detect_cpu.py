@@ -12,8 +12,9 @@ as it is. ``--per-detector``: each registered detector's share; ``--profile``: t
 detect stage under cProfile; ``--sizes``: the detectors' memory per open conversation (deep size of
 what ``detector_memory`` holds beyond the conversation's messages, and of the whole state).
 ``--stage read`` measures (and profiles) the convention readers instead (``Analyzer.assemble``: span
-decoding, reading the messages, merging them into the conversation); the digest is still of the
-signals found, which depend on every message read.
+decoding, reading the messages, merging them into the conversation), ``--stage metrics`` the per-trace
+agent metrics (``Analyzer._record_trace``); the digest is still of the signals found, which depend on
+every message read.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sizes", action="store_true")
-    parser.add_argument("--stage", choices=("detect", "read"), default="detect")
+    parser.add_argument("--stage", choices=("detect", "read", "metrics"), default="detect")
     args = parser.parse_args()
 
     bodies = [
@@ -126,9 +127,11 @@ def main() -> None:
         return run
 
     measured_detect = measured(original) if args.stage == "detect" else original
-    original_assemble = Analyzer.assemble
-    if args.stage == "read":
-        Analyzer.assemble = measured(original_assemble)  # type: ignore[method-assign]
+    stage_methods = {"read": "assemble", "metrics": "_record_trace"}
+    method = stage_methods.get(args.stage)
+    original_method = getattr(Analyzer, method) if method else None
+    if method:
+        setattr(Analyzer, method, measured(original_method))
 
     def detect(context: DetectionContext, disabled: frozenset[str] = frozenset()) -> Any:
         nonlocal signals
@@ -153,7 +156,8 @@ def main() -> None:
             analyzer.process(trace)
         released.clear()
     analysis_module.detect = original
-    Analyzer.assemble = original_assemble  # type: ignore[method-assign]
+    if method:
+        setattr(Analyzer, method, original_method)
 
     turns = len(bodies)
     per_turn = spent / turns * 1e6
