@@ -84,6 +84,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from otelsignals.config_loading import load_config  # noqa: E402
 from otelsignals.pipeline.enricher import write_attribute  # noqa: E402
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
@@ -848,16 +849,24 @@ def run_sidecar(
 
     workdir = Path(tempfile.mkdtemp(prefix="otelsignals-agent-bench-"))
     # SidecarProcess sets short test timings: put the embedded defaults back.
+    defaults = load_config(None, environ={})
+    retry = defaults.exporter.retry
     sidecar = SidecarProcess(
         workdir,
         {
             "endpoint": sink.endpoint,
             "compression": compression,
-            "batch": {"timeout": "200ms"},
-            "retry": {"initial_interval": "1s", "max_interval": "30s"},
+            "batch": {"timeout": f"{defaults.exporter.batch.timeout}s"},
+            "retry": {
+                "initial_interval": f"{retry.initial_interval}s",
+                "max_interval": f"{retry.max_interval}s",
+            },
         },
-        assembler={"decision_wait": "2s", "tick_interval": "100ms"},
-        service={"shutdown_timeout": "10s"},
+        assembler={
+            "decision_wait": f"{defaults.assembler.decision_wait}s",
+            "tick_interval": f"{defaults.assembler.tick_interval}s",
+        },
+        service={"shutdown_timeout": f"{defaults.service.shutdown_timeout}s"},
     )
     log("starting the sidecar (loads the embedding model)...")
     sidecar.start(timeout=180)
@@ -989,12 +998,13 @@ def print_report(
         ratio = f"{sidecar[key] / bare[key]:.2f}" if key in sidecar and key in bare and bare[key] else "–"
         print(f"| {label} | {s} | {b} | {ratio} |")
     print()
+    batch_timeout_ms = load_config(None, environ={}).exporter.batch.timeout * 1000
     print(
         f"Compression towards the sink: {compression} (both). CPU: the target process's utime + stime "
         "(all threads, grpc's included) from the first request sent to the last span at the sink. "
         "Latency: paced phase (open loop, the same rate for both), a trace's first send → its last "
-        "span received by the sink; the sidecar's includes its export batching (batch.timeout 200 ms, "
-        "checked every tick_interval 100 ms). RSS per conversation: RSS growth from ready to the end "
+        "span received by the sink; the sidecar's includes its export batching (exporter.batch.timeout, "
+        f"{batch_timeout_ms:g} ms by default). RSS per conversation: RSS growth from ready to the end "
         "(allocator slack and the last requests' buffers included) / conversations held."
     )
 
@@ -1033,7 +1043,6 @@ STAGES = (
 
 def profile(workload: Workload, top: int) -> dict[str, Any]:
     import otelsignals.analysis as analysis_module
-    from otelsignals.config_loading import load_config
     from otelsignals.otlp.wire import SpanRecord, encode_request, split_by_size, split_request
     from otelsignals.pipeline.analyzer import Analyzer
     from otelsignals.pipeline.assembler import Assembler, ReleasedTrace

@@ -234,7 +234,7 @@ class TlsConfig:
 class BatchConfig:
     max_spans: int = 8192
     max_bytes: ByteSize = ByteSize(4 * 1024**2)
-    timeout: Duration = Duration(0.2)
+    timeout: Duration = Duration(0.05)
 
     def validate(self) -> list[str]:
         if self.max_bytes < 1024:

@@ -139,3 +139,19 @@ def _post(url: str, body: bytes, content_type: str, gzip_: bool = False):
     if gzip_:
         headers["Content-Encoding"] = "gzip"
     return urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=10)
+
+
+def test_a_partial_batch_leaves_when_its_timeout_ends_not_at_the_next_tick(tmp_path, sink: OtlpSink):
+    """``exporter.batch.timeout`` is kept to the millisecond: with the periodic tick 20 s apart, a
+    batch that never fills still leaves once it has waited its 300 ms (and not before)."""
+    import time
+
+    spans = make_spans(2, 3)
+    sections = {"assembler": {"decision_wait": "300ms", "tick_interval": "20s"}}
+    exporter = {"endpoint": sink.grpc_endpoint, "batch": {"timeout": "300ms"}}
+    with SidecarProcess(tmp_path, exporter, **sections) as sidecar:
+        sent = time.monotonic()
+        assert export_grpc(sidecar.grpc_endpoint, spans) is SpanExportResult.SUCCESS
+        sink.wait_for_spans(len(spans), timeout=10.0)
+        waited = time.monotonic() - sent
+    assert 0.3 <= waited < 10.0

@@ -88,6 +88,7 @@ class Exporter:
         """Queue ``records`` (``size`` bytes of span data) for the next batch."""
         if not self._pending:
             self._pending_since = time.monotonic()
+            self._flush_at_timeout(self._pending_since)
         self._pending.extend(records)
         self._pending_bytes += size
         batch = self.config.batch
@@ -106,6 +107,19 @@ class Exporter:
         for chunk in split_by_size(records, self.config.batch.max_bytes):
             units = Counter(r.ingest_seq for r in chunk if r.ingest_seq)
             self._enqueue(Batch("traces", encode_request(chunk), len(chunk), units))
+
+    def _flush_at_timeout(self, since: float) -> None:
+        """Send the batch begun at ``since`` once it has waited ``batch.timeout``, to the
+        millisecond: the periodic tick alone would add up to a tick interval to every partial batch."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (offline use): tick() and stop() send it
+            return
+        loop.call_later(self.config.batch.timeout, self._flush_if_pending_since, since)
+
+    def _flush_if_pending_since(self, since: float) -> None:
+        if self._pending and self._pending_since == since:  # not already sent as a full batch
+            self.flush_pending()
 
     def tick(self) -> None:
         """Called periodically: sends a partial batch once it has waited ``batch.timeout``."""
