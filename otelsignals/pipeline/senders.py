@@ -9,14 +9,17 @@ shared client (pipeline/http_client.py).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import re
 import ssl
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from io import BufferedWriter
 from pathlib import Path
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, cast
 
 import grpc
 import orjson
@@ -101,6 +104,10 @@ def _rejected_count(signal: str, payload: bytes) -> int:
 
 
 class GrpcSender:
+    """OTLP/gRPC through grpc's blocking API, one call per thread of its own pool: grpc.aio
+    compresses a request on the event loop with the GIL held (a 4 MiB batch stalls every other
+    thread, the analysis included, for the whole gzip), while a blocking call releases it."""
+
     def __init__(self, config: ExporterConfig) -> None:
         target = re.sub(r"^(grpc|https?)://", "", config.endpoint).rstrip("/")
         options = [
@@ -117,37 +124,46 @@ class GrpcSender:
                 private_key=_read_optional(tls.key_file),
                 certificate_chain=_read_optional(tls.cert_file),
             )
-            self._channel = grpc.aio.secure_channel(target, credentials, options=options)
+            self._channel = grpc.secure_channel(target, credentials, options=options)
         else:
-            self._channel = grpc.aio.insecure_channel(target, options=options)
+            self._channel = grpc.insecure_channel(target, options=options)
         self._compression = grpc.Compression.Gzip if config.compression == "gzip" else None
         self._metadata = tuple((k.lower(), v) for k, v in config.headers.items())
         self._timeout = config.timeout
         # No (de)serializers: the calls send and return the encoded bytes.
-        self._calls: dict[str, grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]] = {
+        self._calls: dict[str, grpc.UnaryUnaryMultiCallable] = {
             signal: self._channel.unary_unary(method, request_serializer=None, response_deserializer=None)
             for signal, method in GRPC_METHODS.items()
         }
+        # One thread per concurrent export (the exporter's consumers), plus one for metrics and logs.
+        self._threads = ThreadPoolExecutor(config.queue.num_consumers + 1, thread_name_prefix="otlp-grpc")
 
     async def send(self, signal: str, body: bytes) -> SendResult:
+        call = partial(
+            self._calls[signal],
+            body,
+            timeout=self._timeout,
+            metadata=self._metadata,
+            compression=self._compression,
+        )
         try:
-            payload = await self._calls[signal](
-                body, timeout=self._timeout, metadata=self._metadata, compression=self._compression
-            )
-        except grpc.aio.AioRpcError as err:
-            code = err.code()
-            retry_after = _grpc_retry_delay(err)
+            payload = await asyncio.get_running_loop().run_in_executor(self._threads, call)
+        except grpc.RpcError as error:
+            failed = cast(grpc.Call, error)  # what a call raises is both (the stubs cannot say so)
+            code = failed.code()
+            retry_after = _grpc_retry_delay(failed)
             retryable = code in _RETRYABLE_GRPC or (
                 code == grpc.StatusCode.RESOURCE_EXHAUSTED and retry_after is not None
             )
-            return SendResult(False, retryable, code.name.lower(), err.details() or code.name, retry_after)
+            return SendResult(False, retryable, code.name.lower(), failed.details() or code.name, retry_after)
         return SendResult(True, rejected_spans=_rejected_count(signal, payload))
 
     async def close(self) -> None:
-        await self._channel.close()
+        self._channel.close()  # cancels calls still in flight: their threads return at once
+        self._threads.shutdown(wait=False)
 
 
-def _grpc_retry_delay(err: grpc.aio.AioRpcError) -> float | None:
+def _grpc_retry_delay(err: grpc.Call) -> float | None:
     """The RetryInfo delay the server sent, in the rich status or as a bare RetryInfo trailer."""
     for key, value in err.trailing_metadata() or ():
         raw = value if isinstance(value, bytes) else str(value).encode()
