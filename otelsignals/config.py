@@ -244,7 +244,9 @@ class BatchConfig:
 
 @dataclass
 class QueueConfig:
-    max_bytes: ByteSize = ByteSize(256 * 1024**2)
+    # With the batches compressed off the event loop, nothing else slows intake down when the
+    # downstream cannot keep up: this backlog is then held in memory in full (sized for 512 MiB).
+    max_bytes: ByteSize = ByteSize(64 * 1024**2)
     num_consumers: int = 4
     # When set, every accepted request is written here before the client is answered, and only
     # forgotten once downstream has taken its spans: a restart or SIGKILL loses nothing acknowledged.
