@@ -66,6 +66,8 @@ def _pairs(items: Any) -> list[tuple[str, Any]]:
     # Most attributes are strings, and a span resending a long history has hundreds of them: the
     # string is taken without asking which field is set (an empty string_value is also what any
     # other kind reads as, so those go through any_value, which gives "" for an empty string).
+    # The key is read once per attribute (the walrus in an always-true filter), as each read of a
+    # protobuf field makes a new str.
     return [
         (key, _utf8_text(kv.value) if key in UTF8_TEXT_KEYS else kv.value.string_value or any_value(kv.value))
         for kv in items
