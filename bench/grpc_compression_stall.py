@@ -105,6 +105,20 @@ def main() -> None:
             sender.start()
             sender.join()
 
+    def futures() -> None:
+        async def calls() -> None:
+            with grpc.insecure_channel(target, options=options) as channel:
+                call = channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
+                loop = asyncio.get_running_loop()
+                for _ in range(CALLS):
+                    rpc = call.future(body, timeout=30, compression=grpc.Compression.Gzip)
+                    done = loop.create_future()
+                    rpc.add_done_callback(lambda _: loop.call_soon_threadsafe(done.set_result, None))
+                    await done
+                    rpc.result()
+
+        asyncio.run(calls())
+
     def zlib_in_thread() -> None:
         async def calls() -> None:
             for _ in range(CALLS):
@@ -121,7 +135,8 @@ def main() -> None:
     print("|---|---|---|")
     for label, send in (
         ("grpc.aio, gzip", aio(grpc.Compression.Gzip)),
-        ("grpc blocking API in a thread, gzip (the exporter)", blocking),
+        ("grpc blocking API in a thread, gzip", blocking),
+        ("grpc future API awaited on the event loop, gzip (the exporter)", futures),
         ("grpc.aio, no compression", aio(grpc.Compression.NoCompression)),
         ("zlib.compress in an executor thread (no sending)", zlib_in_thread),
     ):

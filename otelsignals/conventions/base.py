@@ -60,7 +60,7 @@ def json_or_text(text: str | Utf8Text) -> Any:
     if isinstance(text, Utf8Text):
         data = text.utf8
         first = 0
-        while first < len(data) and data[first] in _JSON_WHITESPACE:
+        while first < len(data) and data[first] in JSON_WHITESPACE:
             first += 1
         if first < len(data) and data[first] in _JSON_OPENINGS:
             with suppress(orjson.JSONDecodeError):
@@ -72,7 +72,7 @@ def json_or_text(text: str | Utf8Text) -> Any:
     return text
 
 
-_JSON_WHITESPACE = b" \t\r\n"
+JSON_WHITESPACE = b" \t\r\n"  # the only whitespace JSON allows between tokens
 _JSON_OPENINGS = b"[{"
 
 

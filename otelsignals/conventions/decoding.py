@@ -66,10 +66,15 @@ def _pairs(items: Any) -> list[tuple[str, Any]]:
     # Most attributes are strings, and a span resending a long history has hundreds of them: the
     # string is taken without asking which field is set (an empty string_value is also what any
     # other kind reads as, so those go through any_value, which gives "" for an empty string).
-    # The key is read once per attribute (the walrus in an always-true filter), as each read of a
-    # protobuf field makes a new str.
+    return [(kv.key, kv.value.string_value or any_value(kv.value)) for kv in items]
+
+
+def _span_pairs(items: Any) -> list[tuple[str, Any]]:
+    """A span's own attributes: as :func:`_pairs`, but the long histories stay bytes (Utf8Text).
+    The key is read once per attribute (the walrus in an always-true filter): each read of a
+    protobuf field makes a new str."""
     return [
-        (key, _utf8_text(kv.value) if key in UTF8_TEXT_KEYS else kv.value.string_value or any_value(kv.value))
+        (key, _as_utf8(kv.value) if key in UTF8_TEXT_KEYS else kv.value.string_value or any_value(kv.value))
         for kv in items
         if (key := kv.key) is not None
     ]
@@ -80,35 +85,38 @@ class Utf8Text:
     """A long string attribute as the UTF-8 bytes it came in, not decoded to a str: a history
     resent whole on every model call (``UTF8_TEXT_KEYS``) is compared with the one read before by
     a hash of these bytes and only its new tail is parsed (memory.HistoryCache), so the whole of
-    it is never turned into Python characters, which costs ~1 ns per character of model output."""
+    it is never turned into Python characters, which costs up to ~1 ns per character."""
 
-    data: bytes  # the serialized AnyValue: its tag and length, then the text
+    data: bytes  # the serialized AnyValue: its tag and length, then the text (then nothing else)
     start: int  # where the text starts in ``data``
+    end: int  # and ends
 
     @property
     def utf8(self) -> memoryview:
-        return memoryview(self.data)[self.start :]
+        return memoryview(self.data)[self.start : self.end]
 
     def __len__(self) -> int:
-        return len(self.data) - self.start  # bytes
+        return self.end - self.start  # bytes
 
     def __str__(self) -> str:
-        return self.data[self.start :].decode("utf-8", "replace")
+        return self.data[self.start : self.end].decode("utf-8", "replace")
 
 
-# Attributes read as Utf8Text when their text is this long or longer (shorter ones are str).
+# A span's own attributes read as Utf8Text when their text is this long or longer.
 UTF8_TEXT_KEYS = frozenset({"gen_ai.input.messages", "ai.prompt.messages", "ai.prompt"})
 UTF8_TEXT_MIN_BYTES = 1024
+_STRING_VALUE_TAG = 0x0A  # AnyValue.string_value: field 1, length-delimited
 
 
-def _utf8_text(value: AnyValue) -> Any:
+def _as_utf8(value: AnyValue) -> Any:
+    """The value; a long string as its UTF-8 bytes (found without decoding it)."""
     if not value.HasField("string_value"):
         return any_value(value)
     data = value.SerializeToString()  # a copy of the bytes; no decoding
-    if len(data) < UTF8_TEXT_MIN_BYTES:
+    length, start = varint(data, 1)  # past the string_value tag: its length, then the text
+    if length < UTF8_TEXT_MIN_BYTES or data[0] != _STRING_VALUE_TAG:
         return value.string_value
-    _, start = varint(data, 1)  # past the tag and the length
-    return Utf8Text(data, start)
+    return Utf8Text(data, start, start + length)
 
 
 # Below these sizes a span is decoded in full, and its runs are not kept: comparing and keeping
@@ -223,7 +231,7 @@ def decode_span(
 
 def decode_whole(span: Span) -> tuple[Span, dict[str, Any], list[EventView], None]:
     """A parsed span decoded in full, without a memo (the same tuple as :func:`decode_span`)."""
-    return span, key_values(span.attributes), _full_events(span.events), None
+    return span, dict(_span_pairs(span.attributes)), _full_events(span.events), None
 
 
 @dataclass(slots=True)
@@ -306,7 +314,7 @@ def _attribute_values(
     data: bytes, layout: _Layout, span: Span, memo: SpanDecodeMemo
 ) -> tuple[dict[str, Any], AttributeOrigin | None]:
     base, match = layout.base, layout.match
-    fresh = _pairs(span.attributes)
+    fresh = _span_pairs(span.attributes)
     tail_ends = np.array(layout.attribute_tail, dtype=np.int64)
     if base is None or not match.shared:
         values = dict(fresh)
@@ -320,7 +328,7 @@ def _attribute_values(
     shared = match.shared
     pairs = base.pairs[:shared]
     for position in match.replaced:
-        pairs[position] = _pairs([_attribute_at(data, layout.attributes_at, match.ends, position)])[0]
+        pairs[position] = _span_pairs([_attribute_at(data, layout.attributes_at, match.ends, position)])[0]
     values = _values(base, pairs, shared, match.replaced)
     pairs += fresh
     values.update(fresh)

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from otelsignals.conventions.base import json_or_text, link_tool_names
+from otelsignals.conventions.base import JSON_WHITESPACE, json_or_text, link_tool_names
 from otelsignals.conventions.decoding import SpanDecodeMemo, Utf8Text
 from otelsignals.model import Message
 
@@ -163,11 +163,16 @@ class _JsonHistory:
     def of(cls, data: memoryview, closing: bytes, messages: list[Message]) -> _JsonHistory | None:
         """``data`` remembered, when it ends with ``closing`` (and JSON whitespace)."""
         end = len(data)
-        while end and data[end - 1] in _JSON_WHITESPACE:
+        while end and data[end - 1] in JSON_WHITESPACE:
             end -= 1
         head_length = end - len(closing)
         if head_length <= 0 or data[head_length:end] != closing:
             return None
+        last = head_length
+        while last and data[last - 1] in JSON_WHITESPACE:
+            last -= 1
+        if last and data[last - 1] == _OPENING_BRACKET:
+            return None  # an empty array: "[" + ",1]" would read as a continuation of it
         return cls(head_length, _hash(data[:head_length]), messages)
 
     def continued_by(self, data: memoryview, closing: bytes) -> list[Any] | None:
@@ -176,7 +181,7 @@ class _JsonHistory:
         head_length = self.head_length
         if len(data) < head_length or _hash(data[:head_length]) != self.head_hash:
             return None
-        rest = bytes(data[head_length:]).strip(_JSON_WHITESPACE)
+        rest = bytes(data[head_length:]).strip(JSON_WHITESPACE)
         if rest == closing:
             return []
         if not rest.startswith(b",") or not rest.endswith(closing):
@@ -188,8 +193,8 @@ class _JsonHistory:
         return further if isinstance(further, list) else None
 
 
-_JSON_WHITESPACE = b" \t\r\n"
 _hash = xxhash.xxh3_128_intdigest
+_OPENING_BRACKET = ord("[")
 
 
 # Indexed histories remembered per namespace of a conversation (each at most one history long).

@@ -76,6 +76,7 @@ class Exporter:
         self._pending: list[SpanRecord] = []
         self._pending_bytes = 0
         self._pending_since = 0.0
+        self._batch_timer: asyncio.TimerHandle | None = None
         self._queue: deque[Batch] = deque()
         self._queue_event = asyncio.Event()
         self.queued_bytes = 0
@@ -88,7 +89,7 @@ class Exporter:
         """Queue ``records`` (``size`` bytes of span data) for the next batch."""
         if not self._pending:
             self._pending_since = time.monotonic()
-            self._flush_at_timeout(self._pending_since)
+            self._flush_at_timeout()
         self._pending.extend(records)
         self._pending_bytes += size
         batch = self.config.batch
@@ -101,6 +102,9 @@ class Exporter:
         self._enqueue(Batch(signal, body, 0, units))
 
     def flush_pending(self) -> None:
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
+            self._batch_timer = None
         if not self._pending:
             return
         records, self._pending, self._pending_bytes = self._pending, [], 0
@@ -108,18 +112,14 @@ class Exporter:
             units = Counter(r.ingest_seq for r in chunk if r.ingest_seq)
             self._enqueue(Batch("traces", encode_request(chunk), len(chunk), units))
 
-    def _flush_at_timeout(self, since: float) -> None:
-        """Send the batch begun at ``since`` once it has waited ``batch.timeout``, to the
-        millisecond: the periodic tick alone would add up to a tick interval to every partial batch."""
+    def _flush_at_timeout(self) -> None:
+        """Send the batch just begun once it has waited ``batch.timeout``, to the millisecond: the
+        periodic tick alone would add up to a tick interval to every partial batch."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop (offline use): tick() and stop() send it
             return
-        loop.call_later(self.config.batch.timeout, self._flush_if_pending_since, since)
-
-    def _flush_if_pending_since(self, since: float) -> None:
-        if self._pending and self._pending_since == since:  # not already sent as a full batch
-            self.flush_pending()
+        self._batch_timer = loop.call_later(self.config.batch.timeout, self.flush_pending)
 
     def tick(self) -> None:
         """Called periodically: sends a partial batch once it has waited ``batch.timeout``."""
@@ -128,7 +128,9 @@ class Exporter:
 
     def has_room(self, incoming_bytes: int) -> bool:
         """Whether a new request of this size may be accepted (else the client is asked to retry)."""
-        return self.queued_bytes + self._pending_bytes + incoming_bytes <= self.config.queue.max_bytes
+        waiting = self.queued_bytes + self._pending_bytes
+        # A single request larger than the whole bound is still taken when nothing waits.
+        return waiting == 0 or waiting + incoming_bytes <= self.config.queue.max_bytes
 
     @property
     def backlog(self) -> int:

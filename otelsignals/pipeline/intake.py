@@ -111,6 +111,8 @@ class Intake:
             )
 
     def admit(self, size: int) -> None:
+        """Refuse a request of ``size`` bytes now: too large (for good), or no room (for now)."""
+        self.check_size(size)
         if not self.pipeline.ready or not self.pipeline.has_room(size):
             raise RequestRejected(
                 "overloaded", "overloaded", "otelsignals is at capacity; retry later", self.retry_after
@@ -124,7 +126,6 @@ class Intake:
             raise
 
     def _handle(self, signal: str, body: bytes, is_json: bool, transport: str) -> Answer:
-        self.check_size(len(body))
         self.admit(len(body))
         request = self.parse(signal, body, is_json)
         telemetry = self.telemetry

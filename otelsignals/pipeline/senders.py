@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gzip
 import re
 import ssl
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from io import BufferedWriter
 from pathlib import Path
 from typing import Protocol, TypeAlias, cast
@@ -104,9 +103,10 @@ def _rejected_count(signal: str, payload: bytes) -> int:
 
 
 class GrpcSender:
-    """OTLP/gRPC through grpc's blocking API, one call per thread of its own pool: grpc.aio
-    compresses a request on the event loop with the GIL held (a 4 MiB batch stalls every other
-    thread, the analysis included, for the whole gzip), while a blocking call releases it."""
+    """OTLP/gRPC through grpc's future API, awaited on the event loop: grpc's own threads run the
+    call and compress the request without the GIL. grpc.aio compresses on the event loop with the
+    GIL held, so a 4 MiB batch's gzip stalled every other thread, the analysis included
+    (bench/grpc_compression_stall.py)."""
 
     def __init__(self, config: ExporterConfig) -> None:
         target = re.sub(r"^(grpc|https?)://", "", config.endpoint).rstrip("/")
@@ -135,19 +135,31 @@ class GrpcSender:
             signal: self._channel.unary_unary(method, request_serializer=None, response_deserializer=None)
             for signal, method in GRPC_METHODS.items()
         }
-        # One thread per concurrent export (the exporter's consumers), plus one for metrics and logs.
-        self._threads = ThreadPoolExecutor(config.queue.num_consumers + 1, thread_name_prefix="otlp-grpc")
 
     async def send(self, signal: str, body: bytes) -> SendResult:
-        call = partial(
-            self._calls[signal],
-            body,
-            timeout=self._timeout,
-            metadata=self._metadata,
-            compression=self._compression,
-        )
+        loop = asyncio.get_running_loop()
+        finished = loop.create_future()
+
+        def wake(_: object) -> None:  # on a grpc thread, or at once when the call already ended
+            with contextlib.suppress(RuntimeError):  # the loop closed: the process is exiting
+                loop.call_soon_threadsafe(_settle, finished)
+
         try:
-            payload = await asyncio.get_running_loop().run_in_executor(self._threads, call)
+            rpc = self._calls[signal].future(
+                body, timeout=self._timeout, metadata=self._metadata, compression=self._compression
+            )
+        except ValueError as error:  # the channel is closed (shutdown)
+            return SendResult(False, True, "closed", str(error))
+        rpc.add_done_callback(wake)
+        try:
+            await finished
+        except asyncio.CancelledError:
+            rpc.cancel()  # the exporter gave up on it (shutdown deadline): so does the call
+            raise
+        try:
+            payload = rpc.result()
+        except grpc.FutureCancelledError:
+            return SendResult(False, True, "cancelled", "the call was cancelled")
         except grpc.RpcError as error:
             failed = cast(grpc.Call, error)  # what a call raises is both (the stubs cannot say so)
             code = failed.code()
@@ -159,8 +171,12 @@ class GrpcSender:
         return SendResult(True, rejected_spans=_rejected_count(signal, payload))
 
     async def close(self) -> None:
-        self._channel.close()  # cancels calls still in flight: their threads return at once
-        self._threads.shutdown(wait=False)
+        self._channel.close()  # cancels calls still in flight
+
+
+def _settle(finished: asyncio.Future[None]) -> None:
+    if not finished.done():
+        finished.set_result(None)
 
 
 def _grpc_retry_delay(err: grpc.Call) -> float | None:

@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from otelsignals.conventions.base import READ_IN_FULL, Reader, SpanReading, SpanView, json_or_text
+from otelsignals.conventions.base import Reader, SpanReading, SpanView, json_or_text
 from otelsignals.conventions.decoding import UTF8_TEXT_MIN_BYTES, Utf8Text, decode_span
 from otelsignals.conventions.genai import GENAI_READER, INPUT_MESSAGES, otel_messages
 from otelsignals.conventions.memory import HistoryCache
@@ -371,7 +371,7 @@ def test_a_history_read_as_bytes_continues_one_read_as_text_and_reads_as_a_full_
     for turns in range(1, 30):  # text while short, bytes once long: one cache across both
         value = decoded_input(spoken(turns))
         messages = cache.messages(INPUT_MESSAGES, value, read)
-        full = READ_IN_FULL.messages(INPUT_MESSAGES, value, lambda v: otel_messages(v, b"s", Role.USER))
+        full = otel_messages(spoken(turns), b"s", Role.USER)  # the str as it was sent, parsed whole
         assert [(m.role, m.content) for m in messages] == [(m.role, m.content) for m in full]
     assert any(isinstance(decoded_input(spoken(turns)), Utf8Text) for turns in range(1, 30))
     assert set(read_lengths) == {2}  # the cache read only the new messages, as text and as bytes
@@ -389,4 +389,24 @@ def test_a_history_read_as_bytes_continues_one_read_as_text_and_reads_as_a_full_
 def test_long_text_as_bytes_reads_as_the_same_text_would(text: str):
     value = decoded_input(text)
     assert isinstance(value, Utf8Text)
+    assert str(value) == text and len(value) == len(text.encode())
     assert json_or_text(value) == json_or_text(text)
+
+
+def test_a_field_the_schema_does_not_know_is_not_read_as_part_of_the_text():
+    # An AnyValue from a newer schema may carry a field this one does not define: upb keeps it and
+    # serializes it after the string, which must not end up in the text.
+    text = history(40)
+    value = AnyValue(string_value=text).SerializeToString() + b"\x98\x01\x07"  # field 19, varint 7
+    span = Span(attributes=[KeyValue(key=INPUT_MESSAGES, value=AnyValue.FromString(value))])
+    decoded = decode_span(span.SerializeToString(), None)[1][INPUT_MESSAGES]
+    assert isinstance(decoded, Utf8Text) and str(decoded) == text
+    assert json_or_text(decoded) == orjson.loads(text)
+
+
+def test_an_empty_history_is_not_continued_by_what_follows_its_bracket():
+    cache = HistoryCache()
+    read = lambda value: otel_messages(value, b"s", Role.USER)  # noqa: E731
+    assert cache.messages(INPUT_MESSAGES, "[]", read) == []
+    broken = '[,{"role":"user","parts":[{"type":"text","content":"hi"}]}]'  # not JSON
+    assert [m.content for m in cache.messages(INPUT_MESSAGES, broken, read)] == [broken]
