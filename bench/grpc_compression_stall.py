@@ -113,7 +113,7 @@ def main() -> None:
                 for _ in range(CALLS):
                     rpc = call.future(body, timeout=30, compression=grpc.Compression.Gzip)
                     done = loop.create_future()
-                    rpc.add_done_callback(lambda _: loop.call_soon_threadsafe(done.set_result, None))
+                    rpc.add_done_callback(lambda _, d=done: loop.call_soon_threadsafe(d.set_result, None))
                     await done
                     rpc.result()
 
@@ -135,8 +135,8 @@ def main() -> None:
     print("|---|---|---|")
     for label, send in (
         ("grpc.aio, gzip", aio(grpc.Compression.Gzip)),
-        ("grpc blocking API in a thread, gzip", blocking),
-        ("grpc future API awaited on the event loop, gzip (the exporter)", futures),
+        ("grpc blocking API in a thread, gzip (the exporter)", blocking),
+        ("grpc future API awaited on the event loop, gzip", futures),
         ("grpc.aio, no compression", aio(grpc.Compression.NoCompression)),
         ("zlib.compress in an executor thread (no sending)", zlib_in_thread),
     ):
