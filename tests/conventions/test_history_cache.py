@@ -319,19 +319,27 @@ def test_indexed_messages_are_reused_only_at_the_same_position_after_an_equal_pr
     assert cache.indexed("ns", [], build) == []
 
 
-def test_a_history_with_multibyte_text_is_continued_by_its_bytes():
-    # The head is compared as UTF-8 bytes: characters of 2, 3 and 4 bytes before the new tail must
-    # not shift where the tail is cut.
-    cache = HistoryCache()
-    read_lengths: list[int] = []
+def counting_reader(read_lengths: list[int]) -> Callable[[Any], list[Message]]:
+    """``otel_messages`` as a history's reader, noting how many values each read was given."""
 
     def read(value: Any) -> list[Message]:
         read_lengths.append(len(value))
         return otel_messages(value, b"s", Role.USER)
 
-    def spoken(turns: int) -> str:
-        return history(turns).replace("question", "café ≠ 質問 🙂")
+    return read
 
+
+def spoken(turns: int) -> str:
+    """A history whose words take 1 to 4 UTF-8 bytes each."""
+    return history(turns).replace("question", "café ≠ 質問 🙂").replace("answer", "réponse “quoted”")
+
+
+def test_a_history_with_multibyte_text_is_continued_by_its_bytes():
+    # The head is compared as UTF-8 bytes: characters of 2, 3 and 4 bytes before the new tail must
+    # not shift where the tail is cut.
+    cache = HistoryCache()
+    read_lengths: list[int] = []
+    read = counting_reader(read_lengths)
     for turns in (3, 4, 5):
         messages = cache.messages("gen_ai.input.messages", spoken(turns), read)
         assert [m.content for m in messages] == [
@@ -360,14 +368,7 @@ def test_a_long_history_comes_as_utf8_bytes_and_a_short_one_as_text():
 def test_a_history_read_as_bytes_continues_one_read_as_text_and_reads_as_a_full_parse():
     cache = HistoryCache()
     read_lengths: list[int] = []
-
-    def read(value: Any) -> list[Message]:
-        read_lengths.append(len(value))
-        return otel_messages(value, b"s", Role.USER)
-
-    def spoken(turns: int) -> str:
-        return history(turns).replace("answer", "réponse ≠ 🙂 “quoted”")
-
+    read = counting_reader(read_lengths)
     for turns in range(1, 30):  # text while short, bytes once long: one cache across both
         value = decoded_input(spoken(turns))
         messages = cache.messages(INPUT_MESSAGES, value, read)
