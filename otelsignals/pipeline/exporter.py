@@ -75,7 +75,6 @@ class Exporter:
         self._on_done = on_done
         self._pending: list[SpanRecord] = []
         self._pending_bytes = 0
-        self._pending_since = 0.0
         self._batch_timer: asyncio.TimerHandle | None = None
         self._queue: deque[Batch] = deque()
         self._queue_event = asyncio.Event()
@@ -88,7 +87,6 @@ class Exporter:
     def add_spans(self, records: list[SpanRecord], size: int) -> None:
         """Queue ``records`` (``size`` bytes of span data) for the next batch."""
         if not self._pending:
-            self._pending_since = time.monotonic()
             self._flush_at_timeout()
         self._pending.extend(records)
         self._pending_bytes += size
@@ -113,18 +111,11 @@ class Exporter:
             self._enqueue(Batch("traces", encode_request(chunk), len(chunk), units))
 
     def _flush_at_timeout(self) -> None:
-        """Send the batch just begun once it has waited ``batch.timeout``, to the millisecond: the
-        periodic tick alone would add up to a tick interval to every partial batch."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop (offline use): tick() and stop() send it
-            return
+        """Send the batch just begun once it has waited ``batch.timeout``, to the millisecond (a
+        periodic tick would add up to its interval to every partial batch). Spans arrive on the
+        event loop, which the timer runs on."""
+        loop = asyncio.get_running_loop()
         self._batch_timer = loop.call_later(self.config.batch.timeout, self.flush_pending)
-
-    def tick(self) -> None:
-        """Called periodically: sends a partial batch once it has waited ``batch.timeout``."""
-        if self._pending and time.monotonic() - self._pending_since >= self.config.batch.timeout:
-            self.flush_pending()
 
     def has_room(self, incoming_bytes: int) -> bool:
         """Whether a new request of this size may be accepted (else the client is asked to retry)."""

@@ -200,7 +200,6 @@ class Pipeline:
             try:
                 self.assembler.expire()
                 self.analysis_stage.expire_sessions()
-                self.exporter.tick()
                 self.gc_policy.tick()
                 self.telemetry.problems.tick()
                 self._update_gauges()
