@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import agent_workload  # noqa: E402
-from gc_pauses import deep_size  # noqa: E402
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
+from session_memory import deep_size  # noqa: E402
 
 import otelsignals.analysis as analysis_module  # noqa: E402
 from otelsignals.config_loading import load_config  # noqa: E402

@@ -2,11 +2,8 @@
 (otelsignals/gc_policy.py), in one process.
 
     .venv/bin/python bench/gc_pauses.py [--conversations 50000] [--json PATH]
-    .venv/bin/python bench/gc_pauses.py --sizes
 
-``--sizes`` instead fits the memory model of otelsignals/pipeline/sessions.py: each real
-conversation's state is measured (the deep size of everything it references, objects shared with
-other states counted once) and regressed on its text characters and message count.
+(The memory model of otelsignals/pipeline/sessions.py is fitted by bench/session_memory.py.)
 
 The 473 real agent conversations of ../shared/data/agent-trajectories (converted with its
 to_otlp.py) are analysed by the pipeline's Analyzer; their states are then copied under new keys
@@ -127,58 +124,13 @@ def measure(traces: list[ReleasedTrace], policy_on: bool) -> dict[str, float]:
     }
 
 
-def deep_size(root: object, seen: set[int]) -> int:
-    total, stack = 0, [root]
-    while stack:
-        item = stack.pop()
-        if id(item) in seen or isinstance(item, type) or callable(item):
-            continue
-        seen.add(id(item))
-        total += sys.getsizeof(item)
-        stack.extend(gc.get_referents(item))
-    return total
-
-
-def fit_sizes(traces: list[ReleasedTrace]) -> None:
-    import numpy as np
-
-    from otelsignals.pipeline.sessions import BYTES_PER_MESSAGE, BYTES_PER_TEXT_CHARACTER, estimated_bytes
-
-    analyzer = fresh_analyzer()
-    for trace in traces:
-        analyzer.process(trace)
-    seen: set[int] = {id(analyzer)}
-    rows = []
-    for state in analyzer.sessions:
-        messages = state.conversation.messages
-        model = estimated_bytes(messages)
-        characters = (model - BYTES_PER_MESSAGE * len(messages)) / BYTES_PER_TEXT_CHARACTER
-        rows.append((characters, len(messages), deep_size(state, seen), model))
-    table = np.array(rows, dtype=float)
-    coefficients, *_ = np.linalg.lstsq(table[:, :2], table[:, 2], rcond=None)
-    error = np.median(np.abs(table[:, 3] - table[:, 2]) / table[:, 2])
-    print(
-        f"{len(rows)} conversations: bytes = {coefficients[0]:.2f} x text characters + "
-        f"{coefficients[1]:.0f} x messages (least squares)"
-    )
-    print(
-        f"the model in sessions.py ({BYTES_PER_TEXT_CHARACTER} x characters + {BYTES_PER_MESSAGE} x "
-        f"messages): median error {error:.0%}; total measured {table[:, 2].sum() / 2**20:.1f} MiB, "
-        f"estimated {table[:, 3].sum() / 2**20:.1f} MiB, text {table[:, 0].sum() / 2**20:.1f} M characters"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--conversations", type=int, default=50_000)
     parser.add_argument("--traces", type=int, default=2_000, help="traces analysed while measuring")
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--sizes", action="store_true", help="fit the session memory model instead")
     args = parser.parse_args()
     traces = real_traces()
-    if args.sizes:
-        fit_sizes(traces)
-        return
     print(f"{len(traces)} real traces; opening {args.conversations} conversations", file=sys.stderr)
     held = open_conversations(traces, args.conversations)
     more = traces[: args.traces]

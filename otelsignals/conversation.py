@@ -110,6 +110,55 @@ def _fingerprint(message: Message) -> int:
     return hash((message.role, text, calls))
 
 
+# Texts shorter than this are not shared (they cost less than looking them up); the latest this many
+# texts and tool-call lists are remembered per conversation: a resent system prompt, the previous
+# answers and tool results are among them when a history resends them.
+SHARED_TEXT_MIN_CHARACTERS = 64
+SHARED_VALUES = 16
+
+
+class SharedValues:
+    """One conversation's recent message texts and tool-call lists, so that what is read again is
+    kept once: a system prompt resent with every model call, an answer read from its call's output
+    and again from the next call's history, a tool result read from its tool span and from the
+    history, the same tool output returned twice. Only equal values are shared: replacing a copy by
+    the original changes no value, only the memory held."""
+
+    __slots__ = ("_calls", "_texts")
+
+    def __init__(self) -> None:
+        self._texts: dict[str, str] = {}  # the latest used last
+        self._calls: dict[int, list[ToolCall]] = {}  # by the message's fingerprint
+
+    def share(self, messages: Iterable[Message]) -> None:
+        for message in messages:
+            content = message.content
+            if content is not None and len(content) >= SHARED_TEXT_MIN_CHARACTERS:
+                kept = _latest(self._texts, content, content)
+                if kept is not content:
+                    result = message.tool_result
+                    if result is not None and result.content is content:
+                        result.content = kept
+                    message.content = kept
+            calls = message.tool_calls
+            if calls:
+                kept_calls = _latest(self._calls, fingerprint(message), calls)
+                if kept_calls is not calls and kept_calls == calls:
+                    message.tool_calls = kept_calls
+
+
+def _latest(kept: dict[Any, Any], key: Any, value: Any) -> Any:
+    """The value kept under ``key``, else ``value`` (then kept, the oldest forgotten beyond
+    SHARED_VALUES); either way now the latest used."""
+    found = kept.pop(key, None)
+    if found is None:
+        found = value
+        if len(kept) >= SHARED_VALUES:
+            del kept[next(iter(kept))]
+    kept[key] = found
+    return found
+
+
 @dataclass
 class ConversationState:
     """One conversation as the assembler keeps it between traces.
@@ -133,6 +182,7 @@ class ConversationState:
     # What the span decoder remembers of the conversation (decoded spans, histories read).
     decoder_memory: ConversationMemory = field(default_factory=ConversationMemory)
     last_inputs: _SnapshotInputs | None = None  # the latest merged history, split (see _split_inputs)
+    shared: SharedValues = field(default_factory=SharedValues)
     has_content: bool = False
     has_system_prompt: bool = False
     last_spoken: int = -1  # index-position of the latest user message or assistant answer with text
@@ -403,6 +453,9 @@ def _split_inputs(state: ConversationState, inputs: list[Message]) -> _SnapshotI
             # The previous split is replaced by this one: its lists are extended rather than copied.
             new, body, fps = inputs[skip + held :], last.body, last.fingerprints
             system = inputs[0] if skip else last.system
+    if skip and new is not inputs:
+        state.shared.share(inputs[:skip])  # a system prompt, read anew with every call
+    state.shared.share(new)
     new_body = [m for m in new if m.role is not Role.SYSTEM]
     if system is None and len(new_body) < len(new):
         system = next(m for m in new if m.role is Role.SYSTEM)
@@ -426,6 +479,7 @@ def _merge_snapshot(state: ConversationState, inputs: list[Message], outputs: li
     split = _split_inputs(state, inputs)
     system = split.system or next((m for m in outputs if m.role is Role.SYSTEM), None)
     answer = [m for m in outputs if m.role is not Role.SYSTEM]
+    state.shared.share(answer)
     body = split.body + answer
     inserted_front = 0
     if system is not None and not state.has_system_prompt:
@@ -502,6 +556,7 @@ def _attach_tool_execution(state: ConversationState, view: SpanView, execution: 
     if target is None:
         result.arguments = execution.arguments
         message = Message(Role.TOOL, content=result.content, tool_result=result, span_id=view.span_id)
+        state.shared.share((message,))  # the next call's history resends this result
         state.append(message, indexed=False)
         state.provisional.append(message)
         return

@@ -465,3 +465,94 @@ def test_the_conversation_after_a_trace_keeps_what_the_spans_said_of_it() -> Non
     assert [call.trace_id for call in after.llm_calls] == [b"\x01" * 16]
     assert after.trace_ids == [b"\x01" * 16] and len(after.messages) == 1
     assert state.conversation.available_tools is not after.available_tools  # a copy
+
+
+def _copy(message: Message) -> Message:
+    """``message`` as a later span reads it again: equal values, new objects."""
+    calls = [
+        ToolCall(c.name, dict(c.arguments) if isinstance(c.arguments, dict) else c.arguments, c.id)
+        for c in message.tool_calls
+    ]
+    result = message.tool_result
+    content = None if message.content is None else "".join(list(message.content))
+    return Message(
+        message.role,
+        content,
+        calls,
+        None if result is None else ToolResult(result.call_id, result.name, content),
+    )
+
+
+LONG_PROMPT = "You are the support agent of Acme. " * 40
+LONG_ANSWER = "Your order 1234 left our warehouse this morning and should arrive on Thursday. " * 2
+
+
+def test_text_and_tool_calls_read_again_are_kept_once():
+    state = ConversationState.new("shared")
+    system = Message(Role.SYSTEM, LONG_PROMPT)
+    ask = user("Where is my order 1234, and when does it arrive? " * 2)
+    call = assistant(None, ToolCall("track", {"order": "1234"}, "c1"))
+    apply_trace(state, b"t1", [chat(1, [system, ask], [call])])
+    result = tool("c1", '{"status": "shipped", "eta": "Thursday", "carrier": "ACME Express", "id": 1234}')
+    answer = assistant(LONG_ANSWER)
+    # The next call resends the history: what the history cache read before is the same objects (the
+    # user's question), the previous answer is read anew, and so is the system prompt.
+    resent = [_copy(system), ask, _copy(call), result]
+    apply_trace(state, b"t2", [chat(2, resent, [answer])])
+    apply_trace(state, b"t3", [chat(3, [_copy(system), *resent[1:], _copy(answer), user("Thanks!")], [])])
+    held = state.conversation.messages
+    assert [m.role for m in held] == [
+        Role.SYSTEM,
+        Role.USER,
+        Role.ASSISTANT,
+        Role.TOOL,
+        Role.ASSISTANT,
+        Role.USER,
+    ]
+    assert state.last_inputs is not None
+    latest = state.last_inputs.messages
+    assert latest[0] is not held[0] and latest[0].content is held[0].content  # the prompt read anew
+    assert latest[2] is not held[2] and latest[2].tool_calls is held[2].tool_calls
+    assert latest[3].content is held[3].content and latest[3].tool_result.content is held[3].content
+    assert latest[4] is not held[4] and latest[4].content is held[4].content
+
+
+def test_near_misses_are_not_shared():
+    state = ConversationState.new("near")
+    system = Message(Role.SYSTEM, LONG_PROMPT)
+    answer = assistant(LONG_ANSWER, ToolCall("track", {"order": "1234"}, "c1"))
+    apply_trace(state, b"t1", [chat(1, [system, user("Where is it?")], [answer])])
+    edited = Message(Role.SYSTEM, LONG_PROMPT[:-2] + "!")  # one character differs
+    other_arguments = assistant(LONG_ANSWER, ToolCall("track", {"order": "9999"}, "c1"))  # same call id
+    short = Message(Role.SYSTEM, "Be brief.")
+    short_again = _copy(short)
+    apply_trace(state, b"t2", [chat(2, [edited, user("Where is it?"), other_arguments], [])])
+    apply_trace(state, b"t3", [chat(3, [short, short_again], [])])
+    assert edited.content == LONG_PROMPT[:-2] + "!"
+    assert short_again.content is not short.content  # below SHARED_TEXT_MIN_CHARACTERS: not looked up
+    assert other_arguments.content is answer.content  # the text is equal: shared
+    assert other_arguments.tool_calls is not answer.tool_calls
+    assert other_arguments.tool_calls[0].arguments == {"order": "9999"}
+
+
+def test_sharing_changes_no_value_on_the_recorded_instrumentations(monkeypatch):
+    """The recorded fixtures analysed with and without sharing give equal conversations."""
+    from pathlib import Path
+
+    from otelsignals.conversation import SharedValues
+    from otelsignals.offline import read_requests, traces_in_time_order
+    from otelsignals.pipeline.analyzer import Analyzer
+    from otelsignals.telemetry import Telemetry
+
+    fixtures = Path(__file__).parent / "fixtures"
+    paths = [p for p in sorted(fixtures.rglob("*.binpb")) if not p.name.endswith(".logs.binpb")]
+
+    def conversations() -> dict[str, list[Message]]:
+        analyzer = Analyzer(Telemetry())
+        for trace in traces_in_time_order(request for path in paths for request in read_requests(path)):
+            analyzer.process(trace)
+        return {state.conversation.key: state.conversation.messages for state in analyzer.sessions}
+
+    shared = conversations()
+    monkeypatch.setattr(SharedValues, "share", lambda self, messages: None)
+    assert conversations() == shared and len(shared) >= 5

@@ -7,43 +7,56 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from sys import getsizeof
 
 import orjson
 
 from otelsignals.conversation import ConversationState
 from otelsignals.model import Message
 
-# What one open conversation costs in memory, as a function of what it keeps: measured over the
-# 473 real agent conversations of the development set (bench/gc_pauses.py --sizes: least squares of
-# the states' deep sizes on their text and message counts). The messages, the
-# detectors' prepared text, the history cache and the per-trace records all grow with these two.
-# The repetition detector's prepared answers (signals/stagnation.py, PreparedAnswers) moved the fit
-# from 6.56 to 6.63 bytes per character (+1.2 % of the measured total, ~1.7 KB per conversation).
-BYTES_PER_TEXT_CHARACTER = 6.6
-BYTES_PER_MESSAGE = 300
+# What one open conversation costs in memory, as a function of what it keeps: least squares of the
+# measured deep sizes of conversation states (bench/session_memory.py: the 473 real agent
+# conversations of the development set and the tool-using agent workload) on the bytes its texts
+# take as Python strings (1, 2 or 4 bytes per character, whichever their widest character needs), the
+# tool-call arguments as JSON characters, its messages, and the conversation itself. The messages,
+# the detectors' prepared text, the history cache and the per-trace records all grow with these.
+# Arguments cost far more than their JSON text: they are kept parsed (a dict, its keys, its values).
+BYTES_PER_TEXT_BYTE = 1.09
+BYTES_PER_ARGUMENT_CHARACTER = 20
+BYTES_PER_MESSAGE = 1140
+BYTES_PER_CONVERSATION = 22_000
 
 
 def estimated_bytes(messages: Sequence[Message]) -> int:
     """The memory ``messages`` hold in a conversation's state, estimated (see above)."""
-    return _estimate(_text_characters(messages) + _argument_characters(messages), len(messages))
+    return _estimate(text_storage_bytes(messages), argument_characters(messages), len(messages))
 
 
-def _estimate(characters: int, messages: int) -> int:
-    return int(BYTES_PER_TEXT_CHARACTER * characters) + BYTES_PER_MESSAGE * messages
+def _estimate(text_bytes: int, argument_characters: int, messages: int) -> int:
+    return int(
+        BYTES_PER_TEXT_BYTE * text_bytes
+        + BYTES_PER_ARGUMENT_CHARACTER * argument_characters
+        + BYTES_PER_MESSAGE * messages
+        + BYTES_PER_CONVERSATION
+    )
 
 
-def _text_characters(messages: Sequence[Message]) -> int:
-    """Message and tool-result text: cheap to count, and filled in later for some messages (a tool
-    output joins its call's result), so counted again on every resize."""
-    characters = 0
+def text_storage_bytes(messages: Sequence[Message]) -> int:
+    """The bytes message and tool-result texts take (``sys.getsizeof``: the string's own size, read
+    without looking at its characters). Filled in later for some messages (a tool output joins its
+    call's result), so counted again on every resize."""
+    size = 0
     for message in messages:
-        characters += len(message.content or "")
-        if message.tool_result is not None:
-            characters += len(message.tool_result.content or "")
-    return characters
+        content = message.content
+        if content is not None:
+            size += getsizeof(content)
+        result = message.tool_result
+        if result is not None and result.content is not None and result.content is not content:
+            size += getsizeof(result.content)
+    return size
 
 
-def _argument_characters(messages: Sequence[Message]) -> int:
+def argument_characters(messages: Sequence[Message]) -> int:
     """Tool-call arguments as JSON text: set once when a call is read, so counted once."""
     return sum(_length(call.arguments) for message in messages for call in message.tool_calls)
 
@@ -122,11 +135,11 @@ class SessionStore:
         size = self._sizes.setdefault(key, _Size())
         before = size.bytes
         if offset == size.offset and len(messages) >= size.counted:
-            size.argument_characters += _argument_characters(messages[size.counted :])
+            size.argument_characters += argument_characters(messages[size.counted :])
         else:  # trimmed: counted again
-            size.argument_characters = _argument_characters(messages)
+            size.argument_characters = argument_characters(messages)
         size.offset, size.counted = offset, len(messages)
-        size.bytes = _estimate(_text_characters(messages) + size.argument_characters, len(messages))
+        size.bytes = _estimate(text_storage_bytes(messages), size.argument_characters, len(messages))
         self.bytes += size.bytes - before
         # The state just changed is the last one evicted (it may alone be over the bound).
         self._states.move_to_end(key)

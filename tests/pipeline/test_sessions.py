@@ -51,32 +51,50 @@ def _say(store: SessionStore, key: str, text: str, arguments: object = None) -> 
     store.resize(key)
 
 
-def test_the_estimate_grows_with_text_and_messages():
-    from otelsignals.model import Message, Role, ToolCall, ToolResult
-    from otelsignals.pipeline.sessions import BYTES_PER_MESSAGE, BYTES_PER_TEXT_CHARACTER, estimated_bytes
+def test_the_estimate_grows_with_text_storage_arguments_and_messages():
+    import sys
 
-    assert estimated_bytes([]) == 0
-    one = estimated_bytes([Message(Role.USER, "x" * 100)])
-    assert one == int(BYTES_PER_TEXT_CHARACTER * 100) + BYTES_PER_MESSAGE
-    # Tool arguments count as their JSON text, results as their text; uncaptured content as nothing.
+    from otelsignals.model import Message, Role, ToolCall, ToolResult
+    from otelsignals.pipeline.sessions import (
+        BYTES_PER_ARGUMENT_CHARACTER,
+        BYTES_PER_CONVERSATION,
+        BYTES_PER_MESSAGE,
+        BYTES_PER_TEXT_BYTE,
+        estimated_bytes,
+    )
+
+    assert estimated_bytes([]) == BYTES_PER_CONVERSATION
+    ascii_text, emoji_text = "x" * 100, "x" * 99 + "\N{ROCKET}"  # 1 and 4 bytes per character in CPython
+    one = estimated_bytes([Message(Role.USER, ascii_text)])
+    assert one == int(
+        BYTES_PER_TEXT_BYTE * sys.getsizeof(ascii_text) + BYTES_PER_MESSAGE + BYTES_PER_CONVERSATION
+    )
+    assert estimated_bytes([Message(Role.USER, emoji_text)]) - one > 2 * BYTES_PER_TEXT_BYTE * 100
+    # Arguments count as their JSON text, results as their text (once when the message holds the same
+    # string), uncaptured content as nothing.
+    result = "y" * 50
     with_tool = [
         Message(Role.ASSISTANT, None, [ToolCall("f", {"q": "abc"})]),
-        Message(Role.TOOL, None, tool_result=ToolResult(content="y" * 50)),
+        Message(Role.TOOL, result, tool_result=ToolResult(content=result)),
     ]
-    characters = len('{"q":"abc"}') + 50
-    assert estimated_bytes(with_tool) == int(BYTES_PER_TEXT_CHARACTER * characters) + 2 * BYTES_PER_MESSAGE
+    assert estimated_bytes(with_tool) == int(
+        BYTES_PER_TEXT_BYTE * sys.getsizeof(result)
+        + BYTES_PER_ARGUMENT_CHARACTER * len('{"q":"abc"}')
+        + 2 * BYTES_PER_MESSAGE
+        + BYTES_PER_CONVERSATION
+    )
 
 
 def test_the_byte_bound_evicts_the_least_recently_active_and_counts_it():
     evicted: list[tuple[str, str]] = []
     store = SessionStore(
-        3600, 100, lambda state, why: evicted.append((state.conversation.key, why)), max_bytes=45_000
+        3600, 100, lambda state, why: evicted.append((state.conversation.key, why)), max_bytes=80_000
     )
     for key in "abcd":
-        _say(store, key, "w" * 2000)  # about 13 KB each
+        _say(store, key, "w" * 2000)  # about 25 KB each
     assert evicted == [("a", "bytes")]
-    assert store.bytes <= 45_000
-    _say(store, "b", "more " * 400)  # b is now the most recently active: c goes next
+    assert store.bytes <= 80_000
+    _say(store, "b", "more " * 2000)  # b is now the most recently active: c goes next
     assert evicted[-1] == ("c", "bytes")
     assert sorted(state.conversation.key for state in store) == ["b", "d"]
     total = store.bytes
@@ -120,14 +138,14 @@ def test_the_analyzer_keeps_its_sessions_under_the_byte_bound_and_says_so():
     paths = [p for p in sorted(fixtures.rglob("*.binpb")) if not p.name.endswith(".logs.binpb")]
     traces = traces_in_time_order(request for path in paths for request in read_requests(path))
     telemetry = Telemetry()
-    analyzer = Analyzer(telemetry, SessionsConfig(max_bytes=20_000))  # type: ignore[arg-type]
+    analyzer = Analyzer(telemetry, SessionsConfig(max_bytes=60_000))  # type: ignore[arg-type]
     conversations = set()
     for trace in traces:
         analysis = analyzer.process(trace)
         if analysis is not None:
             conversations.add(analysis.conversation_id)
             biggest = max(analyzer.sessions._sizes.values(), key=lambda size: size.bytes).bytes
-            assert analyzer.sessions.bytes <= max(20_000, biggest)
+            assert analyzer.sessions.bytes <= max(60_000, biggest)
     evicted = telemetry.registry.get_sample_value("otelsignals_sessions_evicted_total", {"reason": "bytes"})
     assert len(conversations) >= 5 and evicted is not None and evicted >= 1
     assert len(analyzer.sessions) + evicted >= len(conversations)
@@ -136,8 +154,10 @@ def test_the_analyzer_keeps_its_sessions_under_the_byte_bound_and_says_so():
 
 
 def test_text_filled_into_a_counted_message_is_counted():
+    import sys
+
     from otelsignals.model import ToolResult
-    from otelsignals.pipeline.sessions import BYTES_PER_TEXT_CHARACTER
+    from otelsignals.pipeline.sessions import BYTES_PER_TEXT_BYTE
 
     store = SessionStore(3600, 100, max_bytes=0)
     _say(store, "a", "")
@@ -145,6 +165,10 @@ def test_text_filled_into_a_counted_message_is_counted():
     state = store.get("a")
     assert state is not None
     # A tool output joins a message read earlier (as a tool span arriving after its chat span).
-    state.conversation.messages[0].tool_result = ToolResult(content="r" * 1000)
+    output = "r" * 1000
+    state.conversation.messages[0].tool_result = ToolResult(content=output)
     store.resize("a")
-    assert store.bytes == before + int(BYTES_PER_TEXT_CHARACTER * 1000)
+    assert store.bytes - before in range(
+        int(BYTES_PER_TEXT_BYTE * sys.getsizeof(output)) - 1,
+        int(BYTES_PER_TEXT_BYTE * sys.getsizeof(output)) + 2,
+    )

@@ -1,0 +1,270 @@
+"""What an open conversation costs in memory, against the text it keeps (issue 16: "RSS per open
+conversation ≤ 2× the history text it keeps").
+
+    .venv/bin/python bench/session_memory.py [--workload-conversations 60] [--json PATH]
+
+Two sets of conversations are analysed in this process by the pipeline's Analyzer (embedded
+defaults, no session bound), then every conversation's state is measured:
+
+- ``real``: the 473 real agent conversations of ../shared/data/agent-trajectories (to_otlp.py);
+- ``workload``: bench/agent_workload.py's generated tool-using agent conversations (same seed).
+
+For each set: the states' deep size (everything a state references, objects shared between states
+counted once, the analyzer's shared tables not counted), the text the conversations keep (message
+and tool-result text, tool-call arguments as JSON; in characters and in UTF-8 bytes), the ratio,
+the share of each part of the state, and the bytes held by long strings (64 characters or more)
+that repeat a string of the same state with another identity (duplicated text). Also
+``sessions_bytes``' estimate against the measured size. Markdown to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
+
+from otelsignals.config_loading import load_config  # noqa: E402
+from otelsignals.conversation import ConversationState  # noqa: E402
+from otelsignals.otlp.wire import split_request  # noqa: E402
+from otelsignals.pipeline.analyzer import Analyzer  # noqa: E402
+from otelsignals.pipeline.assembler import Assembler, ReleasedTrace  # noqa: E402
+from otelsignals.pipeline.sessions import (  # noqa: E402
+    BYTES_PER_ARGUMENT_CHARACTER,
+    BYTES_PER_CONVERSATION,
+    BYTES_PER_MESSAGE,
+    BYTES_PER_TEXT_BYTE,
+    argument_characters,
+    estimated_bytes,
+    text_storage_bytes,
+)
+from otelsignals.telemetry import Telemetry  # noqa: E402
+
+SHIPPED_MODEL = (BYTES_PER_TEXT_BYTE, BYTES_PER_ARGUMENT_CHARACTER, BYTES_PER_MESSAGE, BYTES_PER_CONVERSATION)
+LONG_STRING = 64  # characters: shorter strings are names and ids, not text worth sharing
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def fresh_analyzer() -> Analyzer:
+    config = load_config(None, environ={})
+    config.sessions.max_sessions = 1_000_000
+    config.sessions.max_bytes = 0
+    return Analyzer(Telemetry(), config.sessions, config.signals, config.evals, config.analyzer)
+
+
+def real_traces() -> list[ReleasedTrace]:
+    from gc_pauses import real_traces as convert
+
+    return convert()
+
+
+def workload_traces(conversations: int, seed: int) -> Iterator[ReleasedTrace]:
+    from agent_workload import build_workload
+
+    workload = build_workload(conversations, max(1, conversations // 2), seed)
+    released: list[ReleasedTrace] = []
+    assembler = Assembler(released.append, lambda record: None, decision_wait=2.0)
+    for turn in workload.turns:
+        assembler.add(split_request(ExportTraceServiceRequest.FromString(turn.body)).records)
+        yield from released
+        released.clear()
+
+
+def parts_of(state: ConversationState) -> Iterator[tuple[str, Any]]:
+    """A state's parts, named; the conversation, the decoder's memory and the detectors' memory by
+    their own parts."""
+    for outer in dataclasses.fields(state):
+        value = getattr(state, outer.name)
+        if outer.name in ("conversation", "decoder_memory"):
+            for inner in dataclasses.fields(value):
+                yield f"{outer.name}.{inner.name}", getattr(value, inner.name)
+        elif outer.name == "detector_memory":
+            for key, memory in value.items():
+                yield f"detector_memory[{key}]", memory
+        else:
+            yield outer.name, value
+
+
+def referents(root: object, seen: set[int]) -> Iterator[object]:
+    """Every object ``root`` reaches and ``seen`` does not hold yet (classes and functions are
+    shared code, not state)."""
+    stack = [root]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, type) or callable(item):
+            continue
+        seen.add(id(item))
+        yield item
+        stack.extend(gc.get_referents(item))
+
+
+def deep_size(root: object, seen: set[int]) -> int:
+    """Bytes of everything ``root`` reaches that ``seen`` does not hold yet (then added to it)."""
+    return sum(sys.getsizeof(item) for item in referents(root, seen))
+
+
+def kept_text(state: ConversationState) -> tuple[int, int]:
+    """(characters, UTF-8 bytes) of the text the conversation keeps: what sessions_bytes counts."""
+    characters = utf8 = 0
+    for message in state.conversation.messages:
+        texts: list[str] = [message.content or ""]
+        if message.tool_result is not None and message.tool_result.content is not message.content:
+            texts.append(message.tool_result.content or "")
+        texts += [_as_text(call.arguments) for call in message.tool_calls]
+        for text in texts:
+            characters += len(text)
+            utf8 += len(text.encode("utf-8", "surrogatepass"))
+    return characters, utf8
+
+
+def _as_text(arguments: object) -> str:
+    if arguments is None:
+        return ""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
+    analyzer = fresh_analyzer()
+    count = 0
+    for trace in traces:
+        analyzer.process(trace)
+        count += 1
+    states = list(analyzer.sessions)
+    log(f"{name}: {count:,} traces, {len(states):,} conversations; measuring...")
+    # What the analyzer shares between conversations (tables, models) is not a conversation's.
+    seen: set[int] = {id(analyzer), id(analyzer.sessions)}
+    by_part: Counter[str] = Counter()
+    duplicated: Counter[str] = Counter()
+    total = characters = utf8 = estimated = 0
+    rows: list[tuple[float, ...]] = []  # per conversation: the model's inputs, then the size measured
+    for state in states:
+        texts: dict[str, str] = {}
+        state_size = 0
+        for part, value in parts_of(state):
+            for item in referents(value, seen):
+                size = sys.getsizeof(item)
+                by_part[part] += size
+                state_size += size
+                if isinstance(item, str) and len(item) >= LONG_STRING:
+                    first = texts.setdefault(item, item)
+                    if first is not item:
+                        duplicated[part] += size
+        state_characters, state_utf8 = kept_text(state)
+        characters += state_characters
+        utf8 += state_utf8
+        total += state_size
+        messages = state.conversation.messages
+        estimated += estimated_bytes(messages)
+        rows.append((*model_inputs(messages), state_size))
+    return {
+        "set": name,
+        "traces": count,
+        "conversations": len(states),
+        "bytes": total,
+        "text_characters": characters,
+        "text_utf8_bytes": utf8,
+        "bytes_per_utf8_byte": total / utf8 if utf8 else 0.0,
+        "bytes_per_character": total / characters if characters else 0.0,
+        "estimated_bytes": estimated,
+        "parts": dict(by_part.most_common()),
+        "duplicated_text_bytes": dict(duplicated.most_common()),
+        "rows": rows,
+    }
+
+
+def model_inputs(messages: list[Any]) -> tuple[float, float, float, float]:
+    """What the memory model of otelsignals/pipeline/sessions.py reads: (text storage, argument
+    characters, messages, 1)."""
+    return (text_storage_bytes(messages), argument_characters(messages), len(messages), 1.0)
+
+
+def fit(results: list[dict[str, Any]]) -> str:
+    """The memory model's coefficients, by least squares over every conversation of every set, and
+    each set's median error with them and with the model as shipped."""
+    import numpy as np
+
+    table = np.array([row for result in results for row in result["rows"]], dtype=float)
+    coefficients, *_ = np.linalg.lstsq(table[:, :4], table[:, 4], rcond=None)
+    lines = [
+        "Least squares over every conversation: bytes = "
+        f"{coefficients[0]:.2f} x text storage + {coefficients[1]:.2f} x argument characters + "
+        f"{coefficients[2]:.0f} x messages + {coefficients[3]:.0f}",
+        "",
+        "| set | median error, fitted | median error, as shipped | total: fitted / measured | "
+        "as shipped / measured |",
+        "|---|---|---|---|---|",
+    ]
+    for result in results:
+        rows = np.array(result["rows"], dtype=float)
+        measured = rows[:, 4]
+        fitted = rows[:, :4] @ coefficients
+        shipped = np.array([row[:4] for row in result["rows"]]) @ np.array(SHIPPED_MODEL)
+        lines.append(
+            f"| {result['set']} | {np.median(np.abs(fitted - measured) / measured):.0%} | "
+            f"{np.median(np.abs(shipped - measured) / measured):.0%} | "
+            f"{fitted.sum() / measured.sum():.2f} | {shipped.sum() / measured.sum():.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def report(result: dict[str, Any], top: int) -> str:
+    mib = 2**20
+    total = result["bytes"]
+    lines = [
+        f"### {result['set']}: {result['conversations']:,} conversations, {result['traces']:,} traces",
+        "",
+        f"State {total / mib:.1f} MiB for {result['text_utf8_bytes'] / mib:.1f} MiB of kept text in UTF-8 "
+        f"({result['text_characters'] / mib:.2f} M characters): **{result['bytes_per_utf8_byte']:.2f} bytes "
+        f"per UTF-8 byte of text** ({result['bytes_per_character']:.2f} per character, "
+        f"{total / result['conversations'] / 1024:.0f} KiB per conversation). "
+        f"sessions_bytes estimates {result['estimated_bytes'] / mib:.1f} MiB "
+        f"({result['estimated_bytes'] / total:.2f} of the measured). Duplicated long text: "
+        f"{sum(result['duplicated_text_bytes'].values()) / mib:.1f} MiB.",
+        "",
+        "| part of the state | MiB | bytes per UTF-8 byte of text | of which duplicated text (MiB) |",
+        "|---|---|---|---|",
+    ]
+    for part, size in list(result["parts"].items())[:top]:
+        duplicate = result["duplicated_text_bytes"].get(part, 0)
+        lines.append(
+            f"| {part} | {size / mib:.2f} | {size / result['text_utf8_bytes']:.2f} | {duplicate / mib:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workload-conversations", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--top", type=int, default=15, help="parts listed per set")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    gc.disable()  # the measurement walks every object: no collection in the middle
+    results = [
+        measure("real", real_traces()),
+        measure("workload", workload_traces(args.workload_conversations, args.seed)),
+    ]
+    for result in results:
+        print(report(result, args.top))
+    print(fit(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
