@@ -80,14 +80,15 @@ def _span_pairs(items: Any) -> list[tuple[str, Any]]:
     ]
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, frozen=True, eq=False)
 class Utf8Text:
     """A long string attribute as the UTF-8 bytes it came in, not decoded to a str: a history
     resent whole on every model call (``UTF8_TEXT_KEYS``) is compared with the one read before by
     a hash of these bytes and only its new tail is parsed (memory.HistoryCache), so the whole of
-    it is never turned into Python characters, which costs up to ~1 ns per character."""
+    it is never turned into Python characters, which costs up to ~1 ns per character. Two are
+    equal when their texts are."""
 
-    data: bytes  # the serialized AnyValue: its tag and length, then the text (then nothing else)
+    data: bytes  # bytes holding the text: the span it came in, or its serialized AnyValue
     start: int  # where the text starts in ``data``
     end: int  # and ends
 
@@ -101,11 +102,21 @@ class Utf8Text:
     def __str__(self) -> str:
         return self.data[self.start : self.end].decode("utf-8", "replace")
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Utf8Text) and self.utf8 == other.utf8
+
+    def __hash__(self) -> int:
+        return hash(self.data[self.start : self.end])
+
 
 # A span's own attributes read as Utf8Text when their text is this long or longer.
 UTF8_TEXT_KEYS = frozenset({"gen_ai.input.messages", "ai.prompt.messages", "ai.prompt"})
 UTF8_TEXT_MIN_BYTES = 1024
+_UTF8_TEXT_KEY_BYTES = frozenset(key.encode() for key in UTF8_TEXT_KEYS)
+# A span this long may hold such a history: its bytes are walked to cut it out before parsing.
+CUT_MIN_BYTES = 4096
 _STRING_VALUE_TAG = 0x0A  # AnyValue.string_value: field 1, length-delimited
+_KEY_TAG, _VALUE_TAG = 0x0A, 0x12  # KeyValue.key: field 1, .value: field 2 (length-delimited)
 
 
 def _as_utf8(value: AnyValue) -> Any:
@@ -209,24 +220,94 @@ def decode_span(
     With the conversation's ``memo``, the attributes and events the span shares with the
     conversation's earlier spans are neither parsed nor decoded again: they are cut out of the
     bytes parsed (so the returned ``Span`` holds only the others), and their values are the ones
-    decoded then. Raises ``DecodeError`` for bytes that are not a span.
+    decoded then. A long JSON history (``UTF8_TEXT_KEYS``) is cut out of the bytes parsed too, and
+    read from them as a :class:`Utf8Text`. Raises ``DecodeError`` for bytes that are not a span.
     """
-    span = None
     if memo is not None and len(data) >= MEMO_MIN_BYTES:
         if not memo.branches and memo.events is None:
             # Nothing to share yet: worth laying out only if the span itself is worth keeping.
-            span = Span.FromString(data)
-            if len(span.attributes) < MEMO_MIN_ATTRIBUTES and len(span.events) < MEMO_MIN_EVENTS:
-                return decode_whole(span)
+            decoded = _decode_bytes(data)
+            if len(decoded[1]) < MEMO_MIN_ATTRIBUTES and len(decoded[2]) < MEMO_MIN_EVENTS:
+                return decoded
         try:
             layout = _layout(data, memo)
         except IndexError:  # not what a conforming encoder writes: read it in full
             layout = None
         if layout is not None:
-            decoded = _decode_laid_out(data, layout, memo)
-            if decoded is not None:
-                return decoded
-    return decode_whole(span or Span.FromString(data))
+            laid_out = _decode_laid_out(data, layout, memo)
+            if laid_out is not None:
+                return laid_out
+    return _decode_bytes(data)
+
+
+def _decode_bytes(data: bytes) -> tuple[Span, dict[str, Any], list[EventView], None]:
+    """``data`` decoded in full, without a memo: :func:`decode_whole` of its parse, but for its long
+    histories, cut out of the bytes before the parse (which would copy and check every character)
+    and read from them as :class:`Utf8Text` (the returned ``Span`` does not hold them)."""
+    cut = None
+    if len(data) >= CUT_MIN_BYTES:
+        try:
+            cut = _without_long_texts(data)
+        except IndexError:  # not what a conforming encoder writes: the parse says what is wrong
+            cut = None
+    if cut is None:
+        return decode_whole(Span.FromString(data))
+    rest, texts = cut
+    span = Span.FromString(rest)
+    pairs = _span_pairs(span.attributes)
+    for position, key, text in texts:  # in the order they came: each goes back where it was
+        pairs.insert(position, (key, text))
+    return span, dict(pairs), _full_events(span.events), None
+
+
+def _without_long_texts(data: bytes) -> tuple[bytes, list[tuple[int, str, Utf8Text]]] | None:
+    """(the span's bytes without its long histories, each history as (its position among the
+    span's attributes, its key, its text)); None when it has none. Raises IndexError for bytes
+    that end inside a field."""
+    texts: list[tuple[int, str, Utf8Text]] = []
+    kept: list[bytes] = []
+    pos, end, position, kept_from = 0, len(data), 0, 0
+    while pos < end:
+        tag, after = varint(data, pos)
+        if tag & 7 != 2:
+            pos = skip_field(data, tag & 7, after)
+            continue
+        length, body = varint(data, after)
+        field_end = body + length
+        if tag >> 3 == _ATTRIBUTES_FIELD:
+            found = _long_text(data, body, field_end)
+            if found is not None:
+                texts.append((position, *found))
+                kept.append(data[kept_from:pos])
+                kept_from = field_end
+            position += 1
+        pos = field_end
+    if pos > end:
+        raise IndexError("truncated span")
+    if not texts:
+        return None
+    kept.append(data[kept_from:])
+    return b"".join(kept), texts
+
+
+def _long_text(data: bytes, start: int, end: int) -> tuple[str, Utf8Text] | None:
+    """(key, text) of the KeyValue at ``data[start:end]`` when it is a history of ``UTF8_TEXT_KEYS``
+    of ``UTF8_TEXT_MIN_BYTES`` or more, laid out as encoders write it: the key, then a value that
+    is a string and nothing else."""
+    if data[start] != _KEY_TAG:
+        return None
+    key_length, key_at = varint(data, start + 1)
+    value_tag_at = key_at + key_length
+    key = data[key_at:value_tag_at]
+    if key not in _UTF8_TEXT_KEY_BYTES or value_tag_at >= end or data[value_tag_at] != _VALUE_TAG:
+        return None
+    value_length, value_at = varint(data, value_tag_at + 1)
+    if value_at + value_length != end or data[value_at] != _STRING_VALUE_TAG:
+        return None
+    text_length, text_at = varint(data, value_at + 1)
+    if text_at + text_length != end or text_length < UTF8_TEXT_MIN_BYTES:
+        return None
+    return key.decode(), Utf8Text(data, text_at, end)
 
 
 def decode_whole(span: Span) -> tuple[Span, dict[str, Any], list[EventView], None]:

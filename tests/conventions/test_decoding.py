@@ -295,3 +295,61 @@ def test_log_records_joined_to_a_span_leave_the_memo_s_resent_events_unchanged()
     latest = state.decoder_memory.spans.events
     assert latest is not None
     assert all(view.attributes.get("body") != "sent as a log record" for view in latest.views)
+
+
+HISTORY_KEYS = sorted(decoding.UTF8_TEXT_KEYS)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_a_span_with_its_long_histories_cut_out_decodes_as_its_full_parse(data):
+    """A long history is cut out of the span's bytes before the parse and read from them: wherever it
+    sits among the attributes, however often, whatever its length, the attributes, events and span
+    fields are those of a parse of the whole span (near misses: short histories, other keys, a value
+    that is not a string, a value with a field after its string, a key-value with a field after its
+    value, all left to the parse)."""
+    rng = random.Random(data.draw(st.integers(0, 2**32)))
+    span = Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="chat m", start_time_unix_nano=5)
+    span.events.add(time_unix_nano=6, name="gen_ai.choice").attributes.append(attribute("k", "v"))
+    size = lambda: rng.choice([10, decoding.UTF8_TEXT_MIN_BYTES - 1, decoding.UTF8_TEXT_MIN_BYTES, 6000])  # noqa: E731
+    for _ in range(data.draw(st.integers(1, 12))):
+        kind = data.draw(
+            st.sampled_from(["history", "history", "other key", "not a string", "odd value", "odd pair"])
+        )
+        text = '[{"role":"user","parts":[{"type":"text","content":"' + "é" * size() + '"}]}]'
+        key = rng.choice(HISTORY_KEYS)
+        if kind == "history":
+            span.attributes.append(attribute(key, text))
+        elif kind == "other key":
+            span.attributes.append(attribute("gen_ai.output.messages", text))
+        elif kind == "not a string":
+            span.attributes.append(KeyValue(key=key, value=AnyValue(bytes_value=text.encode())))
+        elif kind == "odd value":  # a field a newer schema may add, after the string
+            value = AnyValue.FromString(AnyValue(string_value=text).SerializeToString() + b"\x98\x01\x07")
+            span.attributes.append(KeyValue(key=key, value=value))
+        else:  # the key-value itself carries a field this schema does not know, after its value
+            pair = KeyValue(key=key, value=AnyValue(string_value=text)).SerializeToString() + b"\x98\x01\x07"
+            span.attributes.append(KeyValue.FromString(pair))
+        if rng.random() < 0.2:
+            span.attributes.append(attribute("gen_ai.usage.input_tokens", rng.randrange(100)))
+    encoded = span.SerializeToString()
+    cut_span, cut_attributes, cut_events, _ = decoding.decode_span(encoded, None)
+    whole_span, whole_attributes, whole_events, _ = decoding.decode_whole(Span.FromString(encoded))
+    assert list(cut_attributes.items()) == list(whole_attributes.items())
+    assert [type(v) for v in cut_attributes.values()] == [type(v) for v in whole_attributes.values()]
+    assert cut_events == whole_events
+    for field in ("trace_id", "span_id", "name", "start_time_unix_nano"):
+        assert getattr(cut_span, field) == getattr(whole_span, field)
+    for key, value in cut_attributes.items():
+        if isinstance(value, decoding.Utf8Text):
+            assert str(value) == str(whole_attributes[key]) and len(value) >= decoding.UTF8_TEXT_MIN_BYTES
+
+
+def test_a_truncated_span_with_a_long_history_is_refused_as_the_parse_refuses_it():
+    from google.protobuf.message import DecodeError
+
+    span = Span(attributes=[attribute("gen_ai.input.messages", "[" + '"x",' * 2000 + '"y"]')])
+    data = span.SerializeToString()
+    for cut in (len(data) - 1, len(data) // 2, 3):
+        with pytest.raises(DecodeError):
+            decoding.decode_span(data[:cut] + b"\x00" * (decoding.CUT_MIN_BYTES - cut), None)
