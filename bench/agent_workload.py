@@ -1117,7 +1117,7 @@ def profile(workload: Workload, top: int) -> dict[str, Any]:
         started = clock()
         for turn in turns:
             t0 = clock()
-            split = split_request(ExportTraceServiceRequest.FromString(turn.body))
+            split = split_request(ExportTraceServiceRequest.FromString(turn.body), raw=turn.body)
             t1 = clock()
             assembler.add(split.records)
             t2 = clock()

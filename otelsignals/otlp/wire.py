@@ -71,12 +71,23 @@ def is_valid_id(value: bytes, size: int) -> bool:
     return len(value) == size and value != bytes(size)
 
 
-def split_request(request: ExportTraceServiceRequest, ingest_seq: int = 0) -> SplitRequest:
+def split_request(
+    request: ExportTraceServiceRequest, ingest_seq: int = 0, raw: bytes | None = None
+) -> SplitRequest:
     """Turn a parsed request into span records, refusing spans whose ids are invalid (OTLP says a
-    trace id is 16 non-zero bytes and a span id 8 non-zero bytes)."""
+    trace id is 16 non-zero bytes and a span id 8 non-zero bytes). With ``raw``, the bytes the
+    request was parsed from, each span's bytes are cut from them rather than serialized again."""
     records: list[SpanRecord] = []
     invalid = 0
     append = records.append
+    slices = _span_slices(raw) if raw is not None else None
+    if slices is not None and len(slices) != sum(
+        len(scope_spans.spans)
+        for resource_spans in request.resource_spans
+        for scope_spans in resource_spans.scope_spans
+    ):
+        slices = None  # not laid out as this walk reads it: serialized from the parse instead
+    spans_in_order = iter(slices) if slices is not None else None
     for resource_spans in request.resource_spans:
         resource = (
             resource_spans.resource.SerializeToString() if resource_spans.HasField("resource") else None
@@ -89,6 +100,7 @@ def split_request(request: ExportTraceServiceRequest, ingest_seq: int = 0) -> Sp
                 scope_spans.schema_url,
             )
             for span in scope_spans.spans:
+                data = next(spans_in_order) if spans_in_order is not None else None
                 trace_id = span.trace_id
                 span_id = span.span_id
                 # is_valid_id, inlined: this loop runs for every span that passes through.
@@ -103,8 +115,49 @@ def split_request(request: ExportTraceServiceRequest, ingest_seq: int = 0) -> Sp
                 parent = span.parent_span_id
                 if parent and (span.flags & _REMOTE_PARENT) == _REMOTE_PARENT:
                     parent = b""
-                append(SpanRecord(trace_id, span_id, parent, span.SerializeToString(), context, ingest_seq))
+                append(
+                    SpanRecord(
+                        trace_id, span_id, parent, data or span.SerializeToString(), context, ingest_seq
+                    )
+                )
     return SplitRequest(records, invalid)
+
+
+# ExportTraceServiceRequest.resource_spans, ResourceSpans.scope_spans and ScopeSpans.spans, each with
+# its wire type (2, length-delimited): the path from a request to its spans.
+_RESOURCE_SPANS_TAG, _SCOPE_SPANS_TAG, _SPANS_TAG = 0x0A, 0x12, 0x12
+
+
+def _span_slices(raw: bytes) -> list[bytes] | None:
+    """Every span's bytes in ``raw`` (a request that parsed), in the order the parse lists them: a
+    repeated field's occurrences are its elements in order, and a field with another wire type is
+    not that field (a parse keeps it as unknown). None when a field runs past its message or has a
+    wire type a parse does not take (the caller also checks the count against the parse's)."""
+    spans: list[bytes] = []
+    try:
+        for resource_start, resource_end in _fields(raw, 0, len(raw), _RESOURCE_SPANS_TAG):
+            for scope_start, scope_end in _fields(raw, resource_start, resource_end, _SCOPE_SPANS_TAG):
+                spans += [raw[start:end] for start, end in _fields(raw, scope_start, scope_end, _SPANS_TAG)]
+    except IndexError:
+        return None
+    return spans
+
+
+def _fields(data: bytes, pos: int, end: int, tag: int) -> list[tuple[int, int]]:
+    """(start, end) of the payload of each field with one-byte ``tag`` (length-delimited) in the
+    message at ``data[pos:end]``, in order; other fields skipped."""
+    found = []
+    while pos < end:
+        if data[pos] == tag:
+            length, start = varint(data, pos + 1)
+            pos = start + length
+            found.append((start, pos))
+        else:
+            field_tag, after = varint(data, pos)
+            pos = skip_field(data, field_tag & 7, after)
+    if pos != end:
+        raise IndexError("a field runs past its message")
+    return found
 
 
 # Span.name = 5 (string), .start_time_unix_nano = 7, .end_time_unix_nano = 8 (fixed64), .attributes =

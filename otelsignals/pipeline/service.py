@@ -138,7 +138,7 @@ class Pipeline:
             for record in self.disk_queue.recover():
                 if record.signal == "traces":
                     request = ExportTraceServiceRequest.FromString(record.payload)
-                    split = split_request(request, record.seq)
+                    split = split_request(request, record.seq, record.payload)
                     self.disk_queue.set_units(record.seq, len(split.records))
                     self.assembler.add(split.records)
                 else:
@@ -211,9 +211,9 @@ class Pipeline:
         return self.analysis.has_room(incoming_bytes) and self.exporter.has_room(incoming_bytes)
 
     def ingest_traces(self, request: ExportTraceServiceRequest, raw: bytes | None = None) -> IngestOutcome:
-        """Take a parsed request. ``raw`` is its protobuf encoding when the caller has it (saves a
-        serialization for the disk queue)."""
-        split = split_request(request)
+        """Take a parsed request. ``raw`` is its protobuf encoding when the caller has it: the spans'
+        bytes are cut from it, and the disk queue keeps it, rather than serializing them again."""
+        split = split_request(request, raw=raw)
         if self.disk_queue is not None:
             payload = raw if raw is not None else request.SerializeToString()
             seq = self.disk_queue.append("traces", payload, units=len(split.records))

@@ -471,3 +471,73 @@ def test_split_by_size_with_huge_resource_and_scope() -> None:
     records = split_request(request).records
     for max_bytes in tight_limits(records):
         check_chunks(records, max_bytes)
+
+
+# -- split_request with the request's bytes: spans cut from them ---------------------------------
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out) + bytes((value,))
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+UNKNOWN_VARINT = b"\x98\x01\x07"  # field 19, varint 7: a field a newer schema may add
+FIELD_2_AS_VARINT = b"\x10\x05"  # field 2 with the wrong wire type: a parse keeps it as unknown
+
+
+def _with_extras(raw_span: bytes) -> bytes:
+    """A request holding ``raw_span`` twice, with unknown fields and wrong wire types at every level."""
+    scope = _field(1, InstrumentationScope(name="lib").SerializeToString())
+    scope_spans = scope + FIELD_2_AS_VARINT + _field(2, raw_span) + UNKNOWN_VARINT + _field(2, raw_span)
+    resource_spans = UNKNOWN_VARINT + FIELD_2_AS_VARINT + _field(2, scope_spans) + _field(3, b"u")
+    return UNKNOWN_VARINT + _field(1, resource_spans)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(mixed_request().SerializeToString(), id="as the SDK writes it"),
+        pytest.param(_with_extras(span(1).SerializeToString()), id="unknown fields, wrong wire types"),
+        pytest.param(  # a span whose fields are not in the order a serializer writes them
+            _with_extras(
+                span(1, name="second").SerializeToString()
+                + _field(5, b"late name")  # Span.name again: the last one wins in a parse
+            ),
+            id="span fields out of order",
+        ),
+    ],
+)
+def test_spans_cut_from_the_request_bytes_parse_as_the_serialized_ones(raw: bytes) -> None:
+    request = ExportTraceServiceRequest.FromString(raw)
+    serialized = split_request(request).records
+    cut = split_request(request, raw=raw).records
+    assert len(cut) == len(serialized) > 0
+    for from_bytes, reserialized in zip(cut, serialized, strict=True):
+        assert from_bytes.data in raw  # byte for byte as the client sent it
+        assert Span.FromString(from_bytes.data) == Span.FromString(reserialized.data)
+        assert (from_bytes.trace_id, from_bytes.span_id, from_bytes.parent_span_id) == (
+            reserialized.trace_id,
+            reserialized.span_id,
+            reserialized.parent_span_id,
+        )
+        assert from_bytes.context.resource_key == reserialized.context.resource_key
+        assert from_bytes.context.scope_key == reserialized.context.scope_key
+
+
+def test_a_request_the_walk_cannot_follow_is_split_from_its_parse() -> None:
+    one = span(1).SerializeToString()
+    # Field 1 with its tag written in two bytes (0x8A 0x00): a parse accepts it, the walk does not
+    # know it as resource_spans, and the counts disagree.
+    resource_spans = _field(2, _field(2, one))
+    raw = b"\x8a\x00" + _varint(len(resource_spans)) + resource_spans
+    request = ExportTraceServiceRequest.FromString(raw)
+    records = split_request(request, raw=raw).records
+    assert [r.data for r in records] == [
+        s.SerializeToString() for s in request.resource_spans[0].scope_spans[0].spans
+    ]
