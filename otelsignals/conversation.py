@@ -143,8 +143,27 @@ class SharedValues:
             calls = message.tool_calls
             if calls:
                 kept_calls = _latest(self._calls, fingerprint(message), calls)
-                if kept_calls is not calls and kept_calls == calls:
+                if kept_calls is not calls and _same_calls(kept_calls, calls):
                     message.tool_calls = kept_calls
+
+
+def _same_calls(kept: list[ToolCall], calls: list[ToolCall]) -> bool:
+    """The same calls, arguments written alike: ``==`` would take ``{"a": 1, "b": 2}`` for
+    ``{"b": 2, "a": 1}`` and ``true`` for ``1``, which a reader of the arguments can tell apart."""
+    if len(kept) != len(calls):
+        return False
+    for old, new in zip(kept, calls, strict=True):
+        if old.name != new.name or old.id != new.id:
+            return False
+        if isinstance(old.arguments, dict | list) or isinstance(new.arguments, dict | list):
+            try:
+                if orjson.dumps(old.arguments) != orjson.dumps(new.arguments):
+                    return False
+            except TypeError:  # not JSON: not shared
+                return False
+        elif type(old.arguments) is not type(new.arguments) or old.arguments != new.arguments:
+            return False
+    return True
 
 
 def _latest(kept: dict[Any, Any], key: Any, value: Any) -> Any:

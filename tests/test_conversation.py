@@ -520,23 +520,32 @@ def test_text_and_tool_calls_read_again_are_kept_once():
 def test_near_misses_are_not_shared():
     state = ConversationState.new("near")
     system = Message(Role.SYSTEM, LONG_PROMPT)
-    answer = assistant(LONG_ANSWER, ToolCall("track", {"order": "1234"}, "c1"))
+    answer = assistant(LONG_ANSWER, ToolCall("track", {"order": "1234", "express": True}, "c1"))
     apply_trace(state, b"t1", [chat(1, [system, user("Where is it?")], [answer])])
-    edited = Message(Role.SYSTEM, LONG_PROMPT[:-2] + "!")  # one character differs
-    other_arguments = assistant(LONG_ANSWER, ToolCall("track", {"order": "9999"}, "c1"))  # same call id
+    # The same call id (and so the same fingerprint), arguments that == calls equal but that read
+    # differently: keys in another order, 1 for true; and other arguments altogether.
+    reordered = assistant(LONG_ANSWER, ToolCall("track", {"express": True, "order": "1234"}, "c1"))
+    one_for_true = assistant(LONG_ANSWER, ToolCall("track", {"order": "1234", "express": 1}, "c1"))
+    other_arguments = assistant(LONG_ANSWER, ToolCall("track", {"order": "9999", "express": True}, "c1"))
     short = Message(Role.SYSTEM, "Be brief.")
     short_again = _copy(short)
-    apply_trace(state, b"t2", [chat(2, [edited, user("Where is it?"), other_arguments], [])])
-    apply_trace(state, b"t3", [chat(3, [short, short_again], [])])
-    assert edited.content == LONG_PROMPT[:-2] + "!"
+    for number, copy in enumerate((reordered, one_for_true, other_arguments), start=2):
+        apply_trace(state, b"t%d" % number, [chat(number, [system, user("Where is it?"), copy], [])])
+    apply_trace(state, b"t9", [chat(9, [short, short_again], [])])
     assert short_again.content is not short.content  # below SHARED_TEXT_MIN_CHARACTERS: not looked up
-    assert other_arguments.content is answer.content  # the text is equal: shared
-    assert other_arguments.tool_calls is not answer.tool_calls
-    assert other_arguments.tool_calls[0].arguments == {"order": "9999"}
+    for copy in (reordered, one_for_true, other_arguments):
+        assert copy.content is answer.content  # the text is the same: shared
+        assert copy.tool_calls is not answer.tool_calls
+    assert repr(reordered.tool_calls[0].arguments) == "{'express': True, 'order': '1234'}"
+    assert repr(one_for_true.tool_calls[0].arguments) == "{'order': '1234', 'express': 1}"
+    same = assistant(LONG_ANSWER, ToolCall("track", {"order": "1234", "express": True}, "c1"))
+    apply_trace(state, b"t10", [chat(10, [system, user("Where is it?"), same], [])])
+    assert same.tool_calls is answer.tool_calls  # written alike: shared
 
 
 def test_sharing_changes_no_value_on_the_recorded_instrumentations(monkeypatch):
-    """The recorded fixtures analysed with and without sharing give equal conversations."""
+    """The recorded fixtures analysed with and without sharing give the same conversations, compared
+    by their repr (``==`` would not tell {"a": 1, "b": 2} from {"b": 2, "a": 1}, nor 1 from true)."""
     from pathlib import Path
 
     from otelsignals.conversation import SharedValues
@@ -547,11 +556,11 @@ def test_sharing_changes_no_value_on_the_recorded_instrumentations(monkeypatch):
     fixtures = Path(__file__).parent / "fixtures"
     paths = [p for p in sorted(fixtures.rglob("*.binpb")) if not p.name.endswith(".logs.binpb")]
 
-    def conversations() -> dict[str, list[Message]]:
+    def conversations() -> dict[str, str]:
         analyzer = Analyzer(Telemetry())
         for trace in traces_in_time_order(request for path in paths for request in read_requests(path)):
             analyzer.process(trace)
-        return {state.conversation.key: state.conversation.messages for state in analyzer.sessions}
+        return {state.conversation.key: repr(state.conversation.messages) for state in analyzer.sessions}
 
     shared = conversations()
     monkeypatch.setattr(SharedValues, "share", lambda self, messages: None)

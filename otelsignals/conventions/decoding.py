@@ -113,6 +113,13 @@ class Utf8Text:
 UTF8_TEXT_KEYS = frozenset({"gen_ai.input.messages", "ai.prompt.messages", "ai.prompt"})
 UTF8_TEXT_MIN_BYTES = 1024
 _UTF8_TEXT_KEY_BYTES = frozenset(key.encode() for key in UTF8_TEXT_KEYS)
+# Each such key as a KeyValue starts: the key's tag and length, the key, the value's tag. A span
+# without any is not walked (a walk of hundreds of indexed attributes costs more than their parse).
+_UTF8_TEXT_KEY_MARKERS = tuple(
+    b"\n" + bytes((len(key),)) + key + b"\x12" for key in sorted(_UTF8_TEXT_KEY_BYTES)
+)
+# A length written in more bytes than this is refused by the parse: such a field is left to it.
+_MAX_LENGTH_BYTES = 5
 # A span this long may hold such a history: its bytes are walked to cut it out before parsing.
 CUT_MIN_BYTES = 4096
 _STRING_VALUE_TAG = 0x0A  # AnyValue.string_value: field 1, length-delimited
@@ -221,7 +228,10 @@ def decode_span(
     conversation's earlier spans are neither parsed nor decoded again: they are cut out of the
     bytes parsed (so the returned ``Span`` holds only the others), and their values are the ones
     decoded then. A long JSON history (``UTF8_TEXT_KEYS``) is cut out of the bytes parsed too, and
-    read from them as a :class:`Utf8Text`. Raises ``DecodeError`` for bytes that are not a span.
+    read from them as a :class:`Utf8Text`. Raises ``DecodeError`` for bytes that are not a span;
+    ``data`` must come from a request that was parsed whole (the receivers, the disk queue's
+    recovery), because the bytes of a cut history are not checked again (its UTF-8 is only decoded
+    with replacement).
     """
     if memo is not None and len(data) >= MEMO_MIN_BYTES:
         if not memo.branches and memo.events is None:
@@ -245,7 +255,7 @@ def _decode_bytes(data: bytes) -> tuple[Span, dict[str, Any], list[EventView], N
     histories, cut out of the bytes before the parse (which would copy and check every character)
     and read from them as :class:`Utf8Text` (the returned ``Span`` does not hold them)."""
     cut = None
-    if len(data) >= CUT_MIN_BYTES:
+    if len(data) >= CUT_MIN_BYTES and any(marker in data for marker in _UTF8_TEXT_KEY_MARKERS):
         try:
             cut = _without_long_texts(data)
         except IndexError:  # not what a conforming encoder writes: the parse says what is wrong
@@ -263,7 +273,7 @@ def _decode_bytes(data: bytes) -> tuple[Span, dict[str, Any], list[EventView], N
 def _without_long_texts(data: bytes) -> tuple[bytes, list[tuple[int, str, Utf8Text]]] | None:
     """(the span's bytes without its long histories, each history as (its position among the
     span's attributes, its key, its text)); None when it has none. Raises IndexError for bytes
-    that end inside a field."""
+    that end inside a field or write a length in more bytes than a parse takes."""
     texts: list[tuple[int, str, Utf8Text]] = []
     kept: list[bytes] = []
     pos, end, position, kept_from = 0, len(data), 0, 0
@@ -273,6 +283,8 @@ def _without_long_texts(data: bytes) -> tuple[bytes, list[tuple[int, str, Utf8Te
             pos = skip_field(data, tag & 7, after)
             continue
         length, body = varint(data, after)
+        if body - after > _MAX_LENGTH_BYTES:
+            raise IndexError("a length the parse refuses")
         field_end = body + length
         if tag >> 3 == _ATTRIBUTES_FIELD:
             found = _long_text(data, body, field_end)
@@ -307,6 +319,8 @@ def _long_text(data: bytes, start: int, end: int) -> tuple[str, Utf8Text] | None
     text_length, text_at = varint(data, value_at + 1)
     if text_at + text_length != end or text_length < UTF8_TEXT_MIN_BYTES:
         return None
+    if max(key_at - start, value_at - value_tag_at, text_at - value_at) - 1 > _MAX_LENGTH_BYTES:
+        return None  # a length written at such length is the parse's to judge
     return key.decode(), Utf8Text(data, text_at, end)
 
 

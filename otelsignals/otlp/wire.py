@@ -163,7 +163,7 @@ def _fields(data: bytes, pos: int, end: int, tag: int) -> list[tuple[int, int]]:
 # Span.name = 5 (string), .start_time_unix_nano = 7, .end_time_unix_nano = 8 (fixed64), .attributes =
 # 9 (KeyValue: key = 1).
 _NAME_FIELD, _START_FIELD, _END_FIELD, _ATTRIBUTES_FIELD = 5, 7, 8, 9
-_KEY_TAG = 0x0A
+_KEY_TAG, _VALUE_TAG = 0x0A, 0x12  # KeyValue.key (field 1), .value (field 2)
 
 
 @dataclass(slots=True, frozen=True)
@@ -178,7 +178,8 @@ def span_head(data: bytes, max_fields: int) -> SpanHead | None:
     """A serialized span's name, times and attribute keys, read without parsing it: its top-level
     fields are walked (values skipped, the last of a repeated singular field wins, as in a parse).
     None when it has more than ``max_fields`` top-level fields (each is a Python step here, while
-    a parse takes them in C) or an attribute whose key does not come first. Raises IndexError for
+    a parse takes them in C) or an attribute that is not its key then its value (a parse would
+    read another key where a second one follows). Raises IndexError for
     bytes that end inside a field."""
     name, start, end = "", 0, 0
     keys: list[bytes] = []
@@ -195,7 +196,14 @@ def span_head(data: bytes, max_fields: int) -> SpanHead | None:
                 name = data[pos : pos + length].decode("utf-8", "replace")
             elif length and data[pos] == _KEY_TAG:
                 key_length, key_at = varint(data, pos + 1)
-                keys.append(data[key_at : key_at + key_length])
+                value_at, field_end = key_at + key_length, pos + length
+                if value_at < field_end:  # then only the value may follow (a parse takes the last key)
+                    if data[value_at] != _VALUE_TAG:
+                        return None
+                    value_length, value_body = varint(data, value_at + 1)
+                    if value_body + value_length != field_end:
+                        return None
+                keys.append(data[key_at:value_at])
             elif length:
                 return None
             pos += length

@@ -353,3 +353,41 @@ def test_a_truncated_span_with_a_long_history_is_refused_as_the_parse_refuses_it
     for cut in (len(data) - 1, len(data) // 2, 3):
         with pytest.raises(DecodeError):
             decoding.decode_span(data[:cut] + b"\x00" * (decoding.CUT_MIN_BYTES - cut), None)
+
+
+def _varint(value: int, width: int = 1) -> bytes:
+    """``value`` as a varint of at least ``width`` bytes (wider than needed: non-minimal)."""
+    out = bytearray()
+    while value >= 0x80 or len(out) < width - 1:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out) + bytes((value,))
+
+
+@pytest.mark.parametrize(
+    ("text_width", "pair_width", "parses"),
+    [(1, 1, True), (5, 1, True), (10, 1, False), (1, 11, False)],
+    ids=["minimal", "5-byte text length", "10-byte text length", "11-byte key-value length"],
+)
+def test_lengths_written_wider_than_needed_are_judged_as_the_parse_judges_them(
+    text_width: int, pair_width: int, parses: bool
+):
+    from google.protobuf.message import DecodeError
+
+    key, text = b"gen_ai.input.messages", b"[" + b"1," * 1500 + b"2]"
+    value = b"\x0a" + _varint(len(text), text_width) + text
+    pair = b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(len(value)) + value
+    data = (
+        Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="chat").SerializeToString()
+        + b"\x4a"
+        + _varint(len(pair), pair_width)
+        + pair
+    )
+    if not parses:
+        with pytest.raises(DecodeError):
+            Span.FromString(data)
+        with pytest.raises(DecodeError):
+            decoding.decode_span(data, None)
+        return
+    decoded = decoding.decode_span(data, None)[1]["gen_ai.input.messages"]
+    assert isinstance(decoded, decoding.Utf8Text) and decoded.utf8 == text

@@ -134,3 +134,27 @@ def test_span_head_reads_the_name_times_and_keys_without_parsing() -> None:
     assert span_head(data, 4) is None  # 7 top-level fields
     with pytest.raises(IndexError):
         span_head(data[:-3], 64)
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    assert len(payload) < 0x80
+    return bytes((number << 3 | 2, len(payload))) + payload
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        # The key written twice: a parse takes the last one ("signals.quality"), a reader of the first
+        # would miss that the span was enriched already.
+        _length_delimited(1, b"x") + _length_delimited(1, b"signals.quality") + _length_delimited(2, b""),
+        _length_delimited(1, b"x") + _length_delimited(2, b"") + _length_delimited(1, b"signals.quality"),
+        _length_delimited(1, b"x") + _length_delimited(2, b"") + b"\x98\x01\x07",  # a field after the value
+    ],
+    ids=["key twice", "key after the value", "unknown field after the value"],
+)
+def test_span_head_leaves_an_attribute_it_cannot_read_as_a_parse_does_to_the_parse(pair: bytes) -> None:
+    data = _span() + _length_delimited(9, pair)
+    assert span_head(data, 64) is None  # the enricher then rewrites the span from its parse
+    only_key = _span() + _length_delimited(9, _length_delimited(1, b"k"))  # a value may be absent
+    head = span_head(only_key, 64)
+    assert head is not None and head.attribute_keys[-1] == b"k"
