@@ -806,40 +806,65 @@ class TargetResult:
     sessions: float = 0.0
     sessions_estimated_bytes: float = 0.0
     gc_worst_pause_ms: float = 0.0
+    stage_latencies_ms: dict[str, float] = field(default_factory=dict)  # paced phase, bucket bounds
 
 
-def gc_worst_pause_ms(sidecar: Any) -> float:
-    """The upper bound of the highest otelsignals_gc_pause_seconds bucket that holds a pause."""
+Buckets = dict[str, list[tuple[float, float]]]  # label value -> [(upper bound, cumulative count)]
+
+
+def histogram(sidecar: Any, name: str, label: str) -> Buckets:
+    """The sidecar's histogram ``name`` as it stands, by the value of its ``label``."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(f"{sidecar.admin_url}/metrics", timeout=10) as answer:
         text = answer.read().decode()
-    worst = 0.0
+    found: Buckets = {}
     for family in text_string_to_metric_families(text):
-        if family.name != "otelsignals_gc_pause_seconds":
+        if family.name != name:
             continue
-        by_generation: dict[str, list[tuple[float, float]]] = {}
         for sample in family.samples:
             if sample.name.endswith("_bucket"):
-                bound = float(sample.labels["le"])
-                by_generation.setdefault(sample.labels["generation"], []).append((bound, sample.value))
-        for buckets in by_generation.values():
-            buckets.sort()
-            total = buckets[-1][1]
-            below = [bound for bound, count in buckets if count >= total]
-            if total and below:
-                worst = max(worst, below[0] * 1000)
-        log(
-            "GC pauses by generation (count, worst bucket bound ms): "
-            + ", ".join(
-                f"{generation}: {int(buckets[-1][1])}, "
-                f"{next((b for b, c in buckets if c >= buckets[-1][1]), 0) * 1000:.0f}"
-                for generation, buckets in sorted(by_generation.items())
-            )
+                found.setdefault(sample.labels[label], []).append((float(sample.labels["le"]), sample.value))
+    return {key: sorted(buckets) for key, buckets in found.items()}
+
+
+def bucket_quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """The upper bound (ms) of the bucket that holds the ``q``-quantile; 0 when empty."""
+    total = buckets[-1][1] if buckets else 0.0
+    if not total:
+        return 0.0
+    return next(bound for bound, count in buckets if count >= q * total) * 1000
+
+
+def since(now: Buckets, before: Buckets) -> Buckets:
+    """What was observed between two readings of a histogram."""
+    return {
+        key: [(bound, count - dict(before.get(key, [])).get(bound, 0.0)) for bound, count in buckets]
+        for key, buckets in now.items()
+    }
+
+
+def gc_worst_pause_ms(sidecar: Any) -> float:
+    """The upper bound of the highest otelsignals_gc_pause_seconds bucket that holds a pause."""
+    by_generation = histogram(sidecar, "otelsignals_gc_pause_seconds", "generation")
+    log(
+        "GC pauses by generation (count, worst bucket bound ms): "
+        + ", ".join(
+            f"{generation}: {int(buckets[-1][1])}, {bucket_quantile(buckets, 1.0):.0f}"
+            for generation, buckets in sorted(by_generation.items())
         )
-    return worst
+    )
+    return max((bucket_quantile(buckets, 1.0) for buckets in by_generation.values()), default=0.0)
+
+
+def stage_latencies(sidecar: Any) -> tuple[Buckets, Buckets]:
+    """The sidecar's stage latency histograms: the analysis stage's phases, the exporter's delivery."""
+    return (
+        histogram(sidecar, "otelsignals_analysis_seconds", "phase"),
+        histogram(sidecar, "otelsignals_exporter_delivery_seconds", "signal"),
+    )
 
 
 def run_sidecar(
@@ -878,6 +903,8 @@ def run_sidecar(
         unpaced = run_phase(
             "sidecar unpaced", sidecar.grpc_endpoint, pid, sink, workload.phases[0], concurrency, None
         )
+        time.sleep(0.5)
+        analysis_before, export_before = stage_latencies(sidecar)
         paced = run_phase(
             "sidecar paced",
             sidecar.grpc_endpoint,
@@ -888,6 +915,15 @@ def run_sidecar(
             unpaced.turns_per_s * load,
         )
         time.sleep(0.5)
+        analysis_after, export_after = stage_latencies(sidecar)
+        # The paced phase's share of each stage's latency, as bucket bounds (ms).
+        stages: dict[str, float] = {}
+        for phase, buckets in since(analysis_after, analysis_before).items():
+            stages[f"analysis_{phase}_p50_ms"] = bucket_quantile(buckets, 0.5)
+            stages[f"analysis_{phase}_p99_ms"] = bucket_quantile(buckets, 0.99)
+        traces = since(export_after, export_before).get("traces", [])
+        stages["export_delivery_p50_ms"] = bucket_quantile(traces, 0.5)
+        stages["export_delivery_p99_ms"] = bucket_quantile(traces, 0.99)
         sessions = sidecar.metric("otelsignals_sessions_active")
         estimated = sidecar.metric("otelsignals_sessions_bytes")
         worst_gc = gc_worst_pause_ms(sidecar)
@@ -907,6 +943,7 @@ def run_sidecar(
             sessions,
             estimated,
             worst_gc,
+            stages,
         )
     finally:
         with contextlib.suppress(Exception):
@@ -957,6 +994,7 @@ def summary(target: TargetResult) -> dict[str, float]:
         out["estimated_kib_per_conversation"] = target.sessions_estimated_bytes / 1024 / target.sessions
     if target.gc_worst_pause_ms:
         out["gc_worst_pause_ms"] = target.gc_worst_pause_ms
+    out.update(target.stage_latencies_ms)
     return out
 
 
@@ -980,6 +1018,46 @@ ROWS = (
     ("rss_kib_per_conversation", "RSS per open conversation (KiB)", "{:,.0f}"),
     ("estimated_kib_per_conversation", "estimated per conversation, sessions_bytes (KiB)", "{:,.0f}"),
     ("gc_worst_pause_ms", "worst GC pause, histogram bucket bound (ms)", "{:,.0f}"),
+    (
+        "analysis_queued_p50_ms",
+        "paced phase: waiting for the analysis thread, p50 (ms, histogram bucket bound)",
+        "{:,.1f}",
+    ),
+    (
+        "analysis_queued_p99_ms",
+        "paced phase: waiting for the analysis thread, p99 (ms, histogram bucket bound)",
+        "{:,.1f}",
+    ),
+    (
+        "analysis_running_p50_ms",
+        "paced phase: analysing a trace (wall), p50 (ms, histogram bucket bound)",
+        "{:,.1f}",
+    ),
+    (
+        "analysis_running_p99_ms",
+        "paced phase: analysing a trace (wall), p99 (ms, histogram bucket bound)",
+        "{:,.1f}",
+    ),
+    (
+        "analysis_total_p50_ms",
+        "paced phase: in the analysis stage in all, p50 (ms, histogram bucket bound)",
+        "{:,.1f}",
+    ),
+    (
+        "analysis_total_p99_ms",
+        "paced phase: in the analysis stage in all, p99 (ms, histogram bucket bound)",
+        "{:,.1f}",
+    ),
+    (
+        "export_delivery_p50_ms",
+        "paced phase: export queue → the downstream's answer, p50 (ms, histogram bucket bound)",
+        "{:,.1f}",
+    ),
+    (
+        "export_delivery_p99_ms",
+        "paced phase: export queue → the downstream's answer, p99 (ms, histogram bucket bound)",
+        "{:,.1f}",
+    ),
 )
 
 

@@ -30,6 +30,11 @@ logger = logging.getLogger("otelsignals")
 DEFAULT_SUMMARY_INTERVAL = 300.0
 
 
+# Seconds, for the stages' latency histograms: from a millisecond (a small trace's analysis, an
+# export to a nearby downstream) to the backlog of an overloaded process.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
 class Telemetry:
     def __init__(self, log_summary_interval: float = DEFAULT_SUMMARY_INTERVAL) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -216,6 +221,14 @@ class Telemetry:
         self.downstream_rejected_spans = Counter(
             "otelsignals_exporter_downstream_rejected_spans",
             "Spans the downstream reported as rejected in partial_success.",
+            registry=r,
+        )
+        self.export_delivery = Histogram(
+            "otelsignals_exporter_delivery_seconds",
+            "Time from a batch's entry into the export queue to the downstream's last answer about it "
+            "(accepted or given up): the wait for a sender, the request and any retries.",
+            ["signal"],
+            buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.queue_bytes = Gauge(

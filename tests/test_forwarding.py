@@ -117,6 +117,12 @@ def test_metrics_and_logs_pass_through_untouched(tmp_path, sink: OtlpSink):
         loggers.get_logger("tests").emit(body="order placed", attributes={"order.id": "o-1"})
         loggers.shutdown()
         assert sidecar.wait_for_metric("otelsignals_exporter_sent_requests_total", 2) == 2
+        # Each batch's time from the export queue to the downstream's answer is measured.
+        for signal in ("metrics", "logs"):
+            assert sidecar.metric("otelsignals_exporter_delivery_seconds_count", signal=signal) == 1
+            assert (
+                sidecar.metric("otelsignals_exporter_delivery_seconds_bucket", signal=signal, le="10.0") == 1
+            )
     metrics = sink.requests("metrics")
     logs = sink.requests("logs")
     assert len(metrics) == 1 and len(logs) == 1

@@ -21,9 +21,10 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from otelsignals.config import AnalyzerConfig
+from otelsignals.telemetry import LATENCY_BUCKETS
 
 logger = logging.getLogger("otelsignals.analysis_worker")
 
@@ -41,7 +42,8 @@ class AnalysisWorker:
     def __init__(self, max_bytes: int, registry: CollectorRegistry) -> None:
         self.max_bytes = max_bytes
         self.lock = threading.Lock()
-        self._jobs: collections.deque[tuple[Job, int, Fallback | None]] = collections.deque()
+        # (job, its size, its fallback, when it was submitted)
+        self._jobs: collections.deque[tuple[Job, int, Fallback | None, float]] = collections.deque()
         self._wakeup = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -54,6 +56,18 @@ class AnalysisWorker:
             "Bytes of traces accepted and waiting for (or in) analysis.",
             registry=registry,
         )
+        seconds = Histogram(
+            "otelsignals_analysis_seconds",
+            "Time a job (a released trace, late log records, session expiry) spends in the analysis "
+            "stage: queued (waiting for the thread), running, and in all (submitted on the event "
+            "loop until its result is back there).",
+            ["phase"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self._queued_seconds = seconds.labels("queued")
+        self._running_seconds = seconds.labels("running")
+        self._total_seconds = seconds.labels("total")
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -71,7 +85,7 @@ class AnalysisWorker:
         self._backlog_jobs += 1
         self._backlog_gauge.set(self.backlog_bytes)
         with self._wakeup:
-            self._jobs.append((job, size, fallback))
+            self._jobs.append((job, size, fallback, time.monotonic()))
             self._wakeup.notify()
 
     def abandon(self) -> list[Fallback]:
@@ -80,8 +94,9 @@ class AnalysisWorker:
         with self._wakeup:
             left = list(self._jobs)
             self._jobs.clear()
-        self._deliver([], sum(size for _, size, _ in left), len(left))
-        return [fallback for _, _, fallback in left if fallback is not None]
+        self._deliver([], sum(size for _, size, _, _ in left), [])
+        self._backlog_jobs -= len(left)
+        return [fallback for _, _, fallback, _ in left if fallback is not None]
 
     @property
     def idle(self) -> bool:
@@ -119,39 +134,48 @@ class AnalysisWorker:
                 if not self._jobs:
                     return
             callbacks: list[Callable[[], None]] = []
-            done_bytes = done_jobs = 0
+            submitted: list[float] = []  # of the jobs done
+            done_bytes = 0
             started = time.monotonic()
             while time.monotonic() - started < _DELIVERY_INTERVAL:
                 with self._wakeup:
                     if not self._jobs:
                         break
-                    job, size, fallback = self._jobs.popleft()
+                    job, size, fallback, submitted_at = self._jobs.popleft()
+                job_started = time.monotonic()
+                self._queued_seconds.observe(job_started - submitted_at)
                 with self.lock:
                     try:
                         callback = job()
                     except Exception:  # a job's own errors are counted by the job; this is a bug
                         logger.exception("an analysis job failed")
                         callback = fallback
+                self._running_seconds.observe(time.monotonic() - job_started)
                 if callback is not None:
                     callbacks.append(callback)
                 done_bytes += size
-                done_jobs += 1
-            self._hand_back(callbacks, done_bytes, done_jobs)
+                submitted.append(submitted_at)
+            self._hand_back(callbacks, done_bytes, submitted)
 
-    def _hand_back(self, callbacks: list[Callable[[], None]], done_bytes: int, done_jobs: int) -> None:
+    def _hand_back(
+        self, callbacks: list[Callable[[], None]], done_bytes: int, submitted: list[float]
+    ) -> None:
         assert self._loop is not None
         # A closed loop means the process is exiting: the disk queue replays what was not sent.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._deliver, callbacks, done_bytes, done_jobs)
+            self._loop.call_soon_threadsafe(self._deliver, callbacks, done_bytes, submitted)
 
-    def _deliver(self, callbacks: list[Callable[[], None]], done_bytes: int, done_jobs: int) -> None:
+    def _deliver(self, callbacks: list[Callable[[], None]], done_bytes: int, submitted: list[float]) -> None:
         for callback in callbacks:
             try:
                 callback()
             except Exception:
                 logger.exception("delivering an analysed trace failed")
+        delivered = time.monotonic()
+        for submitted_at in submitted:
+            self._total_seconds.observe(delivered - submitted_at)
         self.backlog_bytes -= done_bytes
-        self._backlog_jobs -= done_jobs
+        self._backlog_jobs -= len(submitted)
         self._backlog_gauge.set(self.backlog_bytes)
 
 

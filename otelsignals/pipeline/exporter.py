@@ -59,6 +59,7 @@ class Batch:
     span_count: int
     # On-disk queue records this batch carries units of: record seq -> units to release once done.
     ingest_units: Counter[int] = field(default_factory=Counter)
+    queued_at: float = 0.0  # time.monotonic() when it entered the export queue
 
 
 class Exporter:
@@ -129,6 +130,7 @@ class Exporter:
         return len(self._queue) + len(self._in_flight)
 
     def _enqueue(self, batch: Batch) -> None:
+        batch.queued_at = time.monotonic()
         self._queue.append(batch)
         self.queued_bytes += len(batch.body)
         self._update_gauges()
@@ -225,6 +227,7 @@ class Exporter:
 
     def _record_success(self, batch: Batch, result: SendResult) -> None:
         telemetry = self.telemetry
+        telemetry.export_delivery.labels(batch.signal).observe(time.monotonic() - batch.queued_at)
         telemetry.forwarded_requests.labels(batch.signal).inc()
         telemetry.forwarded_spans.inc(batch.span_count)
         telemetry.problems.recovered(OUTAGE_PROBLEMS, "downstream takes batches again")
@@ -239,6 +242,7 @@ class Exporter:
         self._on_done(batch)
 
     def _record_failure(self, batch: Batch, reason: str, result: SendResult) -> None:
+        self.telemetry.export_delivery.labels(batch.signal).observe(time.monotonic() - batch.queued_at)
         self.telemetry.export_failures.labels(reason).inc()
         self.telemetry.dropped_spans.labels("exporter", reason).inc(batch.span_count)
         self.telemetry.problems.warning(

@@ -207,3 +207,30 @@ def test_a_failing_job_falls_back_and_jobs_left_at_shutdown_are_handed_back():
     delivered, left = asyncio.run(scenario())
     assert delivered == ["forwarded as it came"]
     assert left == ["function"]
+
+
+def test_each_job_s_time_waiting_running_and_in_all_is_measured():
+    registry = CollectorRegistry()
+
+    async def scenario() -> None:
+        worker = AnalysisWorker(1000, registry)
+        worker.start()
+        worker.submit(lambda: time.sleep(0.03) or None, 10)  # the next two wait for it
+        worker.submit(lambda: None, 10)
+        worker.submit(lambda: None, 10)
+        assert await worker.drain(5.0)
+        worker.stop()
+
+    asyncio.run(scenario())
+
+    def count(phase: str, at_most: float | None = None) -> float:
+        name = "otelsignals_analysis_seconds_" + ("count" if at_most is None else "bucket")
+        labels = {"phase": phase} if at_most is None else {"phase": phase, "le": str(at_most)}
+        value = registry.get_sample_value(name, labels)
+        assert value is not None
+        return value
+
+    assert [count(phase) for phase in ("queued", "running", "total")] == [3, 3, 3]
+    assert count("running", 0.025) == 2  # the sleeping job ran longer than 25 ms, the others did not
+    assert count("queued", 0.025) == 1  # and the two behind it waited that long
+    assert count("total", 0.025) == 0
