@@ -14,10 +14,10 @@ else by name and canonical arguments) and, for tool results, the call id they an
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, SupportsIndex, TypeVar
 
 import orjson
 
@@ -178,6 +178,42 @@ def _latest(kept: dict[Any, Any], key: Any, value: Any) -> Any:
     return found
 
 
+T = TypeVar("T")
+
+
+class RecentList(list[T]):
+    """A list that keeps only its latest ``maxlen`` items: a bounded deque's behaviour at a list's
+    size (an empty deque takes 624 bytes, and every conversation keeps six such records)."""
+
+    __slots__ = ("maxlen",)
+
+    def __init__(self, maxlen: int) -> None:
+        super().__init__()
+        self.maxlen = maxlen
+
+    def append(self, item: T) -> None:
+        super().append(item)
+        if len(self) > self.maxlen:
+            del self[0]
+
+    def extend(self, items: Iterable[T]) -> None:
+        super().extend(items)
+        excess = len(self) - self.maxlen
+        if excess > 0:
+            del self[:excess]
+
+    def __iadd__(self, items: Iterable[T]) -> RecentList[T]:  # type: ignore[override,misc]
+        self.extend(items)
+        return self
+
+    def insert(self, index: SupportsIndex, item: T) -> None:
+        raise TypeError("a RecentList only takes items at its end")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt with its bound first, then its items (a list's default gives the items first).
+        return (RecentList, (self.maxlen,), None, iter(self))
+
+
 @dataclass
 class ConversationState:
     """One conversation as the assembler keeps it between traces.
@@ -197,7 +233,7 @@ class ConversationState:
     seen_spans: set[bytes] = field(default_factory=set)
     tool_names: dict[str, str] = field(default_factory=dict)  # tool call id -> tool name
     provisional: list[Message] = field(default_factory=list)  # tool results no snapshot has placed yet
-    unanswered: deque[ToolCall] = field(default_factory=lambda: deque(maxlen=64))  # calls awaiting results
+    unanswered: RecentList[ToolCall] = field(default_factory=lambda: RecentList(64))  # calls awaiting results
     # What the span decoder remembers of the conversation (decoded spans, histories read).
     decoder_memory: ConversationMemory = field(default_factory=ConversationMemory)
     last_inputs: _SnapshotInputs | None = None  # the latest merged history, split (see _split_inputs)
@@ -211,16 +247,16 @@ class ConversationState:
     leaf_counts: Counter[str] = field(default_factory=Counter)
     tool_results_seen: int = 0  # tool executions analysed so far (kept when messages are trimmed)
     priority: Priority = NO_PRIORITY  # the triage priority after the latest analysed trace
-    recent_signals: deque[SignalInstance] = field(default_factory=lambda: deque(maxlen=RECENT_SIGNALS))
+    recent_signals: RecentList[SignalInstance] = field(default_factory=lambda: RecentList(RECENT_SIGNALS))
     # Per analysed trace, for the session metrics and the session span (evals.TraceSignals; the
     # trace's analysed span; the assistant's latest answers for loop detection).
-    trace_signals: deque[Any] = field(default_factory=lambda: deque(maxlen=RECENT_SIGNALS))
-    trace_spans: deque[tuple[bytes, bytes]] = field(default_factory=lambda: deque(maxlen=RECENT_SIGNALS))
+    trace_signals: RecentList[Any] = field(default_factory=lambda: RecentList(RECENT_SIGNALS))
+    trace_spans: RecentList[tuple[bytes, bytes]] = field(default_factory=lambda: RecentList(RECENT_SIGNALS))
     # Per analysed trace, where its messages ended, counted from the conversation's start (trimmed
     # messages included): a trace-level eval run judges the conversation as it stood after it.
     trace_message_ends: dict[str, int] = field(default_factory=dict)
-    previous_outputs: deque[str] = field(default_factory=lambda: deque(maxlen=3))
-    turn_latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_SIGNALS))
+    previous_outputs: RecentList[str] = field(default_factory=lambda: RecentList(3))
+    turn_latencies_ms: RecentList[float] = field(default_factory=lambda: RecentList(RECENT_SIGNALS))
     first_seen_ns: int = 0
     # The conversation index's row for this key before this state began (read once by the index
     # writer; an earlier row means the conversation was resumed: evicted, or the process restarted).

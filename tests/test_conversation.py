@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -565,3 +566,33 @@ def test_sharing_changes_no_value_on_the_recorded_instrumentations(monkeypatch):
     shared = conversations()
     monkeypatch.setattr(SharedValues, "share", lambda self, messages: None)
     assert conversations() == shared and len(shared) >= 5
+
+
+def test_a_recent_list_keeps_its_latest_items_as_a_bounded_deque_does():
+    import sys
+    from collections import deque
+
+    from otelsignals.conversation import RecentList
+
+    recent: RecentList[int] = RecentList(3)
+    bounded: deque[int] = deque(maxlen=3)
+    for step in ([1], [2, 3], [4], [5, 6, 7, 8], []):
+        recent.extend(step)
+        bounded.extend(step)
+        assert list(recent) == list(bounded)
+    recent.append(9)
+    bounded.append(9)
+    recent += [10]
+    bounded += [10]
+    assert list(recent) == list(bounded) == [8, 9, 10]
+    assert isinstance(recent, RecentList) and recent.maxlen == 3
+    recent.remove(9)
+    assert recent == [8, 10]
+    with pytest.raises(TypeError):
+        recent.insert(0, 1)
+    assert sys.getsizeof(RecentList(500)) < sys.getsizeof(deque(maxlen=500)) / 4
+    import copy
+    import pickle
+
+    for copied in (copy.copy(recent), copy.deepcopy(recent), pickle.loads(pickle.dumps(recent))):
+        assert type(copied) is RecentList and copied == [8, 10] and copied.maxlen == 3
