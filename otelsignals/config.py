@@ -233,7 +233,7 @@ class TlsConfig:
 @dataclass
 class BatchConfig:
     max_spans: int = 8192
-    max_bytes: ByteSize = ByteSize(1024**2)
+    max_bytes: ByteSize = ByteSize(4 * 1024**2)
     timeout: Duration = Duration(0.05)
 
     def validate(self) -> list[str]:
