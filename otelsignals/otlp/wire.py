@@ -117,7 +117,12 @@ def split_request(
                     parent = b""
                 append(
                     SpanRecord(
-                        trace_id, span_id, parent, data or span.SerializeToString(), context, ingest_seq
+                        trace_id,
+                        span_id,
+                        parent,
+                        data if data is not None else span.SerializeToString(),
+                        context,
+                        ingest_seq,
                     )
                 )
     return SplitRequest(records, invalid)
