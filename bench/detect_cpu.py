@@ -14,7 +14,10 @@ what ``detector_memory`` holds beyond the conversation's messages, and of the wh
 ``--stage read`` measures (and profiles) the convention readers instead (``Analyzer.assemble``: span
 decoding, reading the messages, merging them into the conversation), ``--stage metrics`` the per-trace
 agent metrics (``Analyzer._record_trace``); the digest is still of the signals found, which depend on
-every message read.
+every message read, and a second digest is printed of every trace's agent metrics (``TraceSignals``).
+The configuration is the embedded defaults and any ``OTELSIGNALS_*`` variables (e.g.
+``OTELSIGNALS_SESSIONS__MAX_BYTES`` to keep thousands of conversations open); ``--embedding-cache 0``
+runs the trace metrics with an embedding cache that never hits, as with thousands of open conversations.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from cachetools import LRUCache
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -43,6 +47,7 @@ from session_memory import deep_size  # noqa: E402
 
 import otelsignals.analysis as analysis_module  # noqa: E402
 from otelsignals.config_loading import load_config  # noqa: E402
+from otelsignals.conversation import ConversationState  # noqa: E402
 from otelsignals.otlp.wire import split_request  # noqa: E402
 from otelsignals.pipeline.analyzer import Analyzer  # noqa: E402
 from otelsignals.pipeline.assembler import Assembler, ReleasedTrace  # noqa: E402
@@ -96,12 +101,18 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sizes", action="store_true")
     parser.add_argument("--stage", choices=("detect", "read", "metrics"), default="detect")
+    parser.add_argument(
+        "--embedding-cache",
+        type=int,
+        help="texts the embedder's LRU keeps (default: the shipped size); 0 costs what a cache that "
+        "misses costs, as it does once thousands of conversations are open",
+    )
     args = parser.parse_args()
 
     bodies = [
         turn.body for turn in agent_workload.build_workload(args.conversations, args.active, args.seed).turns
     ]
-    config = load_config(None, environ={})
+    config = load_config(None)  # the embedded defaults, and OTELSIGNALS_* variables if any are set
     original: Callable[..., Any] = analysis_module.detect
     spent_by_detector: dict[str, float] = {}
     if args.per_detector:
@@ -145,10 +156,19 @@ def main() -> None:
 
     analysis_module.detect = detect
     analyzer = Analyzer(Telemetry(), config.sessions, config.signals, config.evals, config.analyzer)
+    trace_metrics: dict[str, dict[str, Any]] = {}
+
+    def keep_trace_metrics(state: ConversationState, reason: str = "") -> None:
+        for metrics in state.trace_signals:
+            trace_metrics[metrics.trace_id] = metrics.as_dict()
+
+    analyzer.on_session_closed = keep_trace_metrics
     released: list[ReleasedTrace] = []
     assembler = Assembler(released.append, lambda record: None, decision_wait=2.0)
     detect_module.warm_up()
     if analyzer.embedder is not None:
+        if args.embedding_cache is not None:
+            analyzer.embedder.cache = LRUCache(args.embedding_cache)  # type: ignore[attr-defined]
         analyzer.embedder.embed(["warm up"])
     for body in bodies:
         assembler.add(split_request(ExportTraceServiceRequest.FromString(body)).records)
@@ -163,6 +183,13 @@ def main() -> None:
     per_turn = spent / turns * 1e6
     print(f"{turns:,} turns: {args.stage} {per_turn:,.0f} µs CPU per turn, {signals:,} signals, ", end="")
     print(f"digest {digest.hexdigest()}")
+    if args.stage == "metrics":
+        for state in analyzer.sessions:
+            keep_trace_metrics(state)
+        metrics_digest = hashlib.blake2b(
+            orjson.dumps(trace_metrics, option=orjson.OPT_SORT_KEYS), digest_size=8
+        )
+        print(f"{len(trace_metrics):,} traces' agent metrics: digest {metrics_digest.hexdigest()}")
     for name, seconds in sorted(spent_by_detector.items(), key=lambda item: -item[1]):
         print(f"  {name:45s} {seconds / turns * 1e6:8,.0f} µs per turn")
     if args.sizes:

@@ -23,6 +23,7 @@ import orjson
 
 from otelsignals.conventions.base import SpanReading, SpanView, ToolExecution
 from otelsignals.conventions.memory import ConversationMemory
+from otelsignals.evals.trace_metrics import DEFAULT_LOOP_WINDOW, ComparableOutput
 from otelsignals.model import Conversation, LlmCall, Message, Role, SignalInstance, ToolCall, ToolResult
 from otelsignals.triage import NO_PRIORITY, Priority
 
@@ -249,13 +250,15 @@ class ConversationState:
     priority: Priority = NO_PRIORITY  # the triage priority after the latest analysed trace
     recent_signals: RecentList[SignalInstance] = field(default_factory=lambda: RecentList(RECENT_SIGNALS))
     # Per analysed trace, for the session metrics and the session span (evals.TraceSignals; the
-    # trace's analysed span; the assistant's latest answers for loop detection).
+    # trace's analysed span; the assistant's latest answers, prepared for loop detection).
     trace_signals: RecentList[Any] = field(default_factory=lambda: RecentList(RECENT_SIGNALS))
     trace_spans: RecentList[tuple[bytes, bytes]] = field(default_factory=lambda: RecentList(RECENT_SIGNALS))
     # Per analysed trace, where its messages ended, counted from the conversation's start (trimmed
     # messages included): a trace-level eval run judges the conversation as it stood after it.
     trace_message_ends: dict[str, int] = field(default_factory=dict)
-    previous_outputs: RecentList[str] = field(default_factory=lambda: RecentList(3))
+    previous_outputs: RecentList[ComparableOutput] = field(
+        default_factory=lambda: RecentList(DEFAULT_LOOP_WINDOW)
+    )
     turn_latencies_ms: RecentList[float] = field(default_factory=lambda: RecentList(RECENT_SIGNALS))
     first_seen_ns: int = 0
     # The conversation index's row for this key before this state began (read once by the index

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from otelsignals.evals.embeddings import Embedder
 from otelsignals.evals.proxies import proxy_confidence, proxy_tool_correctness
 from otelsignals.evals.session_metrics import TraceSignals
-from otelsignals.evals.trace_metrics import coherence, loop_detection
+from otelsignals.evals.trace_metrics import ComparableOutput, coherence, loop_detection_between
 from otelsignals.model import Conversation, Message, Role, SignalInstance
 
 
@@ -28,9 +28,11 @@ def trace_signals(
     trace_id: str,
     new_messages: Sequence[Message],
     new_signals: Sequence[SignalInstance],
-    previous_outputs: Sequence[str],
+    previous_outputs: Sequence[ComparableOutput],
     embedder: Embedder | None,
-) -> TraceSignals:
+) -> tuple[TraceSignals, ComparableOutput | None]:
+    """The trace's signals, and its output prepared for the next traces' loop detection (None when
+    it answered nothing or no embedder is configured); ``previous_outputs`` are the earlier ones."""
     values: dict[str, float] = {
         "confidence": proxy_confidence(Counter(s.type for s in new_signals)).score,
     }
@@ -40,10 +42,15 @@ def trace_signals(
         values["tool_correctness"] = proxy_tool_correctness(Conversation("", list(new_messages))).score
         sources["tool_correctness"] = "proxy"
     said, answered = turn_texts(new_messages)
+    output = None
     if embedder is not None and (said or answered):
-        values["coherence"] = coherence(said, answered, embedder).score
+        # One embedding call for both texts; the output's row is kept for the next traces.
+        said_row, answered_row = embedder.embed([said, answered])
+        values["coherence"] = coherence(said, answered, vectors=(said_row, answered_row)).score
         sources["coherence"] = "embedding"
-        if answered and previous_outputs:
-            values["loop_detection"] = loop_detection(answered, previous_outputs, embedder).score
-            sources["loop_detection"] = "embedding"
-    return TraceSignals(trace_id, sources=sources, **values)
+        if answered:
+            output = ComparableOutput.of(answered, answered_row)
+            if previous_outputs:
+                values["loop_detection"] = loop_detection_between(output, previous_outputs).score
+                sources["loop_detection"] = "embedding"
+    return TraceSignals(trace_id, sources=sources, **values), output

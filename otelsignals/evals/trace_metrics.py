@@ -7,10 +7,12 @@ see :func:`~otelsignals.evals.embeddings.default_embedder`) and return a
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from otelsignals.evals.embeddings import Embedder, cosine, default_embedder
 from otelsignals.evals.session_metrics import DEFAULT_THRESHOLD, MetricResult
@@ -19,10 +21,12 @@ __all__ = [
     "DEFAULT_LOOP_WINDOW",
     "NO_PREVIOUS_REASON",
     "STOP_WORDS",
+    "ComparableOutput",
     "coherence",
     "content_words",
     "jaccard",
     "loop_detection",
+    "loop_detection_between",
 ]
 
 DEFAULT_LOOP_WINDOW = 3
@@ -48,7 +52,6 @@ STOP_WORDS: frozenset[str] = frozenset(_STOP_WORDS_TEXT.split())
 _WORD_RE = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 
 
-@functools.lru_cache(maxsize=4096)  # the previous outputs come back on the next traces
 def content_words(text: str) -> frozenset[str]:
     """The lowercased words of ``text`` minus :data:`STOP_WORDS` (apostrophes normalised)."""
     return frozenset(_WORD_RE.findall(text.lower().replace("’", "'"))) - STOP_WORDS
@@ -58,6 +61,35 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     """|a ∩ b| / |a ∪ b|; 0.0 when both are empty (no shared content is no evidence of a loop)."""
     union = len(a | b)
     return len(a & b) / union if union else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ComparableOutput:
+    """A trace's output as loop detection compares it, prepared once: the pipeline keeps the latest
+    few per session, so each output is embedded and split into words once, not again on each of the
+    next traces (a global cache of texts would forget them once thousands of sessions are open).
+
+    The content words are kept as their sorted, distinct ``hash()`` values: 8 bytes a word instead
+    of a string object and a set slot (~90 bytes). Two different words share a 64-bit hash with odds
+    of about 1e-15 per comparison; Python's string hash differs between processes, so these stay in
+    the process that made them (as session state does).
+    """
+
+    blank: bool  # the text is empty or whitespace: nothing to compare
+    vector: np.ndarray
+    word_hashes: np.ndarray  # int64, sorted, distinct
+
+    @classmethod
+    def of(cls, text: str, vector: np.ndarray) -> ComparableOutput:
+        """``text`` with its embedding row ``vector``."""
+        hashes = np.array(sorted({hash(word) for word in content_words(text)}), dtype=np.int64)
+        return cls(not text.strip(), vector, hashes)
+
+    def jaccard(self, other: ComparableOutput) -> float:
+        """:func:`jaccard` of the two texts' content words."""
+        shared = np.intersect1d(self.word_hashes, other.word_hashes, assume_unique=True).size
+        union = self.word_hashes.size + other.word_hashes.size - shared
+        return shared / union if union else 0.0
 
 
 def _result(name: str, score: float, reason: str, metadata: dict[str, Any], threshold: float) -> MetricResult:
@@ -78,10 +110,12 @@ def coherence(
     embedder: Embedder | None = None,
     *,
     threshold: float = DEFAULT_THRESHOLD,
+    vectors: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> MetricResult:
     """1 − cosine distance between the embeddings of the trace's input and output, clamped to [0, 1].
 
     An empty (or whitespace-only) input or output scores 1.0 with a note: there is nothing to judge.
+    ``vectors``: the two texts' embedding rows, when the caller has them already.
     """
     input_text = input_text or ""
     output_text = output_text or ""
@@ -94,9 +128,10 @@ def coherence(
             {"note": "empty_" + "_and_".join(empty), "cosine_similarity": None, "coherence_gap": None},
             threshold,
         )
-    embedder = embedder or default_embedder()
-    vectors = embedder.embed([input_text, output_text])
-    similarity = cosine(vectors[0], vectors[1])
+    if vectors is None:
+        rows = (embedder or default_embedder()).embed([input_text, output_text])
+        vectors = (rows[0], rows[1])
+    similarity = cosine(*vectors)
     score = min(1.0, max(0.0, similarity))  # 1 − (1 − cos)
     verdict = "on topic" if score >= threshold else "drifts from the input"
     return _result(
@@ -123,13 +158,42 @@ def loop_detection(
     and the wording must repeat; score = 1 − max hybrid. ``trace_index`` in the metadata is the
     position in ``previous_outputs``. Session context only: with no previous output, 1.0.
     """
-    if window < 1:
-        raise ValueError("window must be >= 1")
     if isinstance(previous_outputs, str):
         raise TypeError("previous_outputs must be a sequence of strings, not a string")
     output_text = output_text or ""
+    compared = [text or "" for text in previous_outputs[max(0, len(previous_outputs) - window) :]]
+    if window >= 1 and compared and output_text.strip():  # else there is nothing to embed
+        rows = (embedder or default_embedder()).embed([output_text, *compared])
+        prepared = [
+            ComparableOutput.of(text, row) for text, row in zip([output_text, *compared], rows, strict=True)
+        ]
+    else:
+        prepared = [
+            ComparableOutput.of(text, np.zeros(0, dtype=np.float32)) for text in [output_text, *compared]
+        ]
+    return loop_detection_between(
+        prepared[0],
+        prepared[1:],
+        window,
+        threshold=threshold,
+        first_index=len(previous_outputs) - len(compared),
+    )
+
+
+def loop_detection_between(
+    output: ComparableOutput,
+    previous_outputs: Sequence[ComparableOutput],
+    window: int = DEFAULT_LOOP_WINDOW,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    first_index: int = 0,
+) -> MetricResult:
+    """:func:`loop_detection` of outputs prepared already (:class:`ComparableOutput`), as the
+    pipeline keeps them; ``first_index`` is the position of ``previous_outputs[0]`` in the session."""
+    if window < 1:
+        raise ValueError("window must be >= 1")
     start = max(0, len(previous_outputs) - window)
-    compared = [(index, previous_outputs[index] or "") for index in range(start, len(previous_outputs))]
+    compared = list(enumerate(previous_outputs[start:], first_index + start))
     metadata: dict[str, Any] = {
         "window_size": window,
         "traces_compared": len(compared),
@@ -138,19 +202,15 @@ def loop_detection(
     }
     if not compared:
         return _result("loop_detection", 1.0, NO_PREVIOUS_REASON, metadata, threshold)
-    if not output_text.strip():
+    if output.blank:
         metadata["note"] = "empty_output"
         return _result(
             "loop_detection", 1.0, "Not evaluated: the trace's output is empty.", metadata, threshold
         )
-
-    embedder = embedder or default_embedder()
-    vectors = embedder.embed([output_text] + [text for _, text in compared])
-    words = content_words(output_text)
     comparisons = []
-    for (index, text), vector in zip(compared, vectors[1:], strict=True):
-        similarity = cosine(vectors[0], vector)
-        overlap = jaccard(words, content_words(text))
+    for index, earlier in compared:
+        similarity = cosine(output.vector, earlier.vector)
+        overlap = output.jaccard(earlier)
         comparisons.append(
             {
                 "trace_index": index,

@@ -23,7 +23,7 @@ from otelsignals.conventions.memory import ConversationMemory
 from otelsignals.conventions.span_decoder import SerializedSpan, SpanDecoder
 from otelsignals.conversation import ConversationState, TraceUpdate, agent_id_of, apply_trace
 from otelsignals.evals.embeddings import Embedder, OpenAIEmbedder, default_embedder
-from otelsignals.evals.per_trace import trace_signals, turn_texts
+from otelsignals.evals.per_trace import trace_signals
 from otelsignals.limits import TextLimits, cap_reading
 from otelsignals.otlp.wire import ScopeContext, SpanRecord
 from otelsignals.pipeline.assembler import ReleasedTrace
@@ -265,18 +265,12 @@ class Analyzer:
             state.first_seen_ns = min(calls)
         new_messages = state.conversation.messages[update.first_new_message :]
         state.record_trace_end(update.trace_id.hex())
-        state.trace_signals.append(
-            trace_signals(
-                update.trace_id.hex(),
-                new_messages,
-                analysis.new_signals,
-                list(state.previous_outputs),
-                self.embedder,
-            )
+        metrics, output = trace_signals(
+            update.trace_id.hex(), new_messages, analysis.new_signals, state.previous_outputs, self.embedder
         )
-        _, answered = turn_texts(new_messages)
-        if answered:
-            state.previous_outputs.append(answered)
+        state.trace_signals.append(metrics)
+        if output is not None:
+            state.previous_outputs.append(output)
 
     def _on_evict(self, state: ConversationState, reason: str) -> None:
         self.telemetry.session_evictions.labels(reason).inc()
