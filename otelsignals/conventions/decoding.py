@@ -28,6 +28,7 @@ each event's timestamp first), it is simply decoded in full.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,8 +116,10 @@ UTF8_TEXT_MIN_BYTES = 1024
 _UTF8_TEXT_KEY_BYTES = frozenset(key.encode() for key in UTF8_TEXT_KEYS)
 # Each such key as a KeyValue starts: the key's tag and length, the key, the value's tag. A span
 # without any is not walked (a walk of hundreds of indexed attributes costs more than their parse).
-_UTF8_TEXT_KEY_MARKERS = tuple(
-    b"\n" + bytes((len(key),)) + key + b"\x12" for key in sorted(_UTF8_TEXT_KEY_BYTES)
+# One search for all of them: a search per key read all of a 90 KB span for each key it lacks
+# (45 µs per span against 1.2 on the agent workload's).
+_UTF8_TEXT_KEY_MARKER = re.compile(
+    b"|".join(re.escape(b"\n" + bytes((len(key),)) + key + b"\x12") for key in sorted(_UTF8_TEXT_KEY_BYTES))
 )
 # A length written in more bytes than this is refused by the parse: such a field is left to it.
 _MAX_LENGTH_BYTES = 5
@@ -255,7 +258,7 @@ def _decode_bytes(data: bytes) -> tuple[Span, dict[str, Any], list[EventView], N
     histories, cut out of the bytes before the parse (which would copy and check every character)
     and read from them as :class:`Utf8Text` (the returned ``Span`` does not hold them)."""
     cut = None
-    if len(data) >= CUT_MIN_BYTES and any(marker in data for marker in _UTF8_TEXT_KEY_MARKERS):
+    if len(data) >= CUT_MIN_BYTES and _UTF8_TEXT_KEY_MARKER.search(data):
         try:
             cut = _without_long_texts(data)
         except IndexError:  # not what a conforming encoder writes: the parse says what is wrong
