@@ -15,9 +15,8 @@ what ``detector_memory`` holds beyond the conversation's messages, and of the wh
 decoding, reading the messages, merging them into the conversation), ``--stage metrics`` the per-trace
 agent metrics (``Analyzer._record_trace``); the digest is still of the signals found, which depend on
 every message read, and a second digest is printed of every trace's agent metrics (``TraceSignals``).
-The configuration is the embedded defaults and any ``OTELSIGNALS_*`` variables (e.g.
-``OTELSIGNALS_SESSIONS__MAX_BYTES`` to keep thousands of conversations open); ``--embedding-cache 0``
-runs the trace metrics with an embedding cache that never hits, as with thousands of open conversations.
+``--embedding-cache 0`` runs the trace metrics with an embedding cache that never hits, as with
+thousands of open conversations.
 """
 
 from __future__ import annotations
@@ -112,7 +111,7 @@ def main() -> None:
     bodies = [
         turn.body for turn in agent_workload.build_workload(args.conversations, args.active, args.seed).turns
     ]
-    config = load_config(None)  # the embedded defaults, and OTELSIGNALS_* variables if any are set
+    config = load_config(None, environ={})
     original: Callable[..., Any] = analysis_module.detect
     spent_by_detector: dict[str, float] = {}
     if args.per_detector:

@@ -12,8 +12,9 @@ Two implementations behind one :class:`Embedder` protocol:
   an :class:`EmbeddingsEndpoint` it is given (the pipeline's, on its HTTP client: this module does
   no network I/O).
 
-Both batch their calls and keep an LRU cache per text, so a message seen again (a repeated
-prompt, the previous trace's output compared by loop detection) is not embedded twice.
+Both batch their calls and keep an LRU cache per text, so a text seen again (a repeated prompt, an
+evaluation run over texts embedded before) is not embedded twice. The pipeline does not rely on it
+for loop detection: a session keeps its previous outputs' rows (``trace_metrics.ComparableOutput``).
 Rows are L2-normalised; a text with no known token (or an empty one) embeds to the zero vector,
 whose cosine with anything is 0.
 """

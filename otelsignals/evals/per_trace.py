@@ -44,9 +44,13 @@ def trace_signals(
     said, answered = turn_texts(new_messages)
     output = None
     if embedder is not None and (said or answered):
-        # One embedding call for both texts; the output's row is kept for the next traces.
-        said_row, answered_row = embedder.embed([said, answered])
-        values["coherence"] = coherence(said, answered, vectors=(said_row, answered_row)).score
+        # What is not blank, embedded in one call (a blank text is never sent: an embeddings API
+        # may refuse it); the answer's row is kept for the next traces' loop detection.
+        wanted = [text for text in (said, answered) if text.strip()]
+        rows = dict(zip(wanted, embedder.embed(wanted), strict=True)) if wanted else {}
+        said_row, answered_row = rows.get(said), rows.get(answered)
+        both = None if said_row is None or answered_row is None else (said_row, answered_row)
+        values["coherence"] = coherence(said, answered, embedder, vectors=both).score
         sources["coherence"] = "embedding"
         if answered:
             output = ComparableOutput.of(answered, answered_row)

@@ -63,7 +63,7 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / union if union else 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class ComparableOutput:
     """A trace's output as loop detection compares it, prepared once: the pipeline keeps the latest
     few per session, so each output is embedded and split into words once, not again on each of the
@@ -76,14 +76,26 @@ class ComparableOutput:
     """
 
     blank: bool  # the text is empty or whitespace: nothing to compare
-    vector: np.ndarray
+    vector: np.ndarray | None  # its embedding row; None when it was not embedded (a blank text)
     word_hashes: np.ndarray  # int64, sorted, distinct
 
     @classmethod
-    def of(cls, text: str, vector: np.ndarray) -> ComparableOutput:
-        """``text`` with its embedding row ``vector``."""
+    def of(cls, text: str, vector: np.ndarray | None) -> ComparableOutput:
+        """``text`` with its embedding row ``vector`` (copied: a row of a larger array would keep
+        the whole array alive)."""
         hashes = np.array(sorted({hash(word) for word in content_words(text)}), dtype=np.int64)
-        return cls(not text.strip(), vector, hashes)
+        return cls(not text.strip(), None if vector is None else np.array(vector), hashes)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its arrays (for the session's memory estimate)."""
+        return self.word_hashes.nbytes + (0 if self.vector is None else self.vector.nbytes)
+
+    def cosine(self, other: ComparableOutput) -> float:
+        """Cosine similarity of the two rows; 0.0 when either text was not embedded."""
+        if self.vector is None or other.vector is None:
+            return 0.0
+        return cosine(self.vector, other.vector)
 
     def jaccard(self, other: ComparableOutput) -> float:
         """:func:`jaccard` of the two texts' content words."""
@@ -158,26 +170,17 @@ def loop_detection(
     and the wording must repeat; score = 1 − max hybrid. ``trace_index`` in the metadata is the
     position in ``previous_outputs``. Session context only: with no previous output, 1.0.
     """
+    if window < 1:
+        raise ValueError("window must be >= 1")
     if isinstance(previous_outputs, str):
         raise TypeError("previous_outputs must be a sequence of strings, not a string")
-    output_text = output_text or ""
-    compared = [text or "" for text in previous_outputs[max(0, len(previous_outputs) - window) :]]
-    if window >= 1 and compared and output_text.strip():  # else there is nothing to embed
-        rows = (embedder or default_embedder()).embed([output_text, *compared])
-        prepared = [
-            ComparableOutput.of(text, row) for text, row in zip([output_text, *compared], rows, strict=True)
-        ]
-    else:
-        prepared = [
-            ComparableOutput.of(text, np.zeros(0, dtype=np.float32)) for text in [output_text, *compared]
-        ]
-    return loop_detection_between(
-        prepared[0],
-        prepared[1:],
-        window,
-        threshold=threshold,
-        first_index=len(previous_outputs) - len(compared),
-    )
+    start = max(0, len(previous_outputs) - window)
+    texts = [output_text or "", *(text or "" for text in previous_outputs[start:])]
+    rows: list[np.ndarray | None] = [None] * len(texts)
+    if len(texts) > 1 and texts[0].strip():  # else there is nothing to compare
+        rows = list((embedder or default_embedder()).embed(texts))
+    prepared = [ComparableOutput.of(text, row) for text, row in zip(texts, rows, strict=True)]
+    return loop_detection_between(prepared[0], prepared[1:], window, threshold=threshold, first_index=start)
 
 
 def loop_detection_between(
@@ -209,7 +212,7 @@ def loop_detection_between(
         )
     comparisons = []
     for index, earlier in compared:
-        similarity = cosine(output.vector, earlier.vector)
+        similarity = output.cosine(earlier)
         overlap = output.jaccard(earlier)
         comparisons.append(
             {

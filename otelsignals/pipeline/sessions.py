@@ -139,7 +139,9 @@ class SessionStore:
         else:  # trimmed: counted again
             size.argument_characters = argument_characters(messages)
         size.offset, size.counted = offset, len(messages)
-        size.bytes = _estimate(text_storage_bytes(messages), size.argument_characters, len(messages))
+        size.bytes = _estimate(text_storage_bytes(messages), size.argument_characters, len(messages)) + sum(
+            output.nbytes for output in state.previous_outputs
+        )
         self.bytes += size.bytes - before
         # The state just changed is the last one evicted (it may alone be over the bound).
         self._states.move_to_end(key)

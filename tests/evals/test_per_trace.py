@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from otelsignals.conversation import RecentList
-from otelsignals.evals.embeddings import StaticEmbedder
+from otelsignals.evals.embeddings import EmbeddingError, StaticEmbedder
 from otelsignals.evals.per_trace import trace_signals
 from otelsignals.evals.trace_metrics import (
     DEFAULT_LOOP_WINDOW,
@@ -25,18 +25,33 @@ from otelsignals.model import Message, Role, ToolResult
 
 
 class CountingEmbedder(StaticEmbedder):
-    """The shipped model without a cache, counting the texts it embeds."""
+    """The shipped model without a cache, counting the texts it embeds; like an embeddings API, it
+    refuses a blank text."""
 
     def __init__(self) -> None:
         super().__init__(cache_size=0)
         self.embedded: list[str] = []
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if any(not text.strip() for text in texts):
+            raise EmbeddingError("'$.input' is invalid: a blank text")
         self.embedded += texts
         return super().embed(texts)
 
 
-# (user turn, assistant answer): the answer of turn 4 repeats turn 2's, the others differ.
+def expected_loop_score(answer: str, earlier: Sequence[str], embedder: StaticEmbedder) -> float:
+    """Loop detection as SPEC §6 defines it, written out here: 1 − max over the last 3 earlier
+    answers of max(cosine, 0) × Jaccard of the content words."""
+    rows = embedder.embed([answer, *earlier[-3:]])
+    hybrids = [  # rows are unit vectors: their dot product is the cosine (up to float32 rounding)
+        min(max(float(np.dot(rows[0], row)), 0.0), 1.0) * jaccard(content_words(answer), content_words(text))
+        for row, text in zip(rows[1:], earlier[-3:], strict=True)
+    ]
+    return 1.0 - max(hybrids)
+
+
+# (user turn, assistant answer): the answer of turn 4 repeats turn 2's; turn 5 answers with blanks,
+# turn 6 says nothing and is answered, turn 7 only speaks.
 TURNS = [
     ("Where is my parcel 4471?", "Your parcel 4471 left the Leeds depot this morning."),
     ("Can you check again?", "I could not reach the carrier's tracking service; it timed out."),
@@ -46,11 +61,12 @@ TURNS = [
     ),
     ("Any news?", "Your parcel 4471 left the Leeds depot this morning."),
     ("and now?", "   "),
-    ("Thanks, bye", "You're welcome, have a good day!"),
+    ("", "Your parcel 4471 is out for delivery."),
+    ("Thanks, bye", ""),
 ]
 
 
-def test_each_output_is_embedded_once_and_scores_match_the_text_api() -> None:
+def test_each_text_is_embedded_once_and_scores_follow_the_definition() -> None:
     embedder = CountingEmbedder()
     reference = StaticEmbedder()
     kept: RecentList[ComparableOutput] = RecentList(DEFAULT_LOOP_WINDOW)
@@ -59,20 +75,25 @@ def test_each_output_is_embedded_once_and_scores_match_the_text_api() -> None:
         messages = [Message(Role.USER, said), Message(Role.ASSISTANT, answered)]
         before = len(embedder.embedded)
         metrics, output = trace_signals(f"t{number}", messages, [], kept, embedder)
-        assert embedder.embedded[before:] == [said, answered]  # once each, both in one call
+        # Once each, in one call, blanks never sent; earlier answers are not embedded again.
+        assert embedder.embedded[before:] == [text for text in (said, answered) if text.strip()]
         assert metrics.coherence == coherence(said, answered, reference).score
-        if answers:
-            assert metrics.loop_detection == loop_detection(answered, answers, reference).score
-            assert metrics.sources["loop_detection"] == "embedding"
-        else:
+        if not answered:
+            assert output is None and metrics.loop_detection is None
+            continue
+        if not answers:
             assert metrics.loop_detection is None  # nothing earlier in the session
+        elif not answered.strip():
+            assert metrics.loop_detection == 1.0  # a blank answer is not evaluated
+        else:
+            assert metrics.loop_detection == pytest.approx(
+                expected_loop_score(answered, answers, reference), abs=1e-6
+            )
+            assert metrics.sources["loop_detection"] == "embedding"
         assert output is not None
         kept.append(output)
         answers.append(answered)
-    scores = [loop_detection(a, answers[:i], reference).score for i, a in enumerate(answers) if i]
-    assert scores[2] < 0.3  # turn 4 repeats turn 2 word for word
-    assert scores[3] == 1.0  # a blank answer is not evaluated
-    assert len(kept) == DEFAULT_LOOP_WINDOW
+    assert expected_loop_score(TURNS[3][1], answers[:3], reference) < 0.3  # the repeat is seen as one
 
 
 def test_no_output_is_kept_without_an_answer_or_an_embedder() -> None:
@@ -80,12 +101,21 @@ def test_no_output_is_kept_without_an_answer_or_an_embedder() -> None:
         Message(Role.USER, "Look up order 12"),
         Message(Role.TOOL, '{"status": "shipped"}', tool_result=ToolResult(call_id="c1", content="shipped")),
     ]
-    metrics, output = trace_signals("t", tool_only, [], [], StaticEmbedder())
-    assert output is None and metrics.coherence is not None
+    metrics, output = trace_signals("t", tool_only, [], [], CountingEmbedder())
+    assert output is None and metrics.coherence == 1.0  # nothing answered: nothing to judge
     metrics, output = trace_signals(
         "t", [Message(Role.USER, "hi"), Message(Role.ASSISTANT, "hello")], [], [], None
     )
     assert output is None and metrics.coherence is None and metrics.loop_detection is None
+
+
+def test_a_kept_output_holds_only_its_own_row() -> None:
+    embedder = StaticEmbedder()
+    rows = embedder.embed(["first answer here", "second answer here"])
+    kept = ComparableOutput.of("second answer here", rows[1])
+    assert kept.vector is not None and kept.vector.base is None  # not a view of the two-row array
+    assert kept.nbytes == kept.vector.nbytes + 8 * len(content_words("second answer here"))
+    assert ComparableOutput.of("   ", None).cosine(kept) == 0.0
 
 
 JACCARD_PAIRS = [
@@ -113,6 +143,11 @@ def test_window_and_trace_index_of_prepared_outputs() -> None:
     prepared = [ComparableOutput.of(text, row) for text, row in zip(texts, rows, strict=True)]
     result = loop_detection_between(prepared[0], prepared[1:], window=2, first_index=5)
     assert [c["trace_index"] for c in result.metadata["comparisons"]] == [6, 7]
-    assert result.score == loop_detection(texts[0], ["x"] * 5 + texts[1:], embedder, window=2).score
+    assert result.score == pytest.approx(expected_loop_score(texts[0], texts[2:], embedder), abs=1e-6)
+    from_texts = loop_detection(texts[0], ["x"] * 5 + texts[1:], embedder, window=2)
+    assert (from_texts.score, from_texts.metadata["comparisons"]) == (
+        result.score,
+        result.metadata["comparisons"],
+    )
     with pytest.raises(ValueError, match="window"):
         loop_detection_between(prepared[0], prepared[1:], window=0)

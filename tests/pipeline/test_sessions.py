@@ -172,3 +172,20 @@ def test_text_filled_into_a_counted_message_is_counted():
         int(BYTES_PER_TEXT_BYTE * sys.getsizeof(output)) - 1,
         int(BYTES_PER_TEXT_BYTE * sys.getsizeof(output)) + 2,
     )
+
+
+def test_the_answers_kept_for_loop_detection_are_counted():
+    import numpy as np
+
+    from otelsignals.evals.trace_metrics import ComparableOutput
+
+    store = SessionStore(3600, 100, max_bytes=0)
+    _say(store, "a", "hello")
+    before = store.bytes
+    state = store.get("a")
+    assert state is not None
+    # A remote embeddings model's row (1,536 numbers) is far larger than the shipped model's 50.
+    kept = ComparableOutput.of("the parcel left the depot", np.ones(1536, dtype=np.float32))
+    state.previous_outputs.append(kept)
+    store.resize("a")
+    assert store.bytes - before == kept.nbytes >= 1536 * 4
