@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from otelsignals.conversation import ConversationState
 from otelsignals.pipeline.sessions import SessionStore
 
 
@@ -153,17 +154,23 @@ def test_the_analyzer_keeps_its_sessions_under_the_byte_bound_and_says_so():
     assert gauge == analyzer.sessions.bytes > 0
 
 
+def _one_conversation(text: str) -> tuple[SessionStore, ConversationState]:
+    """An unbounded store whose conversation "a" has said ``text``, counted."""
+    store = SessionStore(3600, 100, max_bytes=0)
+    _say(store, "a", text)
+    state = store.get("a")
+    assert state is not None
+    return store, state
+
+
 def test_text_filled_into_a_counted_message_is_counted():
     import sys
 
     from otelsignals.model import ToolResult
     from otelsignals.pipeline.sessions import BYTES_PER_TEXT_BYTE
 
-    store = SessionStore(3600, 100, max_bytes=0)
-    _say(store, "a", "")
+    store, state = _one_conversation("")
     before = store.bytes
-    state = store.get("a")
-    assert state is not None
     # A tool output joins a message read earlier (as a tool span arriving after its chat span).
     output = "r" * 1000
     state.conversation.messages[0].tool_result = ToolResult(content=output)
@@ -179,11 +186,8 @@ def test_the_answers_kept_for_loop_detection_are_counted():
 
     from otelsignals.evals.trace_metrics import ComparableOutput
 
-    store = SessionStore(3600, 100, max_bytes=0)
-    _say(store, "a", "hello")
+    store, state = _one_conversation("hello")
     before = store.bytes
-    state = store.get("a")
-    assert state is not None
     # A remote embeddings model's row (1,536 numbers) is far larger than the shipped model's 50.
     kept = ComparableOutput.of("the parcel left the depot", np.ones(1536, dtype=np.float32))
     state.previous_outputs.append(kept)
