@@ -114,19 +114,22 @@ class Utf8Text:
 UTF8_TEXT_KEYS = frozenset({"gen_ai.input.messages", "ai.prompt.messages", "ai.prompt"})
 UTF8_TEXT_MIN_BYTES = 1024
 _UTF8_TEXT_KEY_BYTES = frozenset(key.encode() for key in UTF8_TEXT_KEYS)
+KEY_TAG, VALUE_TAG = 0x0A, 0x12  # KeyValue.key: field 1, .value: field 2 (length-delimited)
 # Each such key as a KeyValue starts: the key's tag and length, the key, the value's tag. A span
 # without any is not walked (a walk of hundreds of indexed attributes costs more than their parse).
 # One search for all of them: a search per key read all of a 90 KB span for each key it lacks
 # (45 µs per span against 1.2 on the agent workload's).
 _UTF8_TEXT_KEY_MARKER = re.compile(
-    b"|".join(re.escape(b"\n" + bytes((len(key),)) + key + b"\x12") for key in sorted(_UTF8_TEXT_KEY_BYTES))
+    b"|".join(
+        re.escape(bytes((KEY_TAG, len(key))) + key + bytes((VALUE_TAG,)))
+        for key in sorted(_UTF8_TEXT_KEY_BYTES)
+    )
 )
 # A length written in more bytes than this is refused by the parse: such a field is left to it.
 _MAX_LENGTH_BYTES = 5
 # A span this long may hold such a history: its bytes are walked to cut it out before parsing.
 CUT_MIN_BYTES = 4096
 _STRING_VALUE_TAG = 0x0A  # AnyValue.string_value: field 1, length-delimited
-_KEY_TAG, _VALUE_TAG = 0x0A, 0x12  # KeyValue.key: field 1, .value: field 2 (length-delimited)
 
 
 def _as_utf8(value: AnyValue) -> Any:
@@ -309,12 +312,12 @@ def _long_text(data: bytes, start: int, end: int) -> tuple[str, Utf8Text] | None
     """(key, text) of the KeyValue at ``data[start:end]`` when it is a history of ``UTF8_TEXT_KEYS``
     of ``UTF8_TEXT_MIN_BYTES`` or more, laid out as encoders write it: the key, then a value that
     is a string and nothing else."""
-    if data[start] != _KEY_TAG:
+    if data[start] != KEY_TAG:
         return None
     key_length, key_at = varint(data, start + 1)
     value_tag_at = key_at + key_length
     key = data[key_at:value_tag_at]
-    if key not in _UTF8_TEXT_KEY_BYTES or value_tag_at >= end or data[value_tag_at] != _VALUE_TAG:
+    if key not in _UTF8_TEXT_KEY_BYTES or value_tag_at >= end or data[value_tag_at] != VALUE_TAG:
         return None
     value_length, value_at = varint(data, value_tag_at + 1)
     if value_at + value_length != end or data[value_at] != _STRING_VALUE_TAG:

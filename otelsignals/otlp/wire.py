@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otelsignals.conventions.decoding import skip_field, varint
+from otelsignals.conventions.decoding import KEY_TAG, VALUE_TAG, skip_field, varint
 
 # Span.flags bits 8 and 9 (SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK, SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK):
 # a span whose parent is known to be remote is the root of this service's part of the trace.
@@ -168,7 +168,6 @@ def _fields(data: bytes, pos: int, end: int, tag: int) -> list[tuple[int, int]]:
 # Span.name = 5 (string), .start_time_unix_nano = 7, .end_time_unix_nano = 8 (fixed64), .attributes =
 # 9 (KeyValue: key = 1).
 _NAME_FIELD, _START_FIELD, _END_FIELD, _ATTRIBUTES_FIELD = 5, 7, 8, 9
-_KEY_TAG, _VALUE_TAG = 0x0A, 0x12  # KeyValue.key (field 1), .value (field 2)
 
 
 @dataclass(slots=True, frozen=True)
@@ -199,11 +198,11 @@ def span_head(data: bytes, max_fields: int) -> SpanHead | None:
             length, pos = varint(data, pos)
             if number == _NAME_FIELD:
                 name = data[pos : pos + length].decode("utf-8", "replace")
-            elif length and data[pos] == _KEY_TAG:
+            elif length and data[pos] == KEY_TAG:
                 key_length, key_at = varint(data, pos + 1)
                 value_at, field_end = key_at + key_length, pos + length
                 if value_at < field_end:  # then only the value may follow (a parse takes the last key)
-                    if data[value_at] != _VALUE_TAG:
+                    if data[value_at] != VALUE_TAG:
                         return None
                     value_length, value_body = varint(data, value_at + 1)
                     if value_body + value_length != field_end:
