@@ -133,7 +133,8 @@ function sessionRow(item) {
 async function loadList(reset) {
   const body = document.querySelector("#sessions tbody");
   const status = document.getElementById("list-status");
-  if (reset) { cursor = null; listFilters = filtersFromForm(); body.replaceChildren(); }
+  // A new list empties the table: the status says so until the answer comes (not the old count).
+  if (reset) { cursor = null; listFilters = filtersFromForm(); body.replaceChildren(); status.textContent = "Loading…"; }
   try {
     const page = await api(`/v1/sessions?${listQuery()}`);
     body.append(...page.sessions.map(sessionRow));
