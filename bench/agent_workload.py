@@ -931,9 +931,12 @@ def run_sidecar(
         evicted = sidecar.metric("otelsignals_assembler_evicted_traces_total")
         released = sidecar.metric("otelsignals_assembler_released_traces_total", reason="complete")
         analysed = sidecar.metric("otelsignals_analysed_turns_total")
+        compacted = sidecar.metric("otelsignals_sessions_compacted_messages_total")
+        expanded = sidecar.metric("otelsignals_sessions_compacted_reads_total")
         log(
             f"sidecar: {released:,.0f} traces released complete, {analysed:,.0f} turns analysed, "
-            f"{evicted:,.0f} evicted, {dropped:,.0f} spans dropped, {sessions:,.0f} sessions held"
+            f"{evicted:,.0f} evicted, {dropped:,.0f} spans dropped, {sessions:,.0f} sessions held, "
+            f"{compacted:,.0f} messages compacted, {expanded:,.0f} compacted texts read back"
         )
         return TargetResult(
             unpaced,

@@ -45,6 +45,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from session_memory import deep_size  # noqa: E402
 
 import otelsignals.analysis as analysis_module  # noqa: E402
+from otelsignals.compaction import expansions  # noqa: E402
 from otelsignals.config_loading import load_config  # noqa: E402
 from otelsignals.conversation import ConversationState  # noqa: E402
 from otelsignals.otlp.wire import split_request  # noqa: E402
@@ -181,7 +182,7 @@ def main() -> None:
     turns = len(bodies)
     per_turn = spent / turns * 1e6
     print(f"{turns:,} turns: {args.stage} {per_turn:,.0f} µs CPU per turn, {signals:,} signals, ", end="")
-    print(f"digest {digest.hexdigest()}")
+    print(f"digest {digest.hexdigest()}; compacted texts read back: {expansions():,}")
     if args.stage == "metrics":
         for state in analyzer.sessions:
             keep_trace_metrics(state)

@@ -21,6 +21,7 @@ from typing import Any, SupportsIndex, TypeVar
 
 import orjson
 
+from otelsignals.compaction import compact, stored_content
 from otelsignals.conventions.base import SpanReading, SpanView, ToolExecution
 from otelsignals.conventions.memory import ConversationMemory
 from otelsignals.evals.trace_metrics import DEFAULT_LOOP_WINDOW, ComparableOutput
@@ -133,8 +134,8 @@ class SharedValues:
 
     def share(self, messages: Iterable[Message]) -> None:
         for message in messages:
-            content = message.content
-            if content is not None and len(content) >= SHARED_TEXT_MIN_CHARACTERS:
+            content = stored_content(message)  # compacted text is not shared: it is no string
+            if isinstance(content, str) and len(content) >= SHARED_TEXT_MIN_CHARACTERS:
                 kept = _latest(self._texts, content, content)
                 if kept is not content:
                     result = message.tool_result
@@ -265,6 +266,7 @@ class ConversationState:
     # writer; an earlier row means the conversation was resumed: evicted, or the process restarted).
     index_base: object | None = None
     index_base_read: bool = False
+    compacted_upto: int = 0  # messages before this one (counted from the start) were offered to compact()
 
     @classmethod
     def new(cls, key: str) -> ConversationState:
@@ -353,6 +355,17 @@ class ConversationState:
             if not shown_result.call_id and name and shown_result.name == name:
                 return shown
         return None
+
+    def compact(self, end: int) -> int:
+        """Compact the text of the messages before local index ``end`` (compaction.compact): the
+        detectors look back over a bounded number of messages, the rest is read on request.
+        Returns how many messages were compacted."""
+        conversation = self.conversation
+        start = max(0, self.compacted_upto - conversation.message_offset)
+        if end <= start:
+            return 0
+        self.compacted_upto = conversation.message_offset + end
+        return sum(compact(message) for message in conversation.messages[start:end])
 
     def _index(self, fp: int, spoken: bool = False) -> None:
         if spoken:

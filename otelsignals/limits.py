@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from otelsignals.compaction import content_length
 from otelsignals.conventions.base import SpanReading
 from otelsignals.model import Message
 
@@ -61,10 +62,11 @@ def cap_messages(messages: list[Message], limits: TextLimits, cut: Counter[str])
     # A resent history's messages were cut when first read: one pass over their lengths (no call
     # per message) finds the few that may need it. len() in characters is a lower bound of the
     # UTF-8 size and exact for ASCII; the exact size is computed only near the limit.
-    sizes = [len(message.content) if message.content else 0 for message in messages]
-    if sizes and max(sizes) > limits.max_message_bytes // 4:
+    sizes = [content_length(message) for message in messages]
+    fits = limits.max_message_bytes // 4
+    if sizes and max(sizes) > fits:
         for index, message in enumerate(messages):
-            shorter = _cut(message.content, limits.max_message_bytes) if message.content else None
+            shorter = _cut(message.content, limits.max_message_bytes) if sizes[index] > fits else None  # type: ignore[arg-type]
             if shorter is not None:
                 message.content = shorter
                 sizes[index] = len(shorter)

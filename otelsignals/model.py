@@ -26,7 +26,7 @@ class ToolCall:
     id: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class ToolResult:
     """What a tool gave back, or how it failed.
 
@@ -44,8 +44,14 @@ class ToolResult:
     error_message: str | None = None
     status_code: int | None = None
 
+    def __eq__(self, other: object) -> bool:
+        # Not the dataclass's: a compacted result (below) equals a plain one with the same values.
+        if not isinstance(other, ToolResult):
+            return NotImplemented
+        return _values(self, _TOOL_RESULT_FIELDS) == _values(other, _TOOL_RESULT_FIELDS)
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, eq=False)
 class Message:
     role: Role
     content: str | None = None  # None: not captured (instrumentation default), not "empty"
@@ -59,6 +65,29 @@ class Message:
     @property
     def text(self) -> str:
         return self.content or ""
+
+    def __eq__(self, other: object) -> bool:
+        # Not the dataclass's: a compacted message (below) equals a plain one with the same values.
+        if not isinstance(other, Message):
+            return NotImplemented
+        return _values(self, _MESSAGE_FIELDS) == _values(other, _MESSAGE_FIELDS)
+
+
+_MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_result", "span_id", "finish_reason")
+_TOOL_RESULT_FIELDS = (
+    "call_id",
+    "name",
+    "content",
+    "arguments",
+    "is_error",
+    "error_type",
+    "error_message",
+    "status_code",
+)
+
+
+def _values(item: object, names: tuple[str, ...]) -> tuple[Any, ...]:
+    return tuple(getattr(item, name) for name in names)
 
 
 @dataclass(slots=True)

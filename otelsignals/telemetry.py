@@ -191,6 +191,16 @@ class Telemetry:
             "Old messages dropped from long conversations (sessions.max_messages).",
             registry=r,
         )
+        self.compacted_messages = Counter(
+            "otelsignals_sessions_compacted_messages",
+            "Old messages whose text is kept compressed (read back only on request).",
+            registry=r,
+        )
+        self.compacted_reads = Counter(
+            "otelsignals_sessions_compacted_reads",
+            "Compressed message texts expanded again to be read.",
+            registry=r,
+        )
         self.forwarded_spans = Counter(
             "otelsignals_exporter_sent_spans", "Spans accepted by the downstream.", registry=r
         )

@@ -16,6 +16,7 @@ from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from otelsignals.analysis import Analysis, analyze_update
+from otelsignals.compaction import expansions
 from otelsignals.config import AnalyzerConfig, EvalsConfig, SessionsConfig, SignalsConfig
 from otelsignals.conventions.base import SpanReading, SpanView
 from otelsignals.conventions.decoding import key_values
@@ -37,6 +38,10 @@ logger = logging.getLogger("otelsignals.analyzer")
 
 _CONTEXT_CACHE_LIMIT = 4096
 READ_SPANS_KEPT = 50_000
+# Messages before a trace's new ones kept as plain text for the detectors to look back over (they
+# read further back rarely: a phrase detector's seeding, up to 50); older ones are compacted
+# (compaction.compact) and expanded when read.
+PLAIN_MESSAGES = 32
 
 
 def _slim(attributes: dict) -> dict:
@@ -58,6 +63,7 @@ class Analyzer:
         limits: AnalyzerConfig | None = None,
     ) -> None:
         self.telemetry = telemetry
+        self._compacted_reads = expansions()  # counted process-wide: this analyzer reports the increase
         limits = limits or AnalyzerConfig()
         self.limits = TextLimits(
             int(limits.max_message_bytes), int(limits.max_messages_per_span), int(limits.max_span_text_bytes)
@@ -172,6 +178,7 @@ class Analyzer:
             # Indices moved: the trace's new messages now start that much earlier.
             update.first_new_message = max(0, update.first_new_message - trimmed)
             telemetry.trimmed_messages.inc(trimmed)
+        telemetry.compacted_messages.inc(state.compact(update.first_new_message - PLAIN_MESSAGES))
         telemetry.genai_traces.labels("captured" if update.content_captured else "absent").inc()
         telemetry.assembled_messages.inc(update.new_messages)
         self._resize(key)
@@ -223,6 +230,9 @@ class Analyzer:
 
     def _resize(self, key: str) -> None:
         """Count what the conversation now holds; past sessions.max_bytes, older ones are evicted."""
+        reads = expansions()
+        self.telemetry.compacted_reads.inc(reads - self._compacted_reads)
+        self._compacted_reads = reads
         self.sessions.resize(key)
         self.telemetry.conversations.set(len(self.sessions))
         self.telemetry.conversation_bytes.set(self.sessions.bytes)

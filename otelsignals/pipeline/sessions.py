@@ -11,6 +11,7 @@ from sys import getsizeof
 
 import orjson
 
+from otelsignals.compaction import stored_content
 from otelsignals.conversation import ConversationState
 from otelsignals.model import Message
 
@@ -47,12 +48,14 @@ def text_storage_bytes(messages: Sequence[Message]) -> int:
     call's result), so counted again on every resize."""
     size = 0
     for message in messages:
-        content = message.content
+        content = stored_content(message)
         if content is not None:
             size += getsizeof(content)
         result = message.tool_result
-        if result is not None and result.content is not None and result.content is not content:
-            size += getsizeof(result.content)
+        if result is not None:
+            result_content = stored_content(result)
+            if result_content is not None and result_content is not content:
+                size += getsizeof(result_content)
     return size
 
 

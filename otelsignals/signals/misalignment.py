@@ -175,9 +175,9 @@ def _conversation_words(ctx: DetectionContext, i: int) -> frozenset[str]:
     assistant_seen = False
     for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
         message = ctx.messages[j]
-        if not message.content:
+        content = (message.content or "")[:COMPARE_CHARS]
+        if not content:
             continue
-        content = message.content[:COMPARE_CHARS]
         if message.role is Role.USER:
             words.update(t.norm for t in analyse_text(content).scan.tokens)
         elif message.role is Role.ASSISTANT and not assistant_seen:

@@ -481,8 +481,8 @@ def _repeated_answer(ctx: DetectionContext, i: int) -> int | None:
     answers: list[tuple[int, Answer]] = []
     for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
         message = ctx.messages[j]
-        if message.role is Role.ASSISTANT and message.content:
-            answers.append((ctx.absolute_index(j), prepared_answer(ctx, j, message.content)))
+        if message.role is Role.ASSISTANT and (content := message.content):
+            answers.append((ctx.absolute_index(j), prepared_answer(ctx, j, content)))
             if len(answers) > REPETITION_WINDOW:
                 break
     if len(answers) < 2:

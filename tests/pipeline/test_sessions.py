@@ -193,3 +193,54 @@ def test_the_answers_kept_for_loop_detection_are_counted():
     state.previous_outputs.append(kept)
     store.resize("a")
     assert store.bytes - before == kept.nbytes >= 1536 * 4
+
+
+def _workload_analyses(plain_messages: int, monkeypatch: object) -> tuple[list[object], object, object]:
+    """Every analysis of 4 conversations of bench/agent_workload.py (long, tool-heavy) and the
+    analyzer after them, with ``plain_messages`` kept uncompacted before each trace's new ones."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from bench.agent_workload import build_workload
+    from otelsignals.config_loading import load_config
+    from otelsignals.otlp.wire import split_request
+    from otelsignals.pipeline import analyzer as analyzer_module
+    from otelsignals.pipeline.assembler import Assembler, ReleasedTrace
+    from otelsignals.telemetry import Telemetry
+
+    monkeypatch.setattr(analyzer_module, "PLAIN_MESSAGES", plain_messages)  # type: ignore[attr-defined]
+    config = load_config(None, environ={})
+    config.sessions.max_bytes = 0
+    analyzer = analyzer_module.Analyzer(
+        Telemetry(), config.sessions, config.signals, config.evals, config.analyzer
+    )
+    released: list[ReleasedTrace] = []
+    assembler = Assembler(released.append, lambda record: None, decision_wait=2.0)
+    analyses = []
+    for turn in build_workload(4, 2, seed=3).turns:
+        assembler.add(split_request(ExportTraceServiceRequest.FromString(turn.body)).records)
+        for trace in released:
+            analysis = analyzer.process(trace)
+            if analysis is not None:
+                analyses.append(analysis.to_json())
+        released.clear()
+    return analyses, analyzer, analyzer.telemetry
+
+
+def test_old_messages_are_compacted_without_changing_any_analysis_and_take_less_memory(monkeypatch):
+    from otelsignals.compaction import stored_content
+
+    compacted, analyzer, telemetry = _workload_analyses(32, monkeypatch)
+    plain, plain_analyzer, plain_telemetry = _workload_analyses(10**9, monkeypatch)
+    assert compacted == plain and len(compacted) > 40
+    counted = telemetry.registry.get_sample_value("otelsignals_sessions_compacted_messages_total")
+    assert counted is not None and counted > 100
+    assert plain_telemetry.registry.get_sample_value("otelsignals_sessions_compacted_messages_total") == 0
+    states = {state.conversation.key: state for state in analyzer.sessions}
+    for plain_state in plain_analyzer.sessions:
+        messages = states[plain_state.conversation.key].conversation.messages
+        assert messages == plain_state.conversation.messages
+        assert [m.content for m in messages] == [m.content for m in plain_state.conversation.messages]
+        # The detectors' window before the next trace stays plain.
+        assert not any(isinstance(stored_content(m), bytes) for m in messages[-32:])
+    # The byte bound counts the compacted size.
+    assert analyzer.sessions.bytes < 0.9 * plain_analyzer.sessions.bytes
