@@ -11,6 +11,7 @@ pending tool result) sees the same message; a plain message pays nothing for thi
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from sys import getrefcount, getsizeof
 
 from otelsignals.model import Message, Role, ToolResult
@@ -77,6 +78,12 @@ def content_length(item: Message | ToolResult) -> int:
     if stored.__class__ is bytes:
         return int.from_bytes(stored[:_LENGTH_BYTES], "little")
     return len(stored) if stored else 0
+
+
+def content_lengths(messages: Sequence[Message]) -> list[int]:
+    """:func:`content_length` of each message (a plain message's without a call: a resent
+    history's hundreds of messages are measured on every model call)."""
+    return [len(m.content or "") if m.__class__ is Message else content_length(m) for m in messages]
 
 
 def compact(message: Message) -> bool:

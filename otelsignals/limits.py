@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from otelsignals.compaction import content_length
+from otelsignals.compaction import content_lengths
 from otelsignals.conventions.base import SpanReading
 from otelsignals.model import Message
 
@@ -62,7 +62,7 @@ def cap_messages(messages: list[Message], limits: TextLimits, cut: Counter[str])
     # A resent history's messages were cut when first read: one pass over their lengths (no call
     # per message) finds the few that may need it. len() in characters is a lower bound of the
     # UTF-8 size and exact for ASCII; the exact size is computed only near the limit.
-    sizes = [content_length(message) for message in messages]
+    sizes = content_lengths(messages)
     fits = limits.max_message_bytes // 4
     if sizes and max(sizes) > fits:
         for index, message in enumerate(messages):
