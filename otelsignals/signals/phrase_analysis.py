@@ -389,7 +389,18 @@ def _first_assistant(ctx: DetectionContext) -> int | None:
 
 
 def user_texts(ctx: DetectionContext) -> list[tuple[int, str, bool]]:
-    """(local index, text, follows an assistant turn) for each new user message with text."""
+    """(local index, text, follows an assistant turn) for each new user message with text (found
+    once per call: every phrase detector reads them)."""
+    found: list[tuple[int, str, bool]] | None = ctx.scratch.get(_USER_TEXTS)
+    if found is None:
+        found = ctx.scratch[_USER_TEXTS] = _user_texts(ctx)
+    return found
+
+
+_USER_TEXTS = "interaction.user_texts"
+
+
+def _user_texts(ctx: DetectionContext) -> list[tuple[int, str, bool]]:
     first = _first_assistant(ctx)
     found: list[tuple[int, str, bool]] = []
     for i in range(ctx.new_from, len(ctx.messages)):

@@ -44,6 +44,9 @@ class Token(NamedTuple):
     quoted: bool = False
 
 
+_new_token = tuple.__new__
+
+
 def unify(text: str) -> str:
     """Curly quotes, apostrophes and dashes made plain; same length as ``text``."""
     return text.translate(_UNIFY)
@@ -91,11 +94,17 @@ def tokens_of(unified: str) -> list[Token]:
 def _line_tokens(line: str, offset: int, tokens: list[Token]) -> None:
     sentence = clause = True
     position = 0
+    append = tokens.append
     for word in line.split():
         start = line.find(word, position)
         position = start + len(word)
         if word.isalnum():
-            tokens.append(Token(word.casefold(), offset + start, offset + position, sentence, clause))
+            # Built as the tuple it is: Token(...) would run namedtuple's Python-level __new__.
+            append(
+                _new_token(
+                    Token, (word.casefold(), offset + start, offset + position, sentence, clause, False)
+                )
+            )
             sentence = clause = False
             continue
         if word in ("-", "--", "---"):
@@ -107,7 +116,7 @@ def _line_tokens(line: str, offset: int, tokens: list[Token]) -> None:
             if lead:
                 sentence, clause = _flags(word[:lead], sentence, clause)
             begin = offset + start + lead
-            tokens.append(Token(core.casefold(), begin, begin + len(core), sentence, clause))
+            append(_new_token(Token, (core.casefold(), begin, begin + len(core), sentence, clause, False)))
             sentence, clause = _flags(word[lead + len(core) :], False, False)
             continue
         sentence, clause = _scan_word(word, offset + start, tokens, sentence, clause)
