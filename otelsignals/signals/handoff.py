@@ -58,8 +58,8 @@ class HandoffLibrary:
     people: frozenset[str]
     announcements: PhraseMatcher
     data: Mapping[str, Any]
-    # One of these is in every announcement phrase: a cheap test before the scan.
-    announcement_stems: tuple[str, ...] = ()
+    # Every announcement phrase matches this: a cheap test before the scan (None: no test).
+    announcement_stems: re.Pattern[str] | None = None
 
     def is_handoff_tool(self, name: str | None) -> bool:
         if not isinstance(name, str) or not name:
@@ -69,10 +69,9 @@ class HandoffLibrary:
 
     def announcement(self, text: str) -> tuple[int, int] | None:
         """(start, end) of the first announcement in ``text`` that is neither negated nor quoted."""
-        if self.announcement_stems:
-            lowered = text.casefold()
-            if not any(stem in lowered for stem in self.announcement_stems):
-                return None
+        stems = self.announcement_stems
+        if stems is not None and not stems.search(" ".join(text.casefold().split())):
+            return None
         for match in self.announcements.find(text):
             if not match.negated and not match.quoted:
                 return match.start, match.end
@@ -91,8 +90,12 @@ def parse_library(data: Mapping[str, Any]) -> HandoffLibrary:
         people=frozenset(str(word).lower() for word in tools["people"]),
         announcements=PhraseMatcher([group]),
         data=data,
-        announcement_stems=tuple(str(stem).casefold() for stem in said.get("requires", ())),
+        announcement_stems=_any_of(said.get("requires", ())),
     )
+
+
+def _any_of(patterns: list[str]) -> re.Pattern[str] | None:
+    return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
 
 
 @functools.cache
