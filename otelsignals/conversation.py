@@ -229,7 +229,9 @@ class ConversationState:
 
     conversation: Conversation
     body_fingerprints: list[int] = field(default_factory=list)
-    body_positions: dict[int, list[int]] = field(default_factory=dict)  # fingerprint -> body indices
+    # fingerprint -> its body index, or its indices when it repeats (a list per message would take 64
+    # bytes more, and most messages are said once)
+    body_positions: dict[int, int | list[int]] = field(default_factory=dict)
     body_trimmed: int = 0  # body messages dropped from the front by trim()
     first_body_fingerprint: int | None = None  # of the conversation's very first body message
     seen_spans: set[bytes] = field(default_factory=set)
@@ -372,7 +374,14 @@ class ConversationState:
             self.last_spoken = len(self.body_fingerprints)
         if self.first_body_fingerprint is None:
             self.first_body_fingerprint = fp
-        self.body_positions.setdefault(fp, []).append(len(self.body_fingerprints))
+        position = len(self.body_fingerprints)
+        known = self.body_positions.get(fp)
+        if known is None:
+            self.body_positions[fp] = position
+        elif isinstance(known, int):
+            self.body_positions[fp] = [known, position]
+        else:
+            known.append(position)
         self.body_fingerprints.append(fp)
 
     def trim(self, max_messages: int) -> int:
@@ -581,7 +590,8 @@ def _first_new(state: ConversationState, snapshot: list[int]) -> int:
     ):
         return total
     # An older snapshot, seen late: it is already inside the conversation.
-    for start in reversed(state.body_positions.get(snapshot[0], ())):
+    known = state.body_positions.get(snapshot[0], ())
+    for start in reversed((known,) if isinstance(known, int) else known):
         if held[start : start + len(snapshot)] == snapshot:
             return len(snapshot)
     # A window of recent history (or the latest messages again) followed by new ones: the earliest
