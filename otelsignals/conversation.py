@@ -14,6 +14,7 @@ else by name and canonical arguments) and, for tool results, the call id they an
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -474,6 +475,13 @@ def apply_trace(
                 conversation.available_tools[tool["name"]] = tool
 
     llm_calls = [r.llm_call for _, r in model_calls if r.llm_call is not None]
+    for call in llm_calls:
+        # Kept as long as the conversation: the trace's id and the model's name held once, not once
+        # per call (each span read them into objects of its own).
+        if call.trace_id == trace_id:
+            call.trace_id = trace_id
+        if call.model is not None:
+            call.model = sys.intern(call.model)
     conversation.llm_calls.extend(llm_calls)
     if fresh:
         conversation.content_captured = state.has_content
