@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
 
-from otelsignals.compaction import stored_content  # noqa: E402
+from otelsignals.compaction import stored_message_text, stored_result_text  # noqa: E402
 from otelsignals.config_loading import load_config  # noqa: E402
 from otelsignals.conversation import ConversationState  # noqa: E402
 from otelsignals.otlp.wire import split_request  # noqa: E402
@@ -125,7 +125,7 @@ def kept_text(state: ConversationState) -> tuple[int, int]:
     for message in state.conversation.messages:
         texts: list[str] = [message.content or ""]
         result = message.tool_result
-        if result is not None and stored_content(result) is not stored_content(message):
+        if result is not None and stored_result_text(result) is not stored_message_text(message):
             texts.append(result.content or "")
         texts += [_as_text(call.arguments) for call in message.tool_calls]
         for text in texts:

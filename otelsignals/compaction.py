@@ -11,7 +11,8 @@ pending tool result) sees the same message; a plain message pays nothing for thi
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from enum import Enum
 from sys import getrefcount, getsizeof
 
 from otelsignals.model import Message, Role, ToolResult
@@ -24,7 +25,7 @@ _LENGTH_BYTES = 4
 
 
 class _Expansions:
-    """How many times compacted text was read back (a detector reaching too far back shows here)."""
+    """How many times compacted text was expanded to be read (by whatever read it)."""
 
     count = 0
 
@@ -66,15 +67,19 @@ class CompactedToolResult(ToolResult):
         self.__class__ = ToolResult  # type: ignore[assignment]
 
 
-def stored_content(item: Message | ToolResult) -> str | bytes | None:
-    """The text as kept: a string, or the compressed bytes of a compacted one (not expanded)."""
-    slot = _MESSAGE_CONTENT if isinstance(item, Message) else _RESULT_CONTENT
-    return slot.__get__(item)
+# The text as kept, never expanded: a string, None, or a compacted text's bytes (never empty). For
+# what only asks whether there is text, or how much memory it takes (a C call, no property).
+stored_message_text: Callable[[Message], str | bytes | None] = _MESSAGE_CONTENT.__get__
+stored_result_text: Callable[[ToolResult], str | bytes | None] = _RESULT_CONTENT.__get__
 
 
-def content_length(item: Message | ToolResult) -> int:
-    """``len(item.content or "")``, without expanding compacted text."""
-    stored = stored_content(item)
+def is_compacted(item: Message | ToolResult) -> bool:
+    return item.__class__ is CompactedMessage or item.__class__ is CompactedToolResult
+
+
+def content_length(message: Message) -> int:
+    """``len(message.content or "")``, without expanding compacted text."""
+    stored = stored_message_text(message)
     if stored.__class__ is bytes:
         return int.from_bytes(stored[:_LENGTH_BYTES], "little")
     return len(stored) if stored else 0
@@ -86,36 +91,46 @@ def content_lengths(messages: Sequence[Message]) -> list[int]:
     return [len(m.content or "") if m.__class__ is Message else content_length(m) for m in messages]
 
 
-def compact(message: Message) -> bool:
-    """Keep ``message``'s text (and its tool result's) compressed when that takes less memory;
-    whether it was.
+class Outcome(Enum):
+    COMPACTED = "compacted"
+    LEFT_PLAIN = "left plain"  # a system prompt, no or short text, or text that does not shrink
+    HELD_ELSEWHERE = "held elsewhere"  # worth trying again once the other holder lets go
+
+
+def compact(message: Message) -> Outcome:
+    """Keep ``message``'s text (and its tool result's) compressed when that takes less memory.
 
     Only text this message alone holds: another holder (a resent history read into objects of its
-    own, conversation.SharedValues; a system prompt, which every model call sends again) would keep
-    the string alive, and the compressed copy would only add to it."""
+    own, conversation.SharedValues, a cache of recent texts) would keep the string alive, and the
+    compressed copy would only add to it. A system prompt is left as it is: every model call sends
+    it again."""
     if message.__class__ is not Message or message.role is Role.SYSTEM:
-        return False
+        return Outcome.LEFT_PLAIN
     content = message.content
     result = message.tool_result
-    shared_with_result = result is not None and result.content is content
-    packed = None
-    if content is not None and _references(content) - _UNHELD <= 1 + shared_with_result:
-        packed = _packed(content)
-        if packed is not None:
-            message.__class__ = CompactedMessage
-            _MESSAGE_CONTENT.__set__(message, packed)
-    if result is None or result.__class__ is not ToolResult:
-        return packed is not None
-    if shared_with_result:
-        result_packed = packed
-    else:
-        result_content = result.content
-        held_alone = result_content is not None and _references(result_content) - _UNHELD <= 1
-        result_packed = _packed(result_content) if held_alone else None
-    if result_packed is not None:
+    if result is not None and result.__class__ is not ToolResult:
+        result = None  # compacted already, on its own
+    shared = result is not None and result.content is content
+    if _held_elsewhere(content, 1 + shared):
+        return Outcome.HELD_ELSEWHERE
+    result_content = None if result is None or shared else result.content
+    if _held_elsewhere(result_content, 1):
+        return Outcome.HELD_ELSEWHERE
+    packed = _packed(content)
+    if packed is not None:
+        message.__class__ = CompactedMessage  # first: the class reads bytes and strings alike
+        _MESSAGE_CONTENT.__set__(message, packed)
+    result_packed = packed if shared else _packed(result_content)
+    if result is not None and result_packed is not None:
         result.__class__ = CompactedToolResult
         _RESULT_CONTENT.__set__(result, result_packed)
-    return packed is not None or result_packed is not None
+    return Outcome.COMPACTED if packed is not None or result_packed is not None else Outcome.LEFT_PLAIN
+
+
+def _held_elsewhere(text: str | None, holders: int) -> bool:
+    """Whether objects besides the ``holders`` (and the caller's variable) hold ``text``: CPython's
+    reference count, less what the call itself adds (calibrated at import)."""
+    return text is not None and len(text) >= COMPACT_MIN_CHARACTERS and _references(text) - _UNHELD > holders
 
 
 def _packed(text: str | None) -> bytes | None:
@@ -133,10 +148,15 @@ def _references(text: str) -> int:
 
 
 def _unheld() -> int:
-    probe = "".join(("a string held by this variable only",) * 4)
-    return _references(probe)
+    probe = "".join(("a string held by nothing but this variable",) * 4)
+    return _one_call_deeper(probe)
 
 
-# What _references(variable) counts besides the objects holding the text: the variable and the
-# call's own references (CPython's reference count; the overhead differs between versions).
+def _one_call_deeper(text: str) -> int:
+    """_references as compact() reaches it through _held_elsewhere."""
+    return _references(text)
+
+
+# What _references counts for a text held by nothing but compact()'s variable: the variable and the
+# arguments of the calls on the way (the overhead differs between CPython versions).
 _UNHELD = _unheld()

@@ -22,7 +22,7 @@ from typing import Any, SupportsIndex, TypeVar
 
 import orjson
 
-from otelsignals.compaction import compact, stored_content
+from otelsignals.compaction import Outcome, compact, content_length, stored_message_text
 from otelsignals.conventions.base import SpanReading, SpanView, ToolExecution
 from otelsignals.conventions.memory import ConversationMemory
 from otelsignals.evals.trace_metrics import DEFAULT_LOOP_WINDOW, ComparableOutput
@@ -42,6 +42,9 @@ CONVERSATION_KEY_ATTRIBUTES = (
 # Signal instances kept per conversation (counts are kept in full; the instances are for the
 # session metrics and the admin API).
 RECENT_SIGNALS = 500
+# Messages before the compaction point whose text, held by another object when offered, is offered
+# to compaction again (a recent-text cache lets go of it later; a resent history's own copy does not).
+COMPACTION_RETRIES = 64
 MAX_TOOLS_KEPT = 256  # tool definitions kept per conversation (the first ones seen)
 # SPEC §7: who the agent is.
 AGENT_ID_ATTRIBUTES = ("gen_ai.agent.id", "gen_ai.agent.name")
@@ -135,7 +138,7 @@ class SharedValues:
 
     def share(self, messages: Iterable[Message]) -> None:
         for message in messages:
-            content = stored_content(message)  # compacted text is not shared: it is no string
+            content = stored_message_text(message)  # compacted text is not shared: it is no string
             if isinstance(content, str) and len(content) >= SHARED_TEXT_MIN_CHARACTERS:
                 kept = _latest(self._texts, content, content)
                 if kept is not content:
@@ -361,14 +364,24 @@ class ConversationState:
 
     def compact(self, end: int) -> int:
         """Compact the text of the messages before local index ``end`` (compaction.compact): the
-        detectors look back over a bounded number of messages, the rest is read on request.
-        Returns how many messages were compacted."""
+        detectors look back over a bounded number of messages, the rest is read on request. Text
+        another object still held is offered again on later calls, while it is among the
+        COMPACTION_RETRIES messages before ``end``. Returns how many messages were compacted."""
         conversation = self.conversation
-        start = max(0, self.compacted_upto - conversation.message_offset)
+        offset = conversation.message_offset
+        end = min(end, len(conversation.messages))
+        start = max(0, self.compacted_upto - offset, end - COMPACTION_RETRIES)
         if end <= start:
             return 0
-        self.compacted_upto = conversation.message_offset + end
-        return sum(compact(message) for message in conversation.messages[start:end])
+        compacted, retry_from = 0, end
+        for index in range(start, end):
+            outcome = compact(conversation.messages[index])
+            if outcome is Outcome.COMPACTED:
+                compacted += 1
+            elif outcome is Outcome.HELD_ELSEWHERE:
+                retry_from = min(retry_from, index)
+        self.compacted_upto = offset + retry_from
+        return compacted
 
     def _index(self, fp: int, spoken: bool = False) -> None:
         if spoken:
@@ -397,7 +410,7 @@ class ConversationState:
         dropped = messages[:excess]
         self.conversation.trimmed_user_turns += sum(1 for m in dropped if m.role is Role.USER)
         self.conversation.trimmed_assistant_turns += sum(
-            1 for m in dropped if m.role is Role.ASSISTANT and m.content
+            1 for m in dropped if m.role is Role.ASSISTANT and content_length(m)
         )
         self.conversation.messages = messages[excess:]
         self.conversation.message_offset += excess

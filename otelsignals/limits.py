@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from otelsignals.compaction import content_lengths
+from otelsignals.compaction import content_lengths, is_compacted
 from otelsignals.conventions.base import SpanReading
 from otelsignals.model import Message
 
@@ -66,7 +66,9 @@ def cap_messages(messages: list[Message], limits: TextLimits, cut: Counter[str])
     fits = limits.max_message_bytes // 4
     if sizes and max(sizes) > fits:
         for index, message in enumerate(messages):
-            shorter = _cut(message.content, limits.max_message_bytes) if sizes[index] > fits else None  # type: ignore[arg-type]
+            # A compacted message was cut when first read (and is not expanded to be measured).
+            long = sizes[index] > fits and not is_compacted(message)
+            shorter = _cut(message.content, limits.max_message_bytes) if long else None  # type: ignore[arg-type]
             if shorter is not None:
                 message.content = shorter
                 sizes[index] = len(shorter)

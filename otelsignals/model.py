@@ -5,6 +5,7 @@ Nothing here knows about protobuf, gRPC or files; every detector and score takes
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -73,17 +74,12 @@ class Message:
         return _values(self, _MESSAGE_FIELDS) == _values(other, _MESSAGE_FIELDS)
 
 
-_MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_result", "span_id", "finish_reason")
-_TOOL_RESULT_FIELDS = (
-    "call_id",
-    "name",
-    "content",
-    "arguments",
-    "is_error",
-    "error_type",
-    "error_message",
-    "status_code",
-)
+def _compared_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if f.compare)
+
+
+_MESSAGE_FIELDS = _compared_fields(Message)
+_TOOL_RESULT_FIELDS = _compared_fields(ToolResult)
 
 
 def _values(item: object, names: tuple[str, ...]) -> tuple[Any, ...]:

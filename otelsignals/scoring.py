@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from otelsignals.compaction import content_length
+from otelsignals.compaction import stored_message_text
 from otelsignals.model import Conversation, Role
 from otelsignals.signals.base import BASELINE_USER_TURNS
 from otelsignals.signals.taxonomy import (
@@ -100,7 +100,7 @@ def turn_counts(conversation: Conversation) -> tuple[int, int]:
     for message in conversation.messages:
         if message.role is Role.USER:
             user += 1
-        elif message.role is Role.ASSISTANT and content_length(message):
+        elif message.role is Role.ASSISTANT and stored_message_text(message):  # compacted: never empty
             assistant += 1
     return user, user + assistant
 

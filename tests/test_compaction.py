@@ -10,10 +10,12 @@ import pytest
 
 from otelsignals.compaction import (
     COMPACT_MIN_CHARACTERS,
+    Outcome,
     compact,
     content_length,
     expansions,
-    stored_content,
+    stored_message_text,
+    stored_result_text,
 )
 from otelsignals.model import Message, Role, ToolResult
 
@@ -38,8 +40,8 @@ def _fresh(text: str) -> str:
 def test_a_compacted_message_reads_back_its_text_and_takes_less_memory(text: str) -> None:
     message = Message(Role.USER, content=_fresh(text), span_id=b"s")
     plain_size = sys.getsizeof(message.content)
-    assert compact(message)
-    stored = stored_content(message)
+    assert compact(message) is Outcome.COMPACTED
+    stored = stored_message_text(message)
     assert isinstance(stored, bytes) and sys.getsizeof(stored) < plain_size
     assert message.content == text
     assert message.text == text
@@ -61,57 +63,93 @@ NOT_COMPACTED = {
 @pytest.mark.parametrize(("role", "text"), NOT_COMPACTED.values(), ids=NOT_COMPACTED.keys())
 def test_near_misses_stay_plain(role: Role, text: str | None) -> None:
     message = Message(role, content=None if text is None else _fresh(text))
-    assert not compact(message)
-    assert type(message) is Message and stored_content(message) == text
+    assert compact(message) is Outcome.LEFT_PLAIN
+    assert type(message) is Message and stored_message_text(message) == text
 
 
 def test_text_another_object_holds_stays_plain_a_compressed_copy_would_only_add_to_it() -> None:
     text = _fresh(PROSE)
     message = Message(Role.ASSISTANT, content=text)
-    assert not compact(message)
-    assert stored_content(message) is text
+    assert compact(message) is Outcome.HELD_ELSEWHERE
+    assert stored_message_text(message) is text
     del text
-    assert compact(message)  # now the message alone holds it
+    assert compact(message) is Outcome.COMPACTED  # now the message alone holds it
 
 
 def test_a_tool_message_and_its_result_share_one_compressed_text() -> None:
     result = ToolResult(call_id="c1", name="lookup", content=_fresh(PROSE))
     message = Message(Role.TOOL, content=result.content, tool_result=result)
-    assert compact(message)
-    assert stored_content(message) is stored_content(result)
-    assert isinstance(stored_content(result), bytes)
+    assert compact(message) is Outcome.COMPACTED
+    assert stored_message_text(message) is stored_result_text(result)
+    assert isinstance(stored_result_text(result), bytes)
     assert result.content == PROSE == message.content
     assert result == ToolResult(call_id="c1", name="lookup", content=PROSE)
     # A result with a text of its own is compacted on its own.
     other = ToolResult(content=_fresh(PROSE + "!"))
     message = Message(Role.TOOL, content=_fresh(PROSE), tool_result=other)
-    assert compact(message)
+    assert compact(message) is Outcome.COMPACTED
     assert other.content == PROSE + "!" and message.content == PROSE
 
 
 def test_setting_the_text_of_a_compacted_message_makes_it_plain_again() -> None:
     message = Message(Role.USER, content=_fresh(PROSE))
-    assert compact(message)
+    assert compact(message) is Outcome.COMPACTED
     message.content = "cut short"
-    assert type(message) is Message and stored_content(message) == "cut short"
-    assert not compact(message)  # too short now
+    assert type(message) is Message and stored_message_text(message) == "cut short"
+    assert compact(message) is Outcome.LEFT_PLAIN  # too short now
     result = ToolResult(content=_fresh(PROSE))
     compacted = compact(Message(Role.TOOL, content=result.content, tool_result=result))
-    assert compacted and type(result) is not ToolResult
+    assert compacted is Outcome.COMPACTED and type(result) is not ToolResult
     result.content = None
     assert type(result) is ToolResult and result.content is None
 
 
 def test_a_message_is_compacted_once_and_only_reads_are_counted() -> None:
     message = Message(Role.USER, content=_fresh(PROSE))
-    assert compact(message)
-    packed = stored_content(message)
-    assert not compact(message)
-    assert stored_content(message) is packed
+    assert compact(message) is Outcome.COMPACTED
+    packed = stored_message_text(message)
+    assert compact(message) is Outcome.LEFT_PLAIN
+    assert stored_message_text(message) is packed
     before = expansions()
     assert content_length(message) == len(PROSE)
-    assert stored_content(message) is packed
+    assert stored_message_text(message) is packed
     assert expansions() == before
     assert message.content == PROSE
     assert message.content == PROSE
     assert expansions() == before + 2
+
+
+def test_a_result_with_its_own_text_held_elsewhere_keeps_the_message_plain_too() -> None:
+    held = _fresh(PROSE + "?")
+    result = ToolResult(content=held)
+    message = Message(Role.TOOL, content=_fresh(PROSE), tool_result=result)
+    assert compact(message) is Outcome.HELD_ELSEWHERE
+    assert type(message) is Message and type(result) is ToolResult
+
+
+def test_what_only_asks_for_presence_or_length_does_not_expand() -> None:
+    from collections import Counter
+
+    from otelsignals.limits import TextLimits, cap_messages
+    from otelsignals.pipeline.sessions import text_storage_bytes
+    from otelsignals.scoring import turn_counts
+
+    long_text = _fresh("word " * 20_000)  # over max_message_bytes // 4 characters, already cut
+    messages = [Message(Role.USER, content=_fresh(PROSE)), Message(Role.ASSISTANT, content=long_text)]
+    del long_text
+    assert [compact(m) for m in messages] == [Outcome.COMPACTED, Outcome.COMPACTED]
+    before = expansions()
+    assert cap_messages(messages, TextLimits(max_message_bytes=64 * 1024), Counter()) == messages
+    assert text_storage_bytes(messages) < 20_000
+    from otelsignals.model import Conversation
+
+    assert turn_counts(Conversation("c", messages)) == (1, 2)
+    assert expansions() == before
+
+
+def test_tokens_are_built_with_every_field() -> None:
+    # tokens.py builds Token tuples directly (no field-count check): a new field must be set there.
+    from otelsignals.signals.tokens import Token, tokens_of
+
+    token = tokens_of("Hello, world")[0]
+    assert token == Token("hello", 0, 5, True, True) and len(token) == len(Token._fields)

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from itertools import compress
 from typing import Any
 
-from otelsignals.compaction import stored_content
+from otelsignals.compaction import stored_message_text
 from otelsignals.conventions.base import (
     EVENT_NAME,
     READ_IN_FULL,
@@ -229,7 +229,7 @@ def tool_message(
 def has_content(messages: Iterable[Message]) -> bool:
     """Whether any message text, tool-call arguments or tool result was recorded."""
     return any(
-        stored_content(m) is not None or any(call.arguments is not None for call in m.tool_calls)
+        stored_message_text(m) is not None or any(call.arguments is not None for call in m.tool_calls)
         for m in messages
     )
 

@@ -24,6 +24,7 @@ from functools import lru_cache
 from itertools import chain
 from typing import Any
 
+from otelsignals.compaction import stored_message_text, stored_result_text
 from otelsignals.conventions.base import (
     READ_IN_FULL,
     Histories,
@@ -159,7 +160,9 @@ def _offered_tools(attributes: dict[str, Any]) -> list[dict[str, Any]]:
 def _has_empty(messages: list[Message]) -> bool:
     """Is any message a bare role, without text, tool calls or a tool result?"""
     return any(
-        m.content is None and not m.tool_calls and (m.tool_result is None or m.tool_result.content is None)
+        stored_message_text(m) is None
+        and not m.tool_calls
+        and (m.tool_result is None or stored_result_text(m.tool_result) is None)
         for m in messages
     )
 

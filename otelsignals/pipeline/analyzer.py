@@ -231,7 +231,7 @@ class Analyzer:
     def _resize(self, key: str) -> None:
         """Count what the conversation now holds; past sessions.max_bytes, older ones are evicted."""
         reads = expansions()
-        self.telemetry.compacted_reads.inc(reads - self._compacted_reads)
+        self.telemetry.compacted_reads.inc(max(0, reads - self._compacted_reads))
         self._compacted_reads = reads
         self.sessions.resize(key)
         self.telemetry.conversations.set(len(self.sessions))

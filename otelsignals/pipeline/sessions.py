@@ -11,9 +11,9 @@ from sys import getsizeof
 
 import orjson
 
-from otelsignals.compaction import stored_content
+from otelsignals.compaction import stored_message_text, stored_result_text
 from otelsignals.conversation import ConversationState
-from otelsignals.model import Message, ToolResult
+from otelsignals.model import Message
 
 # What one open conversation costs in memory, as a function of what it keeps: least squares of the
 # measured deep sizes of conversation states (bench/session_memory.py: the 473 real agent
@@ -48,13 +48,12 @@ def text_storage_bytes(messages: Sequence[Message]) -> int:
     call's result), so counted again on every resize."""
     size = 0
     for message in messages:
-        # Compacted text counted as kept (compressed), not expanded; a plain one read without a call.
-        content = message.content if message.__class__ is Message else stored_content(message)
+        content = stored_message_text(message)  # compacted text counted as kept, not expanded
         if content is not None:
             size += getsizeof(content)
         result = message.tool_result
         if result is not None:
-            result_content = result.content if result.__class__ is ToolResult else stored_content(result)
+            result_content = stored_result_text(result)
             if result_content is not None and result_content is not content:
                 size += getsizeof(result_content)
     return size

@@ -175,12 +175,15 @@ def _conversation_words(ctx: DetectionContext, i: int) -> frozenset[str]:
     assistant_seen = False
     for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
         message = ctx.messages[j]
+        role = message.role
+        if role is not Role.USER and (role is not Role.ASSISTANT or assistant_seen):
+            continue  # the text is not read (an old one may be compacted)
         content = (message.content or "")[:COMPARE_CHARS]
         if not content:
             continue
-        if message.role is Role.USER:
+        if role is Role.USER:
             words.update(t.norm for t in analyse_text(content).scan.tokens)
-        elif message.role is Role.ASSISTANT and not assistant_seen:
+        else:
             assistant_seen = True
             if not content.rstrip().endswith("?"):
                 words.update(t.norm for t in tokenise(content))

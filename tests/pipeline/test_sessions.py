@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from otelsignals.conversation import ConversationState
+from otelsignals.model import Message, Role
 from otelsignals.pipeline.sessions import SessionStore
 
 
@@ -227,7 +228,7 @@ def _workload_analyses(plain_messages: int, monkeypatch: object) -> tuple[list[o
 
 
 def test_old_messages_are_compacted_without_changing_any_analysis_and_take_less_memory(monkeypatch):
-    from otelsignals.compaction import stored_content
+    from otelsignals.compaction import is_compacted
 
     compacted, analyzer, telemetry = _workload_analyses(32, monkeypatch)
     plain, plain_analyzer, plain_telemetry = _workload_analyses(10**9, monkeypatch)
@@ -241,6 +242,43 @@ def test_old_messages_are_compacted_without_changing_any_analysis_and_take_less_
         assert messages == plain_state.conversation.messages
         assert [m.content for m in messages] == [m.content for m in plain_state.conversation.messages]
         # The detectors' window before the next trace stays plain.
-        assert not any(isinstance(stored_content(m), bytes) for m in messages[-32:])
+        assert not any(is_compacted(m) for m in messages[-32:])
     # The byte bound counts the compacted size.
     assert analyzer.sessions.bytes < 0.9 * plain_analyzer.sessions.bytes
+
+
+def _said(state: ConversationState, count: int, start: int = 0) -> None:
+    for number in range(start, start + count):
+        state.append(Message(Role.USER, content=f"message {number}: " + "the parcel left the depot. " * 8))
+
+
+def test_compaction_goes_on_from_where_it_stopped_after_a_trim():
+    from otelsignals.compaction import is_compacted
+
+    state = ConversationState.new("c")
+    _said(state, 100)
+    assert state.compact(60) == 60
+    assert state.trim(50) == 55  # to 45 messages: indices now start at 55
+    _said(state, 30, start=100)
+    assert state.compact(60) == 55  # the 5 kept from before were compacted already
+    messages = state.conversation.messages
+    assert all(is_compacted(m) for m in messages[:60]) and not any(is_compacted(m) for m in messages[60:])
+
+
+def test_text_held_elsewhere_is_offered_again_while_it_is_among_the_recent_retries():
+    from otelsignals.compaction import is_compacted
+    from otelsignals.conversation import COMPACTION_RETRIES
+
+    state = ConversationState.new("c")
+    _said(state, COMPACTION_RETRIES + 40)
+    messages = state.conversation.messages
+    held = [messages[0].content, messages[30].content]  # as a cache of recent texts would
+    assert state.compact(30) == 29
+    assert not is_compacted(messages[0])
+    held.pop(0)
+    assert state.compact(31) == 1  # message 0 again (and 30, still held)
+    assert is_compacted(messages[0]) and not is_compacted(messages[30])
+    assert state.compact(31 + COMPACTION_RETRIES) == COMPACTION_RETRIES  # 31 on: 30 is past the retries
+    held.clear()
+    assert state.compact(32 + COMPACTION_RETRIES) == 1  # and is not offered again
+    assert not is_compacted(messages[30])
