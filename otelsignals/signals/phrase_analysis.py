@@ -76,7 +76,11 @@ LONG_MESSAGE_TOKENS = 40
 LONG_MESSAGE_FLOOR = 0.6
 
 COMPARE_CHARS = 4000  # characters of a message compared with earlier ones: bounded cost per comparison
-ANALYSIS_CACHE_CHARS = 2_000_000  # message text held by the shared analysis cache
+# Message text held by the shared analysis cache. A cached analysis (the text, its tokens, matches)
+# takes 20-40 bytes per character: 200,000 characters, three of the longest messages the analysis
+# reads (analyzer.max_message_bytes), held 8 MiB on the agent workload and needed as many scans as
+# 2,000,000 characters, which held 45 MiB (bench/detect_cpu.py, tracemalloc).
+ANALYSIS_CACHE_CHARS = 200_000
 SEED_LOOKBACK = 50  # messages looked back over when the memory is new but messages were analysed before
 
 STOP_WORDS = word_set("interaction", "stop_words", "words")
