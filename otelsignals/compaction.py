@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from enum import Enum
 from sys import getrefcount, getsizeof
+from typing import Any
 
 from otelsignals.model import Message, Role, ToolResult
 
@@ -41,30 +42,28 @@ def expansions() -> int:
     return _Expansions.count
 
 
+def _expanding_text(slot: Any, plain: type) -> Any:
+    """A ``content`` property over ``slot``: expands compacted text when read; a text set makes the
+    object ``plain`` again."""
+
+    def read(item: Any) -> str | None:
+        return _expand(slot.__get__(item))
+
+    def write(item: Any, value: str | None) -> None:
+        slot.__set__(item, value)
+        item.__class__ = plain
+
+    return property(read, write)
+
+
 class CompactedMessage(Message):
     __slots__ = ()
-
-    @property
-    def content(self) -> str | None:
-        return _expand(_MESSAGE_CONTENT.__get__(self))
-
-    @content.setter
-    def content(self, value: str | None) -> None:
-        _MESSAGE_CONTENT.__set__(self, value)
-        self.__class__ = Message  # type: ignore[assignment]
+    content = _expanding_text(_MESSAGE_CONTENT, Message)
 
 
 class CompactedToolResult(ToolResult):
     __slots__ = ()
-
-    @property
-    def content(self) -> str | None:
-        return _expand(_RESULT_CONTENT.__get__(self))
-
-    @content.setter
-    def content(self, value: str | None) -> None:
-        _RESULT_CONTENT.__set__(self, value)
-        self.__class__ = ToolResult  # type: ignore[assignment]
+    content = _expanding_text(_RESULT_CONTENT, ToolResult)
 
 
 # The text as kept, never expanded: a string, None, or a compacted text's bytes (never empty). For
