@@ -70,7 +70,7 @@ class HandoffLibrary:
     def announcement(self, text: str) -> tuple[int, int] | None:
         """(start, end) of the first announcement in ``text`` that is neither negated nor quoted."""
         stems = self.announcement_stems
-        if stems is not None and not stems.search(" ".join(text.casefold().split())):
+        if stems is not None and not stems.search(text.casefold()):
             return None
         for match in self.announcements.find(text):
             if not match.negated and not match.quoted:

@@ -134,3 +134,27 @@ def test_the_pre_filter_reads_whitespace_and_case_as_the_scan_does(text: str) ->
 )
 def test_the_pre_filter_lets_everyday_uses_of_the_verbs_pass_unscanned(text: str) -> None:
     assert LIB.announcement_stems is not None and not LIB.announcement_stems.search(text.casefold())
+
+
+_GAPS = ["**", "\u2026 ", " \u2014 ", "\u200b", ", ", "-", "\u00a0"]
+
+
+def _variants(text: str) -> list[str]:
+    """``text`` with each gap between its first words written as the tokeniser would still read it."""
+    words = text.split(" ")
+    return [" ".join(words[:1]) + gap + " ".join(words[1:]) for gap in _GAPS] + [
+        f"**{words[0]}** " + " ".join(words[1:])
+    ]
+
+
+@pytest.mark.parametrize("text", DATA["announcements"]["positives"] + DATA["announcements"]["phrases"])
+def test_the_pre_filter_never_hides_what_the_scan_finds(text: str) -> None:
+    for variant in _variants(text):
+        found = any(not m.negated and not m.quoted for m in LIB.announcements.find(variant))
+        assert LIB.announcement(variant) is not None or not found, variant
+
+
+def test_every_pre_filter_pattern_starts_at_a_word_start() -> None:
+    # Without the look-behind a pattern is tried inside every repeat of its stem ("handhandhand…"):
+    # quadratic in a long word, where the scan it guards is linear.
+    assert all(p.startswith("(?<![^\\W_])") for p in DATA["announcements"]["requires"])
