@@ -146,16 +146,17 @@ def _references(text: str) -> int:
     return getrefcount(text)
 
 
-def _unheld() -> int:
+def _calibrated() -> int:
+    """What _references counts, inside _held_elsewhere called with a variable of its caller, for a
+    text held by nothing else (the variable, the arguments on the way: CPython's reference count,
+    whose overhead differs between versions): found by asking _held_elsewhere itself."""
+    global _UNHELD
     probe = "".join(("a string held by nothing but this variable",) * 4)
-    return _one_call_deeper(probe)
+    _UNHELD = 0
+    while _held_elsewhere(probe, 0):
+        _UNHELD += 1
+    return _UNHELD
 
 
-def _one_call_deeper(text: str) -> int:
-    """_references as compact() reaches it through _held_elsewhere."""
-    return _references(text)
-
-
-# What _references counts for a text held by nothing but compact()'s variable: the variable and the
-# arguments of the calls on the way (the overhead differs between CPython versions).
-_UNHELD = _unheld()
+_UNHELD = 0
+_UNHELD = _calibrated()

@@ -14,7 +14,6 @@ else by name and canonical arguments) and, for tool results, the call id they an
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -272,7 +271,10 @@ class ConversationState:
     # writer; an earlier row means the conversation was resumed: evicted, or the process restarted).
     index_base: object | None = None
     index_base_read: bool = False
-    compacted_upto: int = 0  # messages before this one (counted from the start) were offered to compact()
+    # Counted from the conversation's start: messages before compacted_upto were offered to
+    # compaction; from compaction_retry_from on, some were held elsewhere then (offered again).
+    compacted_upto: int = 0
+    compaction_retry_from: int = 0
 
     @classmethod
     def new(cls, key: str) -> ConversationState:
@@ -364,23 +366,26 @@ class ConversationState:
 
     def compact(self, end: int) -> int:
         """Compact the text of the messages before local index ``end`` (compaction.compact): the
-        detectors look back over a bounded number of messages, the rest is read on request. Text
-        another object still held is offered again on later calls, while it is among the
-        COMPACTION_RETRIES messages before ``end``. Returns how many messages were compacted."""
+        detectors look back over a bounded number of messages, the rest is read on request. Each
+        message is offered once; one whose text another object still held is offered again on
+        later calls while it is among the COMPACTION_RETRIES messages before ``end``. Returns how
+        many messages were compacted."""
         conversation = self.conversation
         offset = conversation.message_offset
         end = min(end, len(conversation.messages))
-        start = max(0, self.compacted_upto - offset, end - COMPACTION_RETRIES)
-        if end <= start:
+        first_new = max(0, self.compacted_upto - offset)
+        start = min(first_new, max(0, self.compaction_retry_from - offset, end - COMPACTION_RETRIES))
+        if end <= first_new:
             return 0
-        compacted, retry_from = 0, end
+        compacted, held = 0, end
         for index in range(start, end):
             outcome = compact(conversation.messages[index])
             if outcome is Outcome.COMPACTED:
                 compacted += 1
             elif outcome is Outcome.HELD_ELSEWHERE:
-                retry_from = min(retry_from, index)
-        self.compacted_upto = offset + retry_from
+                held = min(held, index)
+        self.compacted_upto = offset + end
+        self.compaction_retry_from = offset + held
         return compacted
 
     def _index(self, fp: int, spoken: bool = False) -> None:
@@ -494,7 +499,7 @@ def apply_trace(
         if call.trace_id == trace_id:
             call.trace_id = trace_id
         if call.model is not None:
-            call.model = sys.intern(call.model)
+            call.model = _shared_model_name(call.model)
     conversation.llm_calls.extend(llm_calls)
     if fresh:
         conversation.content_captured = state.has_content
@@ -571,6 +576,22 @@ def _leading_system_prompts(messages: list[Message]) -> int:
     while count < len(messages) and messages[count].role is Role.SYSTEM:
         count += 1
     return count
+
+
+# One string per model name for every conversation: bounded, since names come from the spans
+# (sys.intern would do, but interned strings are never freed on Python 3.12).
+_MODEL_NAMES: dict[str, str] = {}
+_MODEL_NAMES_KEPT = 1024
+_MODEL_NAME_CHARACTERS = 256
+
+
+def _shared_model_name(name: str) -> str:
+    kept = _MODEL_NAMES.get(name)
+    if kept is not None:
+        return kept
+    if len(_MODEL_NAMES) < _MODEL_NAMES_KEPT and len(name) <= _MODEL_NAME_CHARACTERS:
+        _MODEL_NAMES[name] = name
+    return name
 
 
 def _merge_snapshot(state: ConversationState, inputs: list[Message], outputs: list[Message]) -> int:

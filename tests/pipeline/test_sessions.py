@@ -282,3 +282,12 @@ def test_text_held_elsewhere_is_offered_again_while_it_is_among_the_recent_retri
     held.clear()
     assert state.compact(32 + COMPACTION_RETRIES) == 1  # and is not offered again
     assert not is_compacted(messages[30])
+
+
+def test_every_message_before_the_point_is_offered_even_when_it_moves_far_at_once():
+    from otelsignals.compaction import is_compacted
+
+    state = ConversationState.new("c")
+    _said(state, 300)  # a long history first seen at once (a resumed conversation, a long agent run)
+    assert state.compact(268) == 268
+    assert all(is_compacted(m) for m in state.conversation.messages[:268])
