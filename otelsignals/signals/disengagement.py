@@ -26,7 +26,7 @@ from otelsignals.signals.matching import DEFAULT_NEGATORS, Scan, clause_snippet,
 from otelsignals.signals.phrase_analysis import (
     COMPLAINTS,
     TextAnalysis,
-    analyse_text,
+    analysis_of,
     best_match,
     detect_phrases,
     sentence_spans,
@@ -79,7 +79,7 @@ def detect_negative_stance(ctx: DetectionContext) -> list[SignalInstance]:
     """Complaints and frustration phrases, ALL CAPS, or excessive "!!!" / "???" / "?!?"."""
     found: list[SignalInstance] = []
     for i, text, _ in user_texts(ctx):
-        analysis = analyse_text(text)
+        analysis = analysis_of(ctx, text)
         caps = caps_cue(text, analysis) or caps_run_cue(text, analysis)
         candidates = [
             _phrase_cue(analysis),

@@ -24,7 +24,7 @@ from otelsignals.signals.phrase_analysis import (
     SEED_LOOKBACK,
     STOP_WORDS,
     TextAnalysis,
-    analyse_text,
+    analysis_of,
     clause_spans,
     phrase_instance,
     previous_assistant_words,
@@ -45,7 +45,7 @@ def detect_correction(ctx: DetectionContext) -> list[SignalInstance]:
     for i, text, follows in user_texts(ctx):
         if not follows:
             continue
-        analysis = analyse_text(text)
+        analysis = analysis_of(ctx, text)
         index = ctx.absolute_index(i)
         instance = phrase_instance(tx.CORRECTION, index, text, analysis)
         if instance is None and not analysis.satisfied:
@@ -182,7 +182,7 @@ def _conversation_words(ctx: DetectionContext, i: int) -> frozenset[str]:
         if not content:
             continue
         if role is Role.USER:
-            words.update(t.norm for t in analyse_text(content).scan.tokens)
+            words.update(t.norm for t in analysis_of(ctx, content).scan.tokens)
         else:
             assistant_seen = True
             if not content.rstrip().endswith("?"):
@@ -195,7 +195,7 @@ def detect_clarification(ctx: DetectionContext) -> list[SignalInstance]:
     term the assistant just used is ("what's TARGETARCH?", "what is intune?")."""
     found: list[SignalInstance] = []
     for i, text, follows in user_texts(ctx):
-        analysis = analyse_text(text)
+        analysis = analysis_of(ctx, text)
         instance = phrase_instance(
             tx.CLARIFICATION, ctx.absolute_index(i), text, analysis, opening=not follows
         )

@@ -76,10 +76,11 @@ LONG_MESSAGE_TOKENS = 40
 LONG_MESSAGE_FLOOR = 0.6
 
 COMPARE_CHARS = 4000  # characters of a message compared with earlier ones: bounded cost per comparison
-# Message text held by the shared analysis cache. A cached analysis (the text, its tokens, matches)
-# takes 20-40 bytes per character: 200,000 characters, three of the longest messages the analysis
-# reads (analyzer.max_message_bytes), held 8 MiB on the agent workload and needed as many scans as
-# 2,000,000 characters, which held 45 MiB (bench/detect_cpu.py, tracemalloc).
+# Message text held by the shared analysis cache, for what is read again on later calls (within one
+# call the detectors share analyses through analysis_of). A cached analysis (the text, its tokens,
+# matches) takes 20-40 bytes per character: 200,000 characters held 8 MiB on the agent workload and
+# needed as many scans as 2,000,000 characters, which held 45 MiB (bench/session_memory.py,
+# bench/detect_cpu.py --profile).
 ANALYSIS_CACHE_CHARS = 200_000
 SEED_LOOKBACK = 50  # messages looked back over when the memory is new but messages were analysed before
 
@@ -316,6 +317,21 @@ def analyse_text(text: str) -> TextAnalysis:
     return analysis
 
 
+def analysis_of(ctx: DetectionContext, text: str) -> TextAnalysis:
+    """:func:`analyse_text`, once per detection call for every detector reading ``text`` (the shared
+    cache keeps only recent text, bounded in characters: a call's long messages may not all fit)."""
+    analyses: dict[str, TextAnalysis] | None = ctx.scratch.get(_ANALYSES)
+    if analyses is None:
+        analyses = ctx.scratch[_ANALYSES] = {}
+    analysis = analyses.get(text)
+    if analysis is None:
+        analysis = analyses[text] = analyse_text(text)
+    return analysis
+
+
+_ANALYSES = "interaction.analyses"
+
+
 def _sarcastic(text: str, accepted: list[Match], library: PhraseLibrary) -> bool:
     """Praise beside trouble is sarcasm ("great, now it's broken", "which is down. brilliant."): the
     message's only satisfaction is confirmation hits made of praise words alone; thanks, a success or a
@@ -455,7 +471,9 @@ def detect_phrases(ctx: DetectionContext, signal: str, *, after_assistant: bool)
     found: list[SignalInstance] = []
     for i, text, follows in user_texts(ctx):
         opening = after_assistant and not follows
-        instance = phrase_instance(signal, ctx.absolute_index(i), text, analyse_text(text), opening=opening)
+        instance = phrase_instance(
+            signal, ctx.absolute_index(i), text, analysis_of(ctx, text), opening=opening
+        )
         if instance is not None:
             found.append(instance)
     return found

@@ -35,6 +35,7 @@ from otelsignals.signals.phrase_analysis import (
     STOP_WORDS,
     TextAnalysis,
     analyse_text,
+    analysis_of,
     clause_spans,
     phrase_instance,
     previous_assistant_words,
@@ -131,7 +132,7 @@ def detect_rephrase(ctx: DetectionContext) -> list[SignalInstance]:
     found: list[SignalInstance] = []
     for i, text, follows in user_texts(ctx):
         index = ctx.absolute_index(i)
-        analysis = analyse_text(text)
+        analysis = analysis_of(ctx, text)
         words = " ".join(_content_tokens(analysis.scan.tokens))
         instance = phrase_instance(tx.REPHRASE, index, text, analysis) if follows else None
         if instance is None and not analysis.satisfied and _answered_since(ctx, recent, i, follows):

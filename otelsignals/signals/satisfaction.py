@@ -13,7 +13,7 @@ from otelsignals.signals.phrase_analysis import (
     BAD_NEWS,
     COMPARE_CHARS,
     SEED_LOOKBACK,
-    analyse_text,
+    analysis_of,
     detect_phrases,
     phrase_instance,
     phrase_library,
@@ -35,7 +35,7 @@ def detect_confirmation(ctx: DetectionContext) -> list[SignalInstance]:
     found: list[SignalInstance] = []
     groups = phrase_library().groups
     for i, text, follows in user_texts(ctx):
-        analysis = analyse_text(text)
+        analysis = analysis_of(ctx, text)
         instance = phrase_instance(
             tx.CONFIRMATION, ctx.absolute_index(i), text, analysis, opening=not follows
         )

@@ -194,3 +194,28 @@ def test_first_message_seen_after_a_system_prompt_still_counts_as_first() -> Non
     assert_fires(
         tx.QUIT, [("system", "You are a shop assistant."), (U, "forget it, I'll just go to the store")]
     )
+
+
+def test_one_call_scans_each_user_message_once_however_long_they_are(monkeypatch) -> None:
+    # The shared cache is bounded in characters: four messages longer than it can hold together
+    # must still be scanned once each, not once per phrase detector reading them.
+    from otelsignals.signals import phrase_analysis
+    from otelsignals.signals.detect import detect
+
+    library = phrase_analysis.phrase_library()
+    scanned: list[int] = []
+    original = library.matcher.scan
+
+    def counted(text: str):  # type: ignore[no-untyped-def]
+        scanned.append(len(text))
+        return original(text)
+
+    monkeypatch.setattr(library.matcher, "scan", counted)
+    long = phrase_analysis.ANALYSIS_CACHE_CHARS // 3
+    texts = [f"request {n}: " + "please check the order status again " * (long // 36) for n in range(4)]
+    messages = [Message(Role.ASSISTANT, "How can I help?")]
+    for text in texts:
+        messages += [Message(Role.USER, text), Message(Role.ASSISTANT, "Checking.")]
+    detect(DetectionContext(Conversation("c", messages), new_from=0))
+    # (Their first COMPARE_CHARS characters are read apart, by the sentence-level rules.)
+    assert [n for n in scanned if n > phrase_analysis.COMPARE_CHARS] == [len(text) for text in texts]

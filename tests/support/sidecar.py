@@ -58,6 +58,18 @@ class SidecarProcess:
         return f"http://127.0.0.1:{self.admin_port}"
 
     def start(self, timeout: float = 30.0) -> SidecarProcess:
+        # free_port() only found the ports free: another process may take one before the sidecar
+        # binds it (a client's ephemeral port, another test run). Such a start is tried again.
+        for _ in range(3):
+            try:
+                return self._start(timeout)
+            except AssertionError as failure:
+                if "already in use" not in str(failure):
+                    raise
+                time.sleep(1.0)
+        return self._start(timeout)
+
+    def _start(self, timeout: float) -> SidecarProcess:
         self.config_path.write_text(yaml.safe_dump(self.config))
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTELSIGNALS_")}
         with self.stderr_path.open("ab") as stderr:
