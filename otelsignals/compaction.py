@@ -129,7 +129,7 @@ def compact(message: Message) -> Outcome:
 def _held_elsewhere(text: str | None, holders: int) -> bool:
     """Whether objects besides the ``holders`` (and the caller's variable) hold ``text``: CPython's
     reference count, less what the call itself adds (calibrated at import)."""
-    return text is not None and len(text) >= COMPACT_MIN_CHARACTERS and _references(text) - _UNHELD > holders
+    return text is not None and len(text) >= COMPACT_MIN_CHARACTERS and getrefcount(text) - _UNHELD > holders
 
 
 def _packed(text: str | None) -> bytes | None:
@@ -142,21 +142,16 @@ def _packed(text: str | None) -> bytes | None:
     return packed if getsizeof(packed) < getsizeof(text) else None
 
 
-def _references(text: str) -> int:
-    return getrefcount(text)
-
-
-def _calibrated() -> int:
-    """What _references counts, inside _held_elsewhere called with a variable of its caller, for a
-    text held by nothing else (the variable, the arguments on the way: CPython's reference count,
-    whose overhead differs between versions): found by asking _held_elsewhere itself."""
+def _calibrate() -> None:
+    """Set _UNHELD to what getrefcount counts, inside _held_elsewhere called with a variable of its
+    caller, for a text held by nothing else (the variable, the arguments on the way: the overhead
+    differs between CPython versions), by asking _held_elsewhere itself."""
     global _UNHELD
     probe = "".join(("a string held by nothing but this variable",) * 4)
     _UNHELD = 0
     while _held_elsewhere(probe, 0):
         _UNHELD += 1
-    return _UNHELD
 
 
 _UNHELD = 0
-_UNHELD = _calibrated()
+_calibrate()

@@ -46,7 +46,7 @@ class ToolResult:
     status_code: int | None = None
 
     def __eq__(self, other: object) -> bool:
-        # Not the dataclass's: a compacted result (below) equals a plain one with the same values.
+        # Not the dataclass's: a compacted result (compaction.py) equals a plain one with the same values.
         if not isinstance(other, ToolResult):
             return NotImplemented
         return _values(self, _TOOL_RESULT_FIELDS) == _values(other, _TOOL_RESULT_FIELDS)
@@ -68,7 +68,7 @@ class Message:
         return self.content or ""
 
     def __eq__(self, other: object) -> bool:
-        # Not the dataclass's: a compacted message (below) equals a plain one with the same values.
+        # Not the dataclass's: a compacted message (compaction.py) equals a plain one with the same values.
         if not isinstance(other, Message):
             return NotImplemented
         return _values(self, _MESSAGE_FIELDS) == _values(other, _MESSAGE_FIELDS)
