@@ -2,8 +2,8 @@
 
 A long conversation's old messages are read again only when someone asks for them (the admin API,
 a judge, an export): the detectors look back a bounded number of messages. Their text is then kept
-as zlib-compressed UTF-8 (a third of a Python string's size on agent text, which often holds a
-character that makes CPython store every character in 4 bytes) and expanded on each read. The
+as zlib-compressed UTF-8 (a small fraction of a Python string's size on agent text, which often
+holds a character that makes CPython store every character in 4 bytes) and expanded on each read. The
 object stays the same one, only its class changes, so whoever holds it (the history index, a
 pending tool result) sees the same message; a plain message pays nothing for this.
 """
