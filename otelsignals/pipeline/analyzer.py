@@ -163,8 +163,10 @@ class Analyzer:
         state = self.sessions.touch(key)
         state.decoder_memory = memory
         for view, reading in readings:
-            if not (reading.input_messages or reading.output_messages):
-                # Its content may still come as log records: remember what identifies the call.
+            if not (reading.input_messages or reading.output_messages or reading.tool_execution):
+                # Its content may still come as log records: remember what identifies the call. (A
+                # tool span carries its call and result as attributes, never as log records: most
+                # GenAI spans of a tool-using agent, ~1 KB each here, for nothing.)
                 self._read_spans[(view.trace_id, view.span_id)] = (key, _slim(view.attributes))
         while len(self._read_spans) > READ_SPANS_KEPT:
             self._read_spans.popitem(last=False)

@@ -61,3 +61,25 @@ def test_non_genai_log_records_are_ignored():
     record.event_name = "http.request"
     record.span_id, record.trace_id = b"\x01" * 8, b"\x02" * 16
     assert LogEventBuffer().add(request) == 0
+
+
+def test_tool_spans_are_not_kept_waiting_for_log_records():
+    # A tool span says its call and result in attributes: remembering it for late log records
+    # would only hold ~1 KB per tool call (up to the analyzer's bound of 50,000 spans).
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from bench.agent_workload import build_workload
+    from otelsignals.otlp.wire import split_request
+    from otelsignals.pipeline.assembler import Assembler, ReleasedTrace
+
+    analyzer = Analyzer(Telemetry())
+    released: list[ReleasedTrace] = []
+    assembler = Assembler(released.append, lambda record: None, decision_wait=2.0)
+    for turn in build_workload(2, 1, seed=5).turns[:3]:
+        assembler.add(split_request(ExportTraceServiceRequest.FromString(turn.body)).records)
+    tool_spans = 0
+    for trace in released:
+        assert analyzer.process(trace) is not None
+        tool_spans += sum(b"execute_tool" in record.data for record in trace.spans)
+    assert tool_spans >= 3
+    assert analyzer._read_spans == {}
