@@ -36,9 +36,11 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from otelsignals.model import Conversation, LlmCall, Message, SignalInstance
+
+T = TypeVar("T")
 
 # SPEC §4/§8: efficiency is 1.0 up to this many user turns.
 BASELINE_USER_TURNS = 5
@@ -60,6 +62,12 @@ class DetectionContext:
     @property
     def messages(self) -> list[Message]:
         return self.conversation.messages
+
+    def shared(self, key: Any, compute: Callable[[], T]) -> T:
+        """``compute()``, once per call for every detector asking ``key`` (kept in ``scratch``)."""
+        if key not in self.scratch:
+            self.scratch[key] = compute()
+        return self.scratch[key]
 
     def absolute_index(self, local_index: int) -> int:
         """SignalInstance.message_index for conversation.messages[local_index]."""

@@ -88,10 +88,7 @@ def iter_tool_failures(ctx: DetectionContext, start: int) -> Iterator[tuple[int,
     """(local index, tool name, classification) of every failed TOOL message from ``start`` on.
     Classified once per call of the detectors, however many leaves ask."""
     key = ("tool_failures", start, len(ctx.messages))
-    cached = ctx.scratch.get(key)
-    if cached is None:
-        cached = ctx.scratch[key] = list(_classify_tool_failures(ctx, start))
-    return iter(cached)
+    return iter(ctx.shared(key, lambda: list(_classify_tool_failures(ctx, start))))
 
 
 def _classify_tool_failures(

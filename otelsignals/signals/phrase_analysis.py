@@ -320,9 +320,7 @@ def analyse_text(text: str) -> TextAnalysis:
 def analysis_of(ctx: DetectionContext, text: str) -> TextAnalysis:
     """:func:`analyse_text`, once per detection call for every detector reading ``text`` (the shared
     cache keeps only recent text, bounded in characters: a call's long messages may not all fit)."""
-    analyses: dict[str, TextAnalysis] | None = ctx.scratch.get(_ANALYSES)
-    if analyses is None:
-        analyses = ctx.scratch[_ANALYSES] = {}
+    analyses: dict[str, TextAnalysis] = ctx.scratch.setdefault(_ANALYSES, {})
     analysis = analyses.get(text)
     if analysis is None:
         analysis = analyses[text] = analyse_text(text)
@@ -411,10 +409,7 @@ def _first_assistant(ctx: DetectionContext) -> int | None:
 def user_texts(ctx: DetectionContext) -> list[tuple[int, str, bool]]:
     """(local index, text, follows an assistant turn) for each new user message with text (found
     once per call: every phrase detector reads them)."""
-    found: list[tuple[int, str, bool]] | None = ctx.scratch.get(_USER_TEXTS)
-    if found is None:
-        found = ctx.scratch[_USER_TEXTS] = _user_texts(ctx)
-    return found
+    return ctx.shared(_USER_TEXTS, lambda: _user_texts(ctx))
 
 
 _USER_TEXTS = "interaction.user_texts"
