@@ -807,6 +807,9 @@ class TargetResult:
     sessions_estimated_bytes: float = 0.0
     gc_worst_pause_ms: float = 0.0
     stage_latencies_ms: dict[str, float] = field(default_factory=dict)  # paced phase, bucket bounds
+    # otelsignals_malloc_bytes{state} (glibc only) when ready and at the end, bytes by state.
+    malloc_ready: dict[str, float] = field(default_factory=dict)
+    malloc_end: dict[str, float] = field(default_factory=dict)
 
 
 Buckets = dict[str, list[tuple[float, float]]]  # label value -> [(upper bound, cumulative count)]
@@ -844,6 +847,15 @@ def since(now: Buckets, before: Buckets) -> Buckets:
         key: [(bound, count - dict(before.get(key, [])).get(bound, 0.0)) for bound, count in buckets]
         for key, buckets in now.items()
     }
+
+
+def malloc_bytes(sidecar: Any) -> dict[str, float]:
+    """The sidecar's otelsignals_malloc_bytes by state (empty where glibc is not the allocator)."""
+    figures = {state: sidecar.metric("otelsignals_malloc_bytes", state=state) for state in MALLOC_STATES}
+    return figures if any(figures.values()) else {}
+
+
+MALLOC_STATES = ("in_use", "free", "mmapped")
 
 
 def gc_worst_pause_ms(sidecar: Any) -> float:
@@ -900,6 +912,7 @@ def run_sidecar(
         pid = sidecar.process.pid
         time.sleep(1.0)
         rss_ready = status_kib(pid, "VmRSS")
+        malloc_ready = malloc_bytes(sidecar)
         unpaced = run_phase(
             "sidecar unpaced", sidecar.grpc_endpoint, pid, sink, workload.phases[0], concurrency, None
         )
@@ -947,6 +960,8 @@ def run_sidecar(
             estimated,
             worst_gc,
             stages,
+            malloc_ready,
+            malloc_bytes(sidecar),
         )
     finally:
         with contextlib.suppress(Exception):
@@ -995,6 +1010,11 @@ def summary(target: TargetResult) -> dict[str, float]:
         out["sessions_held"] = target.sessions
         out["rss_kib_per_conversation"] = target.rss_growth_kib / target.sessions
         out["estimated_kib_per_conversation"] = target.sessions_estimated_bytes / 1024 / target.sessions
+    if target.malloc_end:
+        ready, end = target.malloc_ready, target.malloc_end
+        out["malloc_in_use_growth_mib"] = (end["in_use"] - ready["in_use"]) / 2**20
+        out["malloc_free_growth_mib"] = (end["free"] - ready["free"]) / 2**20
+        out["malloc_mmapped_growth_mib"] = (end["mmapped"] - ready["mmapped"]) / 2**20
     if target.gc_worst_pause_ms:
         out["gc_worst_pause_ms"] = target.gc_worst_pause_ms
     out.update(target.stage_latencies_ms)
@@ -1020,6 +1040,9 @@ ROWS = (
     ("sessions_held", "conversations held (otelsignals_sessions_active)", "{:,.0f}"),
     ("rss_kib_per_conversation", "RSS per open conversation (KiB)", "{:,.0f}"),
     ("estimated_kib_per_conversation", "estimated per conversation, sessions_bytes (KiB)", "{:,.0f}"),
+    ("malloc_in_use_growth_mib", "C allocator, in use: growth ready → end (MiB)", "{:,.0f}"),
+    ("malloc_free_growth_mib", "C allocator, freed and kept: growth ready → end (MiB)", "{:,.0f}"),
+    ("malloc_mmapped_growth_mib", "C allocator, mapped blocks: growth ready → end (MiB)", "{:,.0f}"),
     ("gc_worst_pause_ms", "worst GC pause, histogram bucket bound (ms)", "{:,.0f}"),
     (
         "analysis_queued_p50_ms",

@@ -15,6 +15,14 @@ and tool-result text, tool-call arguments as JSON; in characters and in UTF-8 by
 the share of each part of the state, and the bytes held by long strings (64 characters or more)
 that repeat a string of the same state with another identity (duplicated text). Also
 ``sessions_bytes``' estimate against the measured size. Markdown to stdout.
+
+    .venv/bin/python bench/session_memory.py --resident 100,300
+
+What the process's resident memory does instead: for each number of workload conversations, a
+fresh process analyses them (the same Analyzer, embedded defaults, no session bound) and reports
+its RSS growth, the C allocator's bytes in use (otelsignals_malloc_bytes) and the text kept; the
+slope between two sizes is the resident memory an added conversation costs, free of the process's
+fixed part and of what a burst leaves behind (the sidecar's backlogs, not run here).
 """
 
 from __future__ import annotations
@@ -78,7 +86,10 @@ def real_traces() -> list[ReleasedTrace]:
 def workload_traces(conversations: int, seed: int) -> Iterator[ReleasedTrace]:
     from agent_workload import build_workload
 
-    workload = build_workload(conversations, max(1, conversations // 2), seed)
+    return traces_of(build_workload(conversations, max(1, conversations // 2), seed))
+
+
+def traces_of(workload: Any) -> Iterator[ReleasedTrace]:
     released: list[ReleasedTrace] = []
     assembler = Assembler(released.append, lambda record: None, decision_wait=2.0)
     for turn in workload.turns:
@@ -255,13 +266,88 @@ def report(result: dict[str, Any], top: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def resident_child(conversations: int, seed: int) -> dict[str, float]:
+    """Run in a fresh process: resident memory before and after analysing the conversations."""
+    from agent_workload import build_workload
+
+    from otelsignals.allocator import malloc_bytes
+
+    # Built first: the workload's requests are held in memory, and must not count as growth.
+    workload = build_workload(conversations, max(1, conversations // 2), seed)
+    analyzer = fresh_analyzer()
+    for trace in workload_traces(2, seed + 1):  # loads the detectors' tables and the embedding model
+        analyzer.process(trace)
+    gc.collect()
+    rss_before, malloc_before = status_mib("VmRSS"), malloc_bytes() or {}
+    for trace in traces_of(workload):
+        analyzer.process(trace)
+    gc.collect()
+    rss_after, malloc_after = status_mib("VmRSS"), malloc_bytes() or {}
+    started = time.perf_counter()
+    for _ in range(20):
+        malloc_bytes()
+    return {
+        "conversations": len(analyzer.sessions),
+        "rss_growth_mib": rss_after - rss_before,
+        "malloc_in_use_growth_mib": (malloc_after.get("in_use", 0) - malloc_before.get("in_use", 0)) / 2**20,
+        "text_mib": sum(kept_text(state)[1] for state in analyzer.sessions) / 2**20,
+        "mallinfo2_ms": (time.perf_counter() - started) / 20 * 1000,
+    }
+
+
+def status_mib(key: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(key)
+
+
+def resident(sizes: list[int], seed: int) -> str:
+    import subprocess
+
+    rows = []
+    for size in sizes:
+        log(f"resident: {size} workload conversations in a fresh process...")
+        command = [sys.executable, __file__, "--resident-child", str(size), "--seed", str(seed)]
+        rows.append(json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout))
+    lines = [
+        "| workload conversations | RSS growth (MiB) | C allocator in use, growth (MiB) "
+        "| text kept (MiB, UTF-8) | RSS growth / text | mallinfo2 call (ms) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        rss, text = row["rss_growth_mib"], row["text_mib"]
+        lines.append(
+            f"| {row['conversations']:,} | {rss:.0f} | {row['malloc_in_use_growth_mib']:.0f} | "
+            f"{text:.1f} | {rss / text:.2f} | {row['mallinfo2_ms']:.2f} |"
+        )
+    first, last = rows[0], rows[-1]
+    added = last["conversations"] - first["conversations"]
+    rss = (last["rss_growth_mib"] - first["rss_growth_mib"]) / added
+    text = (last["text_mib"] - first["text_mib"]) / added
+    lines += [
+        "",
+        f"Per added conversation: {rss * 1024:.0f} KiB resident for {text * 1024:.0f} KiB of text "
+        f"(**{rss / text:.2f} bytes resident per byte of text**).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workload-conversations", type=int, default=60)
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--top", type=int, default=15, help="parts listed per set")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--resident", help="workload sizes, e.g. 100,300: resident memory per conversation")
+    parser.add_argument("--resident-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.resident_child:
+        print(json.dumps(resident_child(args.resident_child, args.seed)))
+        return
+    if args.resident:
+        print(resident([int(size) for size in args.resident.split(",")], args.seed))
+        return
     gc.disable()  # the measurement walks every object: no collection in the middle
     results = [
         measure("real", real_traces()),

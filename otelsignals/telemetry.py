@@ -24,6 +24,8 @@ from prometheus_client import (
     ProcessCollector,
 )
 
+from otelsignals.allocator import MallocCollector
+
 logger = logging.getLogger("otelsignals")
 
 # Repeats of a problem are summarised in the log at most this often (log.summary_interval).
@@ -45,6 +47,7 @@ class Telemetry:
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
+        MallocCollector(registry=r)  # otelsignals_malloc_bytes{state}: live vs freed-and-kept memory
         self.received_spans = Counter(
             "otelsignals_receiver_accepted_spans", "Spans accepted from clients.", ["transport"], registry=r
         )
