@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,6 +87,27 @@ def test_start_freezes_what_is_loaded_and_raises_the_young_threshold(collector_r
     assert gc.get_freeze_count() >= frozen + len(kept)
     policy.stop()
     assert gc.get_threshold()[0] != YOUNG_THRESHOLD
+
+
+def test_cyclic_garbage_is_collected_before_it_is_frozen(collector_restored) -> None:
+    """Each freeze first collects what is not frozen yet, whatever its generation: unreachable cycles
+    that reached an older generation before they were dropped are freed, not frozen for good."""
+    policy = GcPolicy(0.001, CollectorRegistry())
+    policy.start()
+    gc.disable()  # no collection of its own in between: only the policy's tick collects
+
+    class Node:
+        pass
+
+    cycle = Node()
+    cycle.itself = cycle  # type: ignore[attr-defined]
+    gc.collect(1)  # survives two young collections: now in the oldest (not frozen) generation
+    gone = weakref.ref(cycle)
+    del cycle
+    time.sleep(0.002)
+    policy.tick()
+    assert gone() is None  # collected before the freeze (a young-only collection would freeze it)
+    policy.stop()
 
 
 def test_pauses_are_timed_by_generation_even_with_the_policy_off(collector_restored) -> None:

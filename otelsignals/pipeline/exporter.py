@@ -181,6 +181,7 @@ class Exporter:
             self._in_flight.discard(batch)
             self.queued_bytes -= len(batch.body)
             self._update_gauges()
+            del batch  # not held while this worker waits for the next one (up to batch.max_bytes each)
 
     async def _deliver(self, batch: Batch) -> None:
         retry = self.config.retry

@@ -155,6 +155,28 @@ def test_gzip_and_deflate_grpc_requests_arrive_intact(running):
     assert expected.items() <= sink.span_bytes().items()
 
 
+def test_refused_requests_are_not_kept(running):
+    """A refused gRPC request's body is freed when its answer is sent. (It was kept by a reference
+    cycle through the abort exception grpc holds with the call, which the garbage-collection policy
+    then froze: each refusal under overload kept its request for good.)"""
+    sidecar, _ = running
+
+    def held_mib() -> float:
+        states = ("in_use", "mmapped")
+        return sum(sidecar.metric("otelsignals_malloc_bytes", state=state) for state in states) / MIB
+
+    before = held_mib()
+    with grpc.insecure_channel(sidecar.grpc_endpoint) as channel:
+        call = channel.unary_unary(TRACES_METHOD)
+        for i in range(25):
+            with pytest.raises(grpc.RpcError) as refused:
+                call(b"\xff" * (4 * MIB) + bytes([i]), timeout=10)  # not protobuf
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "not a protobuf" in (refused.value.details() or "")
+    time.sleep(2.5)  # two garbage-collection freezes (service.gc_freeze_interval, 1 s)
+    assert held_mib() - before < 3 * 4  # 100 MiB refused; a few requests' worth of noise at most
+
+
 # -- 2. connections ------------------------------------------------------------------------------------
 
 
