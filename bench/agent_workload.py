@@ -849,13 +849,13 @@ def since(now: Buckets, before: Buckets) -> Buckets:
     }
 
 
+MALLOC_STATES = ("in_use", "free", "mmapped")
+
+
 def malloc_bytes(sidecar: Any) -> dict[str, float]:
     """The sidecar's otelsignals_malloc_bytes by state (empty where glibc is not the allocator)."""
     figures = {state: sidecar.metric("otelsignals_malloc_bytes", state=state) for state in MALLOC_STATES}
     return figures if any(figures.values()) else {}
-
-
-MALLOC_STATES = ("in_use", "free", "mmapped")
 
 
 def gc_worst_pause_ms(sidecar: Any) -> float:

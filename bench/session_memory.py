@@ -346,7 +346,10 @@ def main() -> None:
         print(json.dumps(resident_child(args.resident_child, args.seed)))
         return
     if args.resident:
-        print(resident([int(size) for size in args.resident.split(",")], args.seed))
+        sizes = [int(size) for size in args.resident.split(",")]
+        if len(sizes) < 2:
+            parser.error("--resident needs two sizes or more (the slope between them), e.g. 100,300")
+        print(resident(sizes, args.seed))
         return
     gc.disable()  # the measurement walks every object: no collection in the middle
     results = [

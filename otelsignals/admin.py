@@ -95,9 +95,9 @@ class AdminApi:
         return web.json_response({"status": "not ready"}, status=503)
 
     async def metrics(self, _: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(self.telemetry.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+        # Off the event loop: collecting reads /proc and the allocator's free lists (milliseconds).
+        body = await asyncio.to_thread(generate_latest, self.telemetry.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def session(self, request: web.Request) -> web.Response:
         key = request.match_info["session_id"]

@@ -20,7 +20,6 @@ scraped every few seconds it is negligible (bench/RESULTS.md gives the measured 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
@@ -48,11 +47,9 @@ class _MallInfo2(ctypes.Structure):
 
 
 def _mallinfo2() -> Callable[[], _MallInfo2] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
     try:
-        function = ctypes.CDLL(name).mallinfo2
+        # The C library the process already runs on (no ldconfig lookup).
+        function = ctypes.CDLL(None).mallinfo2
     except (OSError, AttributeError):  # not glibc, or a glibc before 2.33
         return None
     function.restype = _MallInfo2
@@ -78,19 +75,26 @@ class MallocCollector(Collector):
         registry.register(self)
 
     def describe(self) -> Iterator[Metric]:
-        return iter(())  # collected on demand: the registry must not call collect() to describe it
+        # The name, for the registry's duplicate check, without reading the allocator.
+        if _MALLINFO2 is not None:
+            yield _family()
 
     def collect(self) -> Iterator[Metric]:
         figures = malloc_bytes()
         if figures is None:
             return
-        family = GaugeMetricFamily(
-            "otelsignals_malloc_bytes",
-            "The C allocator's memory: in_use (not freed), free (freed, kept for reuse), mmapped "
-            "(large blocks mapped on their own). Resident memory well above in_use + mmapped is "
-            "freed memory kept after a burst, not a leak.",
-            labels=["state"],
-        )
+        family = _family()
         for state, value in figures.items():
             family.add_metric([state], value)
         yield family
+
+
+def _family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "otelsignals_malloc_bytes",
+        "The C allocator's memory: in_use (not freed; its growth is what a leak of large objects "
+        "shows), free (freed and kept for reuse, not all of it resident), mmapped (large blocks "
+        "mapped on their own). Resident memory also holds Python's small-object arenas, libraries "
+        "and stacks.",
+        labels=["state"],
+    )

@@ -99,15 +99,17 @@ def test_cyclic_garbage_is_collected_before_it_is_frozen(collector_restored) -> 
     class Node:
         pass
 
-    cycle = Node()
-    cycle.itself = cycle  # type: ignore[attr-defined]
-    gc.collect(1)  # survives two young collections: now in the oldest (not frozen) generation
-    gone = weakref.ref(cycle)
-    del cycle
-    time.sleep(0.002)
-    policy.tick()
-    assert gone() is None  # collected before the freeze (a young-only collection would freeze it)
-    policy.stop()
+    try:
+        cycle = Node()
+        cycle.itself = cycle  # type: ignore[attr-defined]
+        gc.collect(1)  # survives a collection of generation 1: now in the oldest (not frozen) one
+        gone = weakref.ref(cycle)
+        del cycle
+        time.sleep(0.002)
+        policy.tick()
+        assert gone() is None  # collected before the freeze (a young-only collection would freeze it)
+    finally:
+        policy.stop()
 
 
 def test_pauses_are_timed_by_generation_even_with_the_policy_off(collector_restored) -> None:

@@ -133,29 +133,35 @@ class AnalysisWorker:
                     self._wakeup.wait()
                 if not self._jobs:
                     return
-            callbacks: list[Callable[[], None]] = []
-            submitted: list[float] = []  # of the jobs done
-            done_bytes = 0
-            started = time.monotonic()
-            while time.monotonic() - started < _DELIVERY_INTERVAL:
-                with self._wakeup:
-                    if not self._jobs:
-                        break
-                    job, size, fallback, submitted_at = self._jobs.popleft()
-                job_started = time.monotonic()
-                self._queued_seconds.observe(job_started - submitted_at)
-                with self.lock:
-                    try:
-                        callback = job()
-                    except Exception:  # a job's own errors are counted by the job; this is a bug
-                        logger.exception("an analysis job failed")
-                        callback = fallback
-                self._running_seconds.observe(time.monotonic() - job_started)
-                if callback is not None:
-                    callbacks.append(callback)
-                done_bytes += size
-                submitted.append(submitted_at)
-            self._hand_back(callbacks, done_bytes, submitted)
+            # A call of its own, so that its locals (the last job and callbacks, which hold the
+            # trace they analysed) are gone while this thread waits for the next jobs.
+            self._work_for_a_while()
+
+    def _work_for_a_while(self) -> None:
+        """Jobs for up to _DELIVERY_INTERVAL, then their callbacks handed back together."""
+        callbacks: list[Callable[[], None]] = []
+        submitted: list[float] = []  # of the jobs done
+        done_bytes = 0
+        started = time.monotonic()
+        while time.monotonic() - started < _DELIVERY_INTERVAL:
+            with self._wakeup:
+                if not self._jobs:
+                    break
+                job, size, fallback, submitted_at = self._jobs.popleft()
+            job_started = time.monotonic()
+            self._queued_seconds.observe(job_started - submitted_at)
+            with self.lock:
+                try:
+                    callback = job()
+                except Exception:  # a job's own errors are counted by the job; this is a bug
+                    logger.exception("an analysis job failed")
+                    callback = fallback
+            self._running_seconds.observe(time.monotonic() - job_started)
+            if callback is not None:
+                callbacks.append(callback)
+            done_bytes += size
+            submitted.append(submitted_at)
+        self._hand_back(callbacks, done_bytes, submitted)
 
     def _hand_back(
         self, callbacks: list[Callable[[], None]], done_bytes: int, submitted: list[float]

@@ -83,8 +83,8 @@ def _grpc_handler(
             )
         # The refusal is a status set on the call, not context.abort(): abort raises an exception that
         # grpc keeps with the call, whose traceback holds this frame, so the context, the request
-        # body and the rejection's own traceback: a reference cycle only a full collection frees
-        # (and gc_policy.py freezes what survives a second). grpc sends no message with this status.
+        # body and the rejection's own traceback: a reference cycle that only the cyclic collector
+        # frees, when it next collects that generation. grpc sends no message with this status.
         context.set_code(code)
         context.set_details(message)
         context.set_trailing_metadata(metadata)
@@ -157,8 +157,10 @@ class _GrpcAuthentication(grpc.aio.ServerInterceptor):
             message = rejected.message
 
             async def refuse(requests: object, context: grpc.aio.ServicerContext) -> bytes:
-                await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-                raise AssertionError("abort() raises")
+                # A status set on the call, not context.abort(): see _grpc_handler.
+                context.set_code(grpc.StatusCode.UNAUTHENTICATED)
+                context.set_details(message)
+                return b""
 
             return grpc.stream_unary_rpc_method_handler(refuse)
         return await continuation(handler_call_details)

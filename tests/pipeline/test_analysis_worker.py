@@ -8,6 +8,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import weakref
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,26 @@ def test_jobs_run_in_order_on_the_worker_and_their_results_on_the_event_loop():
     seen, _ = asyncio.run(scenario())
     assert [n for kind, n in seen if kind == "job"] == list(range(50))
     assert [n for kind, n in seen if kind == "delivered"] == list(range(50))
+
+
+def test_an_idle_worker_keeps_nothing_of_its_last_job():
+    # The last job and its callback hold the trace they analysed; an idle worker once kept them.
+    class Trace:
+        pass
+
+    async def scenario() -> Trace | None:
+        worker = await _started()
+        trace = Trace()
+        gone = weakref.ref(trace)
+        worker.submit(lambda trace=trace: lambda trace=trace: None, 10)
+        del trace
+        assert await worker.drain(5.0)
+        await asyncio.sleep(0.05)  # the worker is back to waiting for jobs
+        kept = gone()
+        worker.stop()
+        return kept
+
+    assert asyncio.run(scenario()) is None
 
 
 def test_a_failing_job_is_logged_and_the_next_ones_still_run(caplog):
