@@ -10,10 +10,11 @@ reference counting when its session closes and the cyclic collector has nothing 
   collection is moved to the permanent generation (``gc.freeze()``, constant time), which later
   collections skip: each collection looks only at what is younger than the last freeze;
 - young collections run every 2,000 allocations rather than 700 (fewer, still short passes), and
-  before each freeze every generation is collected: what is not frozen yet is only what survived
-  since the last freeze (a second's worth), so this full collection is short too, and cyclic
-  garbage of that second is freed rather than frozen for good (a frozen unreachable cycle is never
-  collected: a refused gRPC request once stayed that way with its body, see grpc_receiver.py);
+  before each freeze the two younger generations are collected, so that cyclic garbage that died
+  there is freed rather than frozen for good (a frozen unreachable cycle is never collected: a
+  refused gRPC request once stayed that way with its body, see grpc_receiver.py). The oldest
+  generation not frozen yet (what survived a generation-1 collection since the last freeze) is
+  frozen as it is: collecting it too doubled the collector's time (bench/RESULTS.md);
 - every pause is timed: ``otelsignals_gc_pause_seconds{generation}``, and the objects frozen are
   counted (``otelsignals_gc_frozen_objects_total``; ``gc.get_freeze_count()`` walks them all, so it
   is not asked).
@@ -74,9 +75,9 @@ class GcPolicy:
         if now - self._last_freeze < self.freeze_interval:
             return
         self._last_freeze = now
-        # Garbage since the last freeze is collected first: everything older is frozen, out of
-        # the pass, so a full collection looks at one interval's survivors only.
-        gc.collect()
+        # Cyclic garbage of the younger generations is collected first (a short pass: everything
+        # older than the last freeze is out of it).
+        gc.collect(1)
         self._freeze()
 
     def _freeze(self) -> None:
