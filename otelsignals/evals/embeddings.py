@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
+import xxhash
 from cachetools import LRUCache
 
 __all__ = [
@@ -92,16 +93,24 @@ def _normalise_rows(matrix: np.ndarray) -> np.ndarray:
     return matrix
 
 
-def _row_cache(maxsize: int) -> LRUCache[str, np.ndarray]:
-    """Text → embedding row, the least recently used beyond ``maxsize`` forgotten (0: nothing kept)."""
+def _row_cache(maxsize: int) -> LRUCache[int, np.ndarray]:
+    """Text (its :func:`_text_key`) → embedding row, the least recently used beyond ``maxsize``
+    forgotten (0: nothing kept)."""
     if maxsize < 0:
         raise ValueError("cache size must be >= 0")
     return LRUCache(maxsize)
 
 
+def _text_key(text: str) -> int:
+    """A text as the row cache knows it: the xxh3-128 hash of its UTF-8 bytes (two texts collide
+    with probability 2**-128). Not the text itself: the cache would hold up to ``cache_size`` turns'
+    texts, and a conversation's message text held there could not be compacted (compaction.py)."""
+    return xxhash.xxh3_128_intdigest(text.encode("utf-8", "surrogatepass"))
+
+
 def _embed_cached(
     texts: Sequence[str],
-    cache: LRUCache[str, np.ndarray],
+    cache: LRUCache[int, np.ndarray],
     cache_lock: threading.Lock,
     dimension: Callable[[], int],
     compute: Callable[[list[str]], np.ndarray],
@@ -112,23 +121,24 @@ def _embed_cached(
     if isinstance(texts, str):
         raise TypeError("embed() takes a sequence of texts, not a single string")
     rows: list[np.ndarray | None] = []
-    missing: dict[str, list[int]] = {}
+    missing: dict[int, tuple[str, list[int]]] = {}  # key -> (text, its positions)
     for position, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"text {position} is {type(text).__name__}, not str")
+        key = _text_key(text)
         with cache_lock:
-            row = cache.get(text)
+            row = cache.get(key)
         rows.append(row)
         if row is None:
-            missing.setdefault(text, []).append(position)
+            missing.setdefault(key, (text, []))[1].append(position)
     if missing:
-        fresh = compute(list(missing))
-        for (text, positions), row in zip(missing.items(), fresh, strict=True):
+        fresh = compute([text for text, _ in missing.values()])
+        for (key, (_, positions)), row in zip(missing.items(), fresh, strict=True):
             row = np.array(row, dtype=np.float32)  # own copy: cached rows must not alias
             row.setflags(write=False)
             if cache.maxsize:  # a cache of size 0 refuses every row
                 with cache_lock:
-                    cache[text] = row
+                    cache[key] = row
             for position in positions:
                 rows[position] = row
     if not rows:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from otelsignals.compaction import Outcome, compact
 from otelsignals.config import EvalsConfig
 from otelsignals.evals.embeddings import (
     Embedder,
@@ -26,6 +27,7 @@ from otelsignals.evals.embeddings import (
     default_embedder,
     tokenize,
 )
+from otelsignals.model import Message, Role
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.pipeline.http_client import Backoff, RetryPolicy
 from otelsignals.pipeline.llm_endpoints import OpenAIEmbeddingsEndpoint
@@ -102,6 +104,17 @@ def test_repeated_texts_are_embedded_once(monkeypatch: pytest.MonkeyPatch) -> No
     assert len(embedder.cache) == 2
     again[:] = 0  # callers get copies: the cache cannot be corrupted through a result
     assert embedder.embed(["a cat"]).any()
+
+
+def test_cached_rows_do_not_keep_their_texts(static: StaticEmbedder) -> None:
+    # The cache knows a text by its hash: an answer embedded for the session metrics can still be
+    # compacted once it is old (compaction.py leaves alone text another object holds).
+    answer = "The refund was issued to your card ending 4242; it shows up within five working days. " * 3
+    message = Message(Role.ASSISTANT, content=answer[:-1] + answer[-1])  # a string of its own
+    static.embed([message.content or ""])
+    assert compact(message) is Outcome.COMPACTED
+    assert message.content == answer
+    assert static.embed([answer]).shape == (1, static.dimension)
 
 
 def test_max_vocab_keeps_the_most_frequent_words() -> None:
