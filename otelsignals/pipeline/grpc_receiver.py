@@ -81,16 +81,26 @@ def _grpc_handler(
                 rejected.message,
                 _retry_info_metadata(rejected),
             )
-        # The refusal is a status set on the call, not context.abort(): abort raises an exception that
-        # grpc keeps with the call, whose traceback holds this frame, so the context, the request
-        # body and the rejection's own traceback: a reference cycle that only the cyclic collector
-        # frees, when it next collects that generation. grpc sends no message with this status.
-        context.set_code(code)
-        context.set_details(message)
-        context.set_trailing_metadata(metadata)
-        return b""
+        return _refused(context, code, message, metadata)
 
     return export
+
+
+def _refused(
+    context: grpc.aio.ServicerContext,
+    code: grpc.StatusCode,
+    message: str,
+    metadata: tuple[tuple[str, bytes], ...] = (),
+) -> bytes:
+    """The answer of a refused call: a status set on it, not context.abort(). Abort raises an
+    exception that grpc keeps with the call, whose traceback holds the handler's frame, so the
+    context, the request body and the rejection's own traceback: a reference cycle that only the
+    cyclic collector frees, when it next collects that generation. grpc sends no message with a
+    status that is not OK."""
+    context.set_code(code)
+    context.set_details(message)
+    context.set_trailing_metadata(metadata)
+    return b""
 
 
 def _ms(seconds: float) -> int:
@@ -157,10 +167,7 @@ class _GrpcAuthentication(grpc.aio.ServerInterceptor):
             message = rejected.message
 
             async def refuse(requests: object, context: grpc.aio.ServicerContext) -> bytes:
-                # A status set on the call, not context.abort(): see _grpc_handler.
-                context.set_code(grpc.StatusCode.UNAUTHENTICATED)
-                context.set_details(message)
-                return b""
+                return _refused(context, grpc.StatusCode.UNAUTHENTICATED, message)
 
             return grpc.stream_unary_rpc_method_handler(refuse)
         return await continuation(handler_call_details)
