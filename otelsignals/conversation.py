@@ -14,6 +14,7 @@ else by name and canonical arguments) and, for tool results, the call id they an
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ import orjson
 
 from otelsignals.compaction import Outcome, compact, content_length, stored_message_text
 from otelsignals.conventions.base import SpanReading, SpanView, ToolExecution
-from otelsignals.conventions.memory import ConversationMemory
+from otelsignals.conventions.memory import ConversationMemory, adopt_in
 from otelsignals.evals.trace_metrics import DEFAULT_LOOP_WINDOW, ComparableOutput
 from otelsignals.model import Conversation, LlmCall, Message, Role, SignalInstance, ToolCall, ToolResult
 from otelsignals.triage import NO_PRIORITY, Priority
@@ -41,8 +42,8 @@ CONVERSATION_KEY_ATTRIBUTES = (
 # Signal instances kept per conversation (counts are kept in full; the instances are for the
 # session metrics and the admin API).
 RECENT_SIGNALS = 500
-# Messages before the compaction point whose text, held by another object when offered, is offered
-# to compaction again (a recent-text cache lets go of it later; a resent history's own copy does not).
+# Messages whose text another object held when they were offered to compaction, offered again on
+# later calls (the latest this many): a recent-text cache lets go of a text some turns later.
 COMPACTION_RETRIES = 64
 MAX_TOOLS_KEPT = 256  # tool definitions kept per conversation (the first ones seen)
 # SPEC §7: who the agent is.
@@ -153,22 +154,37 @@ class SharedValues:
 
 
 def _same_calls(kept: list[ToolCall], calls: list[ToolCall]) -> bool:
-    """The same calls, arguments written alike: ``==`` would take ``{"a": 1, "b": 2}`` for
-    ``{"b": 2, "a": 1}`` and ``true`` for ``1``, which a reader of the arguments can tell apart."""
+    """The same calls, arguments written alike (:func:`_same_arguments`)."""
     if len(kept) != len(calls):
         return False
     for old, new in zip(kept, calls, strict=True):
-        if old.name != new.name or old.id != new.id:
-            return False
-        if isinstance(old.arguments, dict | list) or isinstance(new.arguments, dict | list):
-            try:
-                if orjson.dumps(old.arguments) != orjson.dumps(new.arguments):
-                    return False
-            except TypeError:  # not JSON: not shared
-                return False
-        elif type(old.arguments) is not type(new.arguments) or old.arguments != new.arguments:
+        if old.name != new.name or old.id != new.id or not _same_arguments(old.arguments, new.arguments):
             return False
     return True
+
+
+def _same_arguments(kept: Any, arguments: Any) -> bool:
+    """Arguments written alike: ``==`` would take ``{"a": 1, "b": 2}`` for ``{"b": 2, "a": 1}`` and
+    ``true`` for ``1``, which a reader of the arguments can tell apart."""
+    if kept is arguments:
+        return True
+    if isinstance(kept, dict | list) or isinstance(arguments, dict | list):
+        try:
+            return orjson.dumps(kept) == orjson.dumps(arguments)
+        except TypeError:  # not JSON: not shared
+            return False
+    return type(kept) is type(arguments) and kept == arguments
+
+
+def _share_with_call(result: ToolResult, call: ToolCall) -> None:
+    """A tool result keeps its call's id, name and arguments objects where it holds equal ones (the
+    tool span and the history wrote them again): one copy per call."""
+    if result.call_id == call.id:
+        result.call_id = call.id
+    if result.name == call.name:
+        result.name = call.name
+    if result.arguments is not None and _same_arguments(call.arguments, result.arguments):
+        result.arguments = call.arguments
 
 
 def _latest(kept: dict[Any, Any], key: Any, value: Any) -> Any:
@@ -272,9 +288,9 @@ class ConversationState:
     index_base: object | None = None
     index_base_read: bool = False
     # Counted from the conversation's start: messages before compacted_upto were offered to
-    # compaction; from compaction_retry_from on, some were held elsewhere then (offered again).
+    # compaction; those at compaction_held were held elsewhere then (offered again).
     compacted_upto: int = 0
-    compaction_retry_from: int = 0
+    compaction_held: list[int] = field(default_factory=list)
 
     @classmethod
     def new(cls, key: str) -> ConversationState:
@@ -307,6 +323,7 @@ class ConversationState:
     def append(self, message: Message, indexed: bool = True) -> None:
         """Show ``message``; ``indexed`` also records it in the history index (snapshot messages)."""
         for call in message.tool_calls:
+            call.name = _shared_name(call.name)
             if call.id:
                 self.tool_names[call.id] = call.name
         self.unanswered.extend(message.tool_calls)
@@ -335,20 +352,23 @@ class ConversationState:
                 result.name = result.name or match.name
         if match is not None:
             self.unanswered.remove(match)
+            _share_with_call(result, match)
 
-    def place(self, message: Message) -> None:
+    def place(self, message: Message) -> Message:
         """A snapshot's message: shown and indexed, unless it is a provisional tool result already
-        shown, which then only enters the index (and gains the snapshot's text if it had none)."""
+        shown, which then only enters the index (and gains the snapshot's text if it had none).
+        Returns the message shown for it."""
         shown = self._provisional_for(message)
         if shown is None:
             self.append(message)
-            return
+            return message
         self.provisional.remove(shown)
         if shown.content is None and message.content is not None:
             shown.content = message.content
             if shown.tool_result is not None:
                 shown.tool_result.content = message.content
         self._index(fingerprint(message))
+        return shown
 
     def _provisional_for(self, message: Message) -> Message | None:
         result = message.tool_result
@@ -368,24 +388,26 @@ class ConversationState:
         """Compact the text of the messages before local index ``end`` (compaction.compact): the
         detectors look back over a bounded number of messages, the rest is read on request. Each
         message is offered once; one whose text another object still held is offered again on
-        later calls while it is among the COMPACTION_RETRIES messages before ``end``. Returns how
-        many messages were compacted."""
+        later calls while it is among the latest COMPACTION_RETRIES such messages. Returns how many
+        messages were compacted."""
         conversation = self.conversation
+        messages = conversation.messages
         offset = conversation.message_offset
-        end = min(end, len(conversation.messages))
+        end = min(end, len(messages))
         first_new = max(0, self.compacted_upto - offset)
-        start = min(first_new, max(0, self.compaction_retry_from - offset, end - COMPACTION_RETRIES))
         if end <= first_new:
             return 0
-        compacted, held = 0, end
-        for index in range(start, end):
-            outcome = compact(conversation.messages[index])
+        held: list[int] = []
+        offered = [position - offset for position in self.compaction_held if position >= offset]
+        compacted = 0
+        for index in itertools.chain(offered, range(first_new, end)):
+            outcome = compact(messages[index])
             if outcome is Outcome.COMPACTED:
                 compacted += 1
             elif outcome is Outcome.HELD_ELSEWHERE:
-                held = min(held, index)
+                held.append(offset + index)
         self.compacted_upto = offset + end
-        self.compaction_retry_from = offset + held
+        self.compaction_held = held[-COMPACTION_RETRIES:]
         return compacted
 
     def _index(self, fp: int, spoken: bool = False) -> None:
@@ -475,10 +497,15 @@ def apply_trace(
     # alignment: some libraries attach a streamed answer to the enclosing span instead of the call.
     enclosing = _ancestors([v for v, _ in speaking], parents)
     inserted_front = 0
-    for view, reading in sorted(speaking, key=lambda pair: pair[0].span_id in enclosing):
-        if view.span_id in enclosing and reading.input_messages:
-            continue
-        inserted_front += _merge_snapshot(state, reading.input_messages, reading.output_messages)
+    merged = [
+        (view, reading)
+        for view, reading in sorted(speaking, key=lambda pair: pair[0].span_id in enclosing)
+        if not (view.span_id in enclosing and reading.input_messages)
+    ]
+    for position, (_, reading) in enumerate(merged):
+        # The later calls' histories were read before this one is merged: they hold its copies too.
+        later = [later_reading.input_messages for _, later_reading in merged[position + 1 :]]
+        inserted_front += _merge_snapshot(state, reading.input_messages, reading.output_messages, later)
     start += inserted_front
     with_content = [(v, r) for v, r in model_calls if r.input_messages or r.output_messages]
 
@@ -499,7 +526,7 @@ def apply_trace(
         if call.trace_id == trace_id:
             call.trace_id = trace_id
         if call.model is not None:
-            call.model = _shared_model_name(call.model)
+            call.model = _shared_name(call.model)
     conversation.llm_calls.extend(llm_calls)
     if fresh:
         conversation.content_captured = state.has_content
@@ -545,8 +572,9 @@ class _SnapshotInputs:
     fingerprints: list[int]
 
 
-def _split_inputs(state: ConversationState, inputs: list[Message]) -> _SnapshotInputs:
-    """``inputs`` split into system prompt and body. A history that resends the previous one (the
+def _split_inputs(state: ConversationState, inputs: list[Message]) -> tuple[_SnapshotInputs, int]:
+    """``inputs`` split into system prompt and body, and how many of the inputs are new: read for
+    this call, not the previous one's history again. A history that resends the previous one (the
     same message objects, from the history cache, then more; the leading system prompt may be read
     anew from its own attribute) is split for its new part only."""
     last = state.last_inputs
@@ -568,7 +596,7 @@ def _split_inputs(state: ConversationState, inputs: list[Message]) -> _SnapshotI
     body += new_body
     fps += fingerprints(new_body)
     state.last_inputs = _SnapshotInputs(list(inputs), system, body, fps)
-    return state.last_inputs
+    return state.last_inputs, len(new)
 
 
 def _leading_system_prompts(messages: list[Message]) -> int:
@@ -578,27 +606,29 @@ def _leading_system_prompts(messages: list[Message]) -> int:
     return count
 
 
-# One string per model name for every conversation: bounded, since names come from the spans
-# (sys.intern would do, but interned strings are never freed on Python 3.12).
-_MODEL_NAMES: dict[str, str] = {}
-_MODEL_NAMES_KEPT = 1024
-_MODEL_NAME_CHARACTERS = 256
+# One string per model or tool name for every conversation: bounded, since names come from the
+# spans (sys.intern would do, but interned strings are never freed on Python 3.12).
+_NAMES: dict[str, str] = {}
+_NAMES_KEPT = 1024
+_NAME_CHARACTERS = 256
 
 
-def _shared_model_name(name: str) -> str:
-    kept = _MODEL_NAMES.get(name)
+def _shared_name(name: str) -> str:
+    kept = _NAMES.get(name)
     if kept is not None:
         return kept
-    if len(_MODEL_NAMES) < _MODEL_NAMES_KEPT and len(name) <= _MODEL_NAME_CHARACTERS:
-        _MODEL_NAMES[name] = name
+    if len(_NAMES) < _NAMES_KEPT and len(name) <= _NAME_CHARACTERS:
+        _NAMES[name] = name
     return name
 
 
-def _merge_snapshot(state: ConversationState, inputs: list[Message], outputs: list[Message]) -> int:
+def _merge_snapshot(
+    state: ConversationState, inputs: list[Message], outputs: list[Message], later: list[list[Message]]
+) -> int:
     """Append the part of a snapshot (a call's history and answer) the conversation does not hold
-    yet. Returns 1 when a system prompt was put in front of messages already held (their indices
-    moved by one), else 0."""
-    split = _split_inputs(state, inputs)
+    yet; ``later`` are the histories of the trace's calls merged after it. Returns 1 when a system
+    prompt was put in front of messages already held (their indices moved by one), else 0."""
+    split, read_now = _split_inputs(state, inputs)
     system = split.system or next((m for m in outputs if m.role is Role.SYSTEM), None)
     answer = [m for m in outputs if m.role is not Role.SYSTEM]
     state.shared.share(answer)
@@ -613,9 +643,91 @@ def _merge_snapshot(state: ConversationState, inputs: list[Message], outputs: li
         else:
             state.append(system)
     if body:
-        for message in body[_first_new(state, split.fingerprints + fingerprints(answer)) :]:
-            state.place(message)
+        first = _first_new(state, split.fingerprints + fingerprints(answer))
+        counterparts: dict[int, Message] = {}
+        for index in range(first, len(body)):
+            shown = state.place(body[index])
+            if index < len(split.body) and _same_reading(shown, body[index]):
+                counterparts[id(body[index])] = shown
+        # The body's messages read for this call (its last ones) that the conversation held already.
+        new_body = sum(1 for message in inputs[len(inputs) - read_now :] if message.role is not Role.SYSTEM)
+        held = split.body[len(split.body) - new_body : first]
+        if held:
+            _find_counterparts(state.conversation.messages, held, counterparts)
+        if counterparts:
+            _adopt(state, counterparts, inputs, read_now, new_body, later)
     return inserted_front
+
+
+# How far back from the conversation's end a resent message's counterpart is looked for: what a call
+# resends anew is the previous answer and the tool results since, a few messages back.
+_COUNTERPART_WINDOW = 64
+
+
+def _same_reading(held: Message, read: Message) -> bool:
+    """Whether ``held`` (shown in the conversation) reads as ``read`` (a history's copy of it): the
+    same role, the very same text object and tool-call list (SharedValues made them one), the same
+    tool call answered. Only their span, the finish reason and what a tool span said of the result
+    may differ, which no history reader uses."""
+    text = stored_message_text(read)
+    if held is read or held.role is not read.role or stored_message_text(held) is not text:
+        return False
+    calls = read.tool_calls
+    if held.tool_calls is not calls and (held.tool_calls or calls):
+        return False
+    if text is None and not calls:
+        return False  # nothing says they are one message
+    held_result, read_result = held.tool_result, read.tool_result
+    if held_result is None or read_result is None:
+        return held_result is read_result
+    return held_result.call_id == read_result.call_id
+
+
+def _find_counterparts(messages: list[Message], held: list[Message], found: dict[int, Message]) -> None:
+    """Into ``found``: for each of ``held`` (a history's copies of messages the conversation holds,
+    in order) the latest message among the conversation's last _COUNTERPART_WINDOW that reads as
+    it, each used once (matched from the end, so repeated texts pair in order)."""
+    by_value: dict[int, list[Message]] = {}  # by the id of the text, else of the tool-call list
+    for shown in messages[-_COUNTERPART_WINDOW:]:
+        by_value.setdefault(_value_id(shown), []).append(shown)
+    for read in reversed(held):
+        candidates = by_value.get(_value_id(read))
+        if not candidates:
+            continue
+        for index in range(len(candidates) - 1, -1, -1):
+            if _same_reading(candidates[index], read):
+                found[id(read)] = candidates.pop(index)
+                break
+
+
+def _value_id(message: Message) -> int:
+    text = stored_message_text(message)
+    return id(text) if text is not None else id(message.tool_calls)
+
+
+def _adopt(
+    state: ConversationState,
+    counterparts: dict[int, Message],
+    inputs: list[Message],
+    read_now: int,
+    new_body: int,
+    later: list[list[Message]],
+) -> None:
+    """Replace a history's copies by the conversation's own messages (``counterparts``: by the
+    copy's id) wherever the next histories are read from or compared with: the history cache, the
+    latest split and the ``later`` histories of this trace. They sit where this call's new messages
+    are: the last ``read_now`` of ``inputs`` (in the history cache, up to its leading system prompts
+    earlier: a reader may read those from an attribute of their own), the last ``new_body`` of the
+    split's body. A copy would otherwise keep the text alive, and the conversation's message could
+    never be compacted."""
+    start, end = len(inputs) - read_now, len(inputs)
+    state.decoder_memory.histories.adopt(counterparts, start - _leading_system_prompts(inputs), end)
+    for history in later:
+        adopt_in(history, counterparts, start, end)
+    last = state.last_inputs
+    if last is not None:
+        adopt_in(last.messages, counterparts, start, end)
+        adopt_in(last.body, counterparts, len(last.body) - new_body, len(last.body))
 
 
 def _first_new(state: ConversationState, snapshot: list[int]) -> int:
@@ -675,18 +787,23 @@ def _attach_tool_execution(state: ConversationState, view: SpanView, execution: 
     """Give the tool result message its failure details, or add it when no history carried it."""
     result = execution.result
     messages = state.conversation.messages
-    target = _find_tool_message(messages, execution, state.provisional)
-    if target is None:
+    at = _find_tool_message(messages, execution, state.provisional)
+    if at is None:
         result.arguments = execution.arguments
         message = Message(Role.TOOL, content=result.content, tool_result=result, span_id=view.span_id)
         state.shared.share((message,))  # the next call's history resends this result
         state.append(message, indexed=False)
         state.provisional.append(message)
         return
+    target = messages[at]
     existing = target.tool_result or ToolResult(call_id=execution.call_id, name=execution.name)
     target.tool_result = existing
     existing.name = existing.name or execution.name
-    existing.arguments = existing.arguments if existing.arguments is not None else execution.arguments
+    if existing.arguments is None and execution.arguments is not None:
+        existing.arguments = execution.arguments
+        call = _call_answered_by(messages, at, existing)
+        if call is not None:
+            _share_with_call(existing, call)
     if result.is_error:
         existing.is_error = True
         existing.error_type = existing.error_type or result.error_type
@@ -697,20 +814,33 @@ def _attach_tool_execution(state: ConversationState, view: SpanView, execution: 
         existing.content = result.content
 
 
+def _call_answered_by(messages: list[Message], at: int, result: ToolResult) -> ToolCall | None:
+    """The tool call ``result`` (of the message at index ``at``) answers, by its id, among the
+    _COUNTERPART_WINDOW messages before it."""
+    if result.call_id:
+        for index in range(at - 1, max(-1, at - 1 - _COUNTERPART_WINDOW), -1):
+            for call in messages[index].tool_calls:
+                if call.id == result.call_id:
+                    return call
+    return None
+
+
 def _find_tool_message(
     messages: list[Message], execution: ToolExecution, provisional: list[Message]
-) -> Message | None:
+) -> int | None:
+    """Index of the tool result message ``execution`` gives its details to."""
     # A provisional result is another tool span's own execution: never the target of this one.
     # The result looked for is usually among the latest messages: they are searched first.
     provisional_ids = {id(message) for message in provisional}
-    for message in reversed(messages):
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
         result = message.tool_result
         if message.role is not Role.TOOL or result is None or id(message) in provisional_ids:
             continue
         if execution.call_id:
             if result.call_id == execution.call_id:
-                return message
+                return index
         # No call id (some conventions omit it): the latest result of that tool not yet given details.
         elif result.name == execution.name and result.arguments is None:
-            return message
+            return index
     return None

@@ -189,6 +189,61 @@ def test_tool_span_failure_is_attached_to_the_tool_result_in_the_history():
     assert state.conversation.messages[2].content == "error: unauthorized"
 
 
+@pytest.mark.parametrize(
+    ("span_arguments", "shared"),
+    [
+        ({"user": "kim", "notify": True}, True),
+        ({"notify": True, "user": "kim"}, False),  # == the call's, but written in another order
+        ({"user": "kim", "notify": 1}, False),  # == the call's (1 == True), but not what the call said
+        ({"user": "lee", "notify": True}, False),
+    ],
+)
+def test_a_tool_result_keeps_its_calls_id_name_and_arguments_objects_when_they_read_the_same(
+    span_arguments: dict[str, object], shared: bool
+):
+    """The history and the tool span write a call's id, tool name and arguments again: the result
+    keeps the call's objects, once per call, where they read exactly the same."""
+    call = ToolCall("reset_password", {"user": "kim", "notify": True}, id="call_1")
+    state = ConversationState.new("c1")
+    execution = ToolExecution(
+        "".join(["reset_", "password"]),  # an equal string, another object
+        "".join(["call_", "1"]),
+        span_arguments,
+        ToolResult(call_id="".join(["call_", "1"])),
+    )
+    copy = ToolCall(
+        "".join(["reset_", "password"]), {"user": "kim", "notify": True}, id="".join(["call_", "1"])
+    )
+    apply_trace(state, b"t1", [chat(1, [user("Reset my password")], [assistant(None, call)])])
+    apply_trace(
+        state,
+        b"t2",
+        [
+            chat(
+                2,
+                [user("Reset my password"), assistant(None, copy), tool("".join(["call_", "1"]), "done")],
+                [],
+            ),
+            (view(3), SpanReading("tools", tool_execution=execution)),
+        ],
+    )
+    result = state.conversation.messages[2].tool_result
+    assert result is not None
+    assert result.call_id is call.id and result.name is call.name
+    assert result.arguments == span_arguments
+    assert (result.arguments is call.arguments) is shared
+
+
+def test_tool_names_are_kept_once_for_every_conversation():
+    names = []
+    for key in ("c1", "c2"):
+        state = ConversationState.new(key)
+        call = ToolCall("".join(["look_up_", "order"]), {"order": key}, id=f"{key}-call")
+        apply_trace(state, b"t1", [chat(1, [user("Where is my order?")], [assistant(None, call)])])
+        names.append(state.conversation.messages[1].tool_calls[0].name)
+    assert names[0] == "look_up_order" and names[0] is names[1]
+
+
 def test_without_content_tool_executions_and_model_calls_still_come_through():
     state = ConversationState.new("c1")
     model_call = view(1)
@@ -515,7 +570,9 @@ def test_text_and_tool_calls_read_again_are_kept_once():
     assert latest[0] is not held[0] and latest[0].content is held[0].content  # the prompt read anew
     assert latest[2] is not held[2] and latest[2].tool_calls is held[2].tool_calls
     assert latest[3].content is held[3].content and latest[3].tool_result.content is held[3].content
-    assert latest[4] is not held[4] and latest[4].content is held[4].content
+    # The answer read again is the conversation's own message from then on (its copy would keep
+    # the text alive after the conversation's message was compacted).
+    assert latest[4] is held[4]
 
 
 def test_near_misses_are_not_shared():

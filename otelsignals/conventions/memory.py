@@ -6,7 +6,7 @@ conversations.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +140,29 @@ class HistoryCache:
         for raw in raws[kept:]:
             branch.add(raw, build(raw))
         return list(branch.messages)
+
+    def adopt(self, replacements: Mapping[int, Message], start: int, end: int) -> None:
+        """Hand back ``replacements[id(message)]`` instead of ``message`` from now on, at the
+        positions ``start`` to ``end`` of every history remembered. The conversation gives its own
+        message for a history's copy of it that reads the same, so that the copy does not keep the
+        message's text alive. (The spans of one trace are all read before any is merged: a later
+        call's history extends the one whose copies are adopted, the same objects at the same
+        positions, then more.)"""
+        for json_histories in self._last.values():
+            for history in json_histories:
+                adopt_in(history.messages, replacements, start, end)
+        for branches in self._indexed.values():
+            for branch in branches:
+                adopt_in(branch.messages, replacements, start, end)
+
+
+def adopt_in(messages: list[Message], replacements: Mapping[int, Message], start: int, end: int) -> None:
+    """Replace, at the positions ``start`` to ``end`` of ``messages``, each one ``replacements``
+    names by id."""
+    for index in range(max(0, start), min(end, len(messages))):
+        replacement = replacements.get(id(messages[index]))
+        if replacement is not None:
+            messages[index] = replacement
 
 
 # JSON histories remembered per key of a conversation: an agent span's short input next to its model

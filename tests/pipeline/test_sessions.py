@@ -247,6 +247,32 @@ def test_old_messages_are_compacted_without_changing_any_analysis_and_take_less_
     assert analyzer.sessions.bytes < 0.9 * plain_analyzer.sessions.bytes
 
 
+def test_a_resent_history_keeps_no_copy_of_a_message_the_conversation_holds(monkeypatch):
+    """The previous answer and the tool results a history resends are read as copies; once merged,
+    the history cache, the latest split and the later calls of the trace hand back the
+    conversation's own messages, so that no copy keeps a text alive that compaction would free."""
+    from otelsignals.compaction import stored_message_text
+
+    _, analyzer, _ = _workload_analyses(32, monkeypatch)
+    adopted = 0
+    for state in analyzer.sessions:
+        held: dict[int, set[int]] = {}  # text object -> the conversation's messages holding it
+        for kept in state.conversation.messages:
+            held.setdefault(id(stored_message_text(kept)), set()).add(id(kept))
+        memory = state.decoder_memory.histories
+        remembered = [h.messages for histories in memory._last.values() for h in histories]
+        assert remembered
+        assert state.last_inputs is not None
+        for messages in [*remembered, state.last_inputs.messages, state.last_inputs.body]:
+            for message in messages:
+                text = stored_message_text(message)
+                own = held.get(id(text))
+                if isinstance(text, str) and len(text) >= 64 and own is not None:
+                    assert id(message) in own or message.role is Role.SYSTEM
+                    adopted += message.role is not Role.USER  # user messages are placed as read
+    assert adopted > 100
+
+
 def _said(state: ConversationState, count: int, start: int = 0) -> None:
     for number in range(start, start + count):
         state.append(Message(Role.USER, content=f"message {number}: " + "the parcel left the depot. " * 8))
@@ -265,12 +291,13 @@ def test_compaction_goes_on_from_where_it_stopped_after_a_trim():
     assert all(is_compacted(m) for m in messages[:60]) and not any(is_compacted(m) for m in messages[60:])
 
 
-def test_text_held_elsewhere_is_offered_again_while_it_is_among_the_recent_retries():
+def test_text_held_elsewhere_is_offered_again_until_it_is_let_go_however_far_back():
+    """A cache of recent texts lets go of a text some turns after the message was first offered:
+    it is offered again on every later call, however far the compaction point has moved."""
     from otelsignals.compaction import is_compacted
-    from otelsignals.conversation import COMPACTION_RETRIES
 
     state = ConversationState.new("c")
-    _said(state, COMPACTION_RETRIES + 40)
+    _said(state, 400)
     messages = state.conversation.messages
     held = [messages[0].content, messages[30].content]  # as a cache of recent texts would
     assert state.compact(30) == 29
@@ -278,10 +305,26 @@ def test_text_held_elsewhere_is_offered_again_while_it_is_among_the_recent_retri
     held.pop(0)
     assert state.compact(31) == 1  # message 0 again (and 30, still held)
     assert is_compacted(messages[0]) and not is_compacted(messages[30])
-    assert state.compact(31 + COMPACTION_RETRIES) == COMPACTION_RETRIES  # 31 on: 30 is past the retries
+    assert state.compact(331) == 300  # 31 to 330; 30 still held
     held.clear()
-    assert state.compact(32 + COMPACTION_RETRIES) == 1  # and is not offered again
-    assert not is_compacted(messages[30])
+    assert state.compact(332) == 2  # 30, 300 compactions later, and 331
+    assert is_compacted(messages[30])
+    assert state.compact(333) == 1  # and is not offered again
+
+
+def test_only_the_latest_held_messages_are_offered_again():
+    from otelsignals.compaction import is_compacted
+    from otelsignals.conversation import COMPACTION_RETRIES
+
+    state = ConversationState.new("c")
+    _said(state, COMPACTION_RETRIES + 10)
+    messages = state.conversation.messages
+    held = [m.content for m in messages[: COMPACTION_RETRIES + 1]]
+    assert state.compact(COMPACTION_RETRIES + 1) == 0
+    held.clear()
+    assert state.compact(COMPACTION_RETRIES + 2) == COMPACTION_RETRIES + 1  # the latest held, and one new
+    assert not is_compacted(messages[0])  # the oldest held was dropped from the retries
+    assert state.compaction_held == []
 
 
 def test_every_message_before_the_point_is_offered_even_when_it_moves_far_at_once():
