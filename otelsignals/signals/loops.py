@@ -185,10 +185,11 @@ def _emit(found: dict[int, SignalInstance], instance: SignalInstance) -> None:
     found[instance.message_index] = instance
 
 
-def _loop_detector(leaf: str, step: Any) -> Detector:
+def _loop_detector(leaf: str, step: Any, remember_calls: bool = False) -> Detector:
     """Run ``step(ctx, state, index, call, after_unsatisfying)`` over the call sequence; ``call`` None
     ends the runs. A USER message ends them unless the last result failed or was empty (the user
-    saying "try again" continues the loop)."""
+    saying "try again" continues the loop). With ``remember_calls``, the latest MAX_CALLS calls are
+    kept in ``state["calls"]`` for ``step`` to show (kept only where read: a conversation's memory)."""
     key = f"{leaf}:state"
 
     def detect(ctx: DetectionContext) -> list[SignalInstance]:
@@ -205,7 +206,8 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
                         continue
                     instance = step(ctx, state, index, None, False)
                 else:
-                    _remember(state, ctx.absolute_index(index), payload[0], payload[1])
+                    if remember_calls:
+                        _remember(state, ctx.absolute_index(index), payload[0], payload[1])
                     after_unsatisfying = bool(state.get("unsatisfied"))
                     state["unsatisfied"] = False
                     instance = step(ctx, state, index, payload, after_unsatisfying)
@@ -582,7 +584,7 @@ detect_retry = _loop_detector(RETRY, _retry_step)
 detect_retry.__name__ = detect_retry.__qualname__ = "detect_retry"
 detect_parameter_drift = _loop_detector(PARAMETER_DRIFT, _drift_step)
 detect_parameter_drift.__name__ = detect_parameter_drift.__qualname__ = "detect_parameter_drift"
-detect_oscillation = _loop_detector(OSCILLATION, _oscillation_step)
+detect_oscillation = _loop_detector(OSCILLATION, _oscillation_step, remember_calls=True)
 detect_oscillation.__name__ = detect_oscillation.__qualname__ = "detect_oscillation"
 
 

@@ -74,6 +74,9 @@ def test_memory_stays_bounded() -> None:
     for value in memory.values():
         if isinstance(value, dict):
             assert len(value.get("calls", [])) <= 64
+    # Past calls are kept only by the one loop detector that shows them.
+    keeping_calls = {key for key, value in memory.items() if isinstance(value, dict) and value.get("calls")}
+    assert keeping_calls == {f"{tx.OSCILLATION}:state"}
 
 
 def test_trimmed_conversation_keeps_absolute_indices() -> None:
