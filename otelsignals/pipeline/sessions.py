@@ -22,10 +22,10 @@ from otelsignals.model import Message
 # tool-call arguments as JSON characters, its messages, and the conversation itself. The messages,
 # the detectors' prepared text, the history cache and the per-trace records all grow with these.
 # Arguments cost far more than their JSON text: they are kept parsed (a dict, its keys, its values).
-BYTES_PER_TEXT_BYTE = 1.10
-BYTES_PER_ARGUMENT_CHARACTER = 20
-BYTES_PER_MESSAGE = 1140
-BYTES_PER_CONVERSATION = 18_000
+BYTES_PER_TEXT_BYTE = 1.12
+BYTES_PER_ARGUMENT_CHARACTER = 22
+BYTES_PER_MESSAGE = 640
+BYTES_PER_CONVERSATION = 22_000
 
 
 def estimated_bytes(messages: Sequence[Message]) -> int:

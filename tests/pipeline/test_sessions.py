@@ -90,12 +90,12 @@ def test_the_estimate_grows_with_text_storage_arguments_and_messages():
 def test_the_byte_bound_evicts_the_least_recently_active_and_counts_it():
     evicted: list[tuple[str, str]] = []
     store = SessionStore(
-        3600, 100, lambda state, why: evicted.append((state.conversation.key, why)), max_bytes=70_000
+        3600, 100, lambda state, why: evicted.append((state.conversation.key, why)), max_bytes=80_000
     )
     for key in "abcd":
-        _say(store, key, "w" * 2000)  # about 21 KB each
+        _say(store, key, "w" * 2000)  # about 25 KB each
     assert evicted == [("a", "bytes")]
-    assert store.bytes <= 70_000
+    assert store.bytes <= 80_000
     _say(store, "b", "more " * 2000)  # b is now the most recently active: c goes next
     assert evicted[-1] == ("c", "bytes")
     assert sorted(state.conversation.key for state in store) == ["b", "d"]
