@@ -410,6 +410,12 @@ class ConversationState:
         self.compaction_held = held[-COMPACTION_RETRIES:]
         return compacted
 
+    def moved_by_one(self) -> None:
+        """A message was put in front of the conversation: every position counted here moves on."""
+        if self.compacted_upto:
+            self.compacted_upto += 1
+        self.compaction_held = [position + 1 for position in self.compaction_held]
+
     def _index(self, fp: int, spoken: bool = False) -> None:
         if spoken:
             self.last_spoken = len(self.body_fingerprints)
@@ -573,8 +579,8 @@ class _SnapshotInputs:
 
 
 def _split_inputs(state: ConversationState, inputs: list[Message]) -> tuple[_SnapshotInputs, int]:
-    """``inputs`` split into system prompt and body, and how many of the inputs are new: read for
-    this call, not the previous one's history again. A history that resends the previous one (the
+    """``inputs`` split into system prompt and body, and where in the body the messages new to this
+    call start (the ones before end the previous call's history). A history that resends the previous one (the
     same message objects, from the history cache, then more; the leading system prompt may be read
     anew from its own attribute) is split for its new part only."""
     last = state.last_inputs
@@ -596,7 +602,7 @@ def _split_inputs(state: ConversationState, inputs: list[Message]) -> tuple[_Sna
     body += new_body
     fps += fingerprints(new_body)
     state.last_inputs = _SnapshotInputs(list(inputs), system, body, fps)
-    return state.last_inputs, len(new)
+    return state.last_inputs, len(body) - len(new_body)
 
 
 def _leading_system_prompts(messages: list[Message]) -> int:
@@ -628,7 +634,7 @@ def _merge_snapshot(
     """Append the part of a snapshot (a call's history and answer) the conversation does not hold
     yet; ``later`` are the histories of the trace's calls merged after it. Returns 1 when a system
     prompt was put in front of messages already held (their indices moved by one), else 0."""
-    split, read_now = _split_inputs(state, inputs)
+    split, read_from = _split_inputs(state, inputs)
     system = split.system or next((m for m in outputs if m.role is Role.SYSTEM), None)
     answer = [m for m in outputs if m.role is not Role.SYSTEM]
     state.shared.share(answer)
@@ -639,24 +645,46 @@ def _merge_snapshot(
         state.has_system_prompt = True
         if state.conversation.messages:
             state.conversation.messages.insert(0, system)
+            state.moved_by_one()
             inserted_front = 1
         else:
             state.append(system)
     if body:
         first = _first_new(state, split.fingerprints + fingerprints(answer))
+        messages = state.conversation.messages
+        window = messages[-_COUNTERPART_WINDOW:]  # before this call's messages are placed
+        present: set[int] | None = None  # the conversation's messages, when one may come again
         counterparts: dict[int, Message] = {}
+        adopted_from = len(split.body)  # the body's earliest message replaced by the conversation's
         for index in range(first, len(body)):
-            shown = state.place(body[index])
-            if index < len(split.body) and _same_reading(shown, body[index]):
-                counterparts[id(body[index])] = shown
-        # The body's messages read for this call (its last ones) that the conversation held already.
-        new_body = sum(1 for message in inputs[len(inputs) - read_now :] if message.role is not Role.SYSTEM)
-        held = split.body[len(split.body) - new_body : first]
-        if held:
-            _find_counterparts(state.conversation.messages, held, counterparts)
+            message = body[index]
+            if message.fingerprint in state.body_positions:
+                # Said before: a history that no longer aligns may give back the conversation's own
+                # message (the history cache hands those out), to be shown anew as a message of its own.
+                if present is None:
+                    present = {id(held) for held in messages}
+                if id(message) in present:
+                    message = _copy_of(message)
+            shown = state.place(message)
+            if index < len(split.body) and _same_reading(shown, message):
+                counterparts[id(message)] = shown
+                adopted_from = min(adopted_from, index)
+        # The body's messages new to this call that the conversation held already.
+        held_from = max(read_from, first - _COUNTERPART_WINDOW)
+        if held_from < first:
+            earliest = _find_counterparts(window, split.body[held_from:first], counterparts)
+            if earliest is not None:
+                adopted_from = min(adopted_from, held_from + earliest)
         if counterparts:
-            _adopt(state, counterparts, inputs, read_now, new_body, later)
+            _adopt(state, counterparts, inputs, adopted_from, later)
     return inserted_front
+
+
+def _copy_of(message: Message) -> Message:
+    """A message of its own with ``message``'s values (text and tool calls shared, not copied)."""
+    result = message.tool_result
+    copied_result = dataclasses.replace(result) if result is not None else None
+    return dataclasses.replace(message, tool_calls=list(message.tool_calls), tool_result=copied_result)
 
 
 # How far back from the conversation's end a resent message's counterpart is looked for: what a call
@@ -683,51 +711,59 @@ def _same_reading(held: Message, read: Message) -> bool:
     return held_result.call_id == read_result.call_id
 
 
-def _find_counterparts(messages: list[Message], held: list[Message], found: dict[int, Message]) -> None:
-    """Into ``found``: for each of ``held`` (a history's copies of messages the conversation holds,
-    in order) the latest message among the conversation's last _COUNTERPART_WINDOW that reads as
-    it, each used once (matched from the end, so repeated texts pair in order)."""
-    by_value: dict[int, list[Message]] = {}  # by the id of the text, else of the tool-call list
-    for shown in messages[-_COUNTERPART_WINDOW:]:
-        by_value.setdefault(_value_id(shown), []).append(shown)
-    for read in reversed(held):
-        candidates = by_value.get(_value_id(read))
-        if not candidates:
-            continue
-        for index in range(len(candidates) - 1, -1, -1):
-            if _same_reading(candidates[index], read):
-                found[id(read)] = candidates.pop(index)
+def _find_counterparts(window: list[Message], reads: list[Message], found: dict[int, Message]) -> int | None:
+    """Into ``found``: for ``reads`` (a history's messages the conversation holds, in order; copies,
+    or the conversation's own messages already) the messages of ``window`` (the conversation's
+    latest) that read as the copies, in the same order: each read, from the last, is looked for
+    before the message the next one paired with (or was). Returns the index in ``reads`` of the
+    earliest copy paired."""
+    below = len(window)
+    earliest = None
+    for index in range(len(reads) - 1, -1, -1):
+        read = reads[index]
+        text = stored_message_text(read)
+        if (text is None and not read.tool_calls) or (
+            text is not None and len(text) < SHARED_TEXT_MIN_CHARACTERS
+        ):
+            continue  # never shared, so no other message holds this very text
+        for position in range(below - 1, -1, -1):
+            shown = window[position]
+            if shown is read:
+                below = position  # the conversation's own message already
                 break
-
-
-def _value_id(message: Message) -> int:
-    text = stored_message_text(message)
-    return id(text) if text is not None else id(message.tool_calls)
+            if stored_message_text(shown) is text and _same_reading(shown, read):
+                found[id(read)] = shown
+                below, earliest = position, index
+                break
+    return earliest
 
 
 def _adopt(
     state: ConversationState,
     counterparts: dict[int, Message],
     inputs: list[Message],
-    read_now: int,
-    new_body: int,
+    adopted_from: int,
     later: list[list[Message]],
 ) -> None:
     """Replace a history's copies by the conversation's own messages (``counterparts``: by the
     copy's id) wherever the next histories are read from or compared with: the history cache, the
-    latest split and the ``later`` histories of this trace. They sit where this call's new messages
-    are: the last ``read_now`` of ``inputs`` (in the history cache, up to its leading system prompts
-    earlier: a reader may read those from an attribute of their own), the last ``new_body`` of the
-    split's body. A copy would otherwise keep the text alive, and the conversation's message could
-    never be compacted."""
-    start, end = len(inputs) - read_now, len(inputs)
-    state.decoder_memory.histories.adopt(counterparts, start - _leading_system_prompts(inputs), end)
+    latest split and the ``later`` histories of this trace. A copy would otherwise keep the text
+    alive, and the conversation's message could never be compacted.
+
+    The copies are the split body's messages from ``adopted_from`` on; in a list of messages they sit
+    after its leading system prompts (a reader may read those from an attribute of their own, into the
+    inputs only), or, in the history cache, as many from its end when the inputs were cut to their
+    latest messages (limits.py). Replacing only the objects named by id, a position looked at in vain
+    changes nothing."""
+    lead = _leading_system_prompts(inputs)
+    end = len(inputs)
+    state.decoder_memory.histories.adopt(counterparts, adopted_from, end)
     for history in later:
-        adopt_in(history, counterparts, start, end)
+        adopt_in(history, counterparts, adopted_from, end + _leading_system_prompts(history))
     last = state.last_inputs
     if last is not None:
-        adopt_in(last.messages, counterparts, start, end)
-        adopt_in(last.body, counterparts, len(last.body) - new_body, len(last.body))
+        adopt_in(last.messages, counterparts, adopted_from + lead, end)
+        adopt_in(last.body, counterparts, adopted_from, len(last.body))
 
 
 def _first_new(state: ConversationState, snapshot: list[int]) -> int:

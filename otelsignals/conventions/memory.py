@@ -143,17 +143,17 @@ class HistoryCache:
 
     def adopt(self, replacements: Mapping[int, Message], start: int, end: int) -> None:
         """Hand back ``replacements[id(message)]`` instead of ``message`` from now on, at the
-        positions ``start`` to ``end`` of every history remembered. The conversation gives its own
-        message for a history's copy of it that reads the same, so that the copy does not keep the
-        message's text alive. (The spans of one trace are all read before any is merged: a later
-        call's history extends the one whose copies are adopted, the same objects at the same
-        positions, then more.)"""
-        for json_histories in self._last.values():
-            for history in json_histories:
-                adopt_in(history.messages, replacements, start, end)
-        for branches in self._indexed.values():
-            for branch in branches:
-                adopt_in(branch.messages, replacements, start, end)
+        positions ``start`` to ``end`` of every history remembered, and as many from its end (the
+        reader may have read only its latest messages). The conversation gives its own message for a
+        history's copy of it that reads the same, so that the copy does not keep the message's text
+        alive. (The spans of one trace are all read before any is merged: a later call's history
+        extends the one whose copies are adopted, the same objects at the same positions.)"""
+        histories = [h.messages for remembered in self._last.values() for h in remembered]
+        histories += [branch.messages for branches in self._indexed.values() for branch in branches]
+        for messages in histories:
+            adopt_in(messages, replacements, start, end)
+            if len(messages) > end:
+                adopt_in(messages, replacements, len(messages) - (end - start), len(messages))
 
 
 def adopt_in(messages: list[Message], replacements: Mapping[int, Message], start: int, end: int) -> None:
