@@ -415,6 +415,7 @@ class ConversationState:
         if self.compacted_upto:
             self.compacted_upto += 1
         self.compaction_held = [position + 1 for position in self.compaction_held]
+        self.trace_message_ends = {trace: end + 1 for trace, end in self.trace_message_ends.items()}
 
     def _index(self, fp: int, spoken: bool = False) -> None:
         if spoken:
@@ -589,13 +590,20 @@ def _split_inputs(state: ConversationState, inputs: list[Message]) -> tuple[_Sna
     if last is not None:
         skip_last = _leading_system_prompts(last.messages)
         held = len(last.messages) - skip_last
-        if held and len(inputs) - skip >= held and inputs[skip : skip + held] == last.messages[skip_last:]:
+        if (
+            held
+            and len(inputs) - skip >= held
+            and _may_equal(inputs[skip], last.messages[skip_last])
+            and inputs[skip : skip + held] == last.messages[skip_last:]
+        ):
             # The previous split is replaced by this one: its lists are extended rather than copied.
             new, body, fps = inputs[skip + held :], last.body, last.fingerprints
             system = inputs[0] if skip else last.system
     if skip and new is not inputs:
         state.shared.share(inputs[:skip])  # a system prompt, read anew with every call
-    state.shared.share(new)
+    # The latest first: a long history read whole must not push the previous answer's text out of the
+    # recent texts before its copy (near the end) is shared with it.
+    state.shared.share(reversed(new))
     new_body = [m for m in new if m.role is not Role.SYSTEM]
     if system is None and len(new_body) < len(new):
         system = next(m for m in new if m.role is Role.SYSTEM)
@@ -603,6 +611,13 @@ def _split_inputs(state: ConversationState, inputs: list[Message]) -> tuple[_Sna
     fps += fingerprints(new_body)
     state.last_inputs = _SnapshotInputs(list(inputs), system, body, fps)
     return state.last_inputs, len(body) - len(new_body)
+
+
+def _may_equal(read: Message, held: Message) -> bool:
+    """Whether two messages are worth comparing by value: the same object, or neither compacted (a
+    history cut to its latest messages starts elsewhere, and comparing it with a compacted message
+    would expand that message's text to find out)."""
+    return read is held or (read.__class__ is Message and held.__class__ is Message)
 
 
 def _leading_system_prompts(messages: list[Message]) -> int:
@@ -658,9 +673,10 @@ def _merge_snapshot(
         adopted_from = len(split.body)  # the body's earliest message replaced by the conversation's
         for index in range(first, len(body)):
             message = body[index]
-            if message.fingerprint in state.body_positions:
-                # Said before: a history that no longer aligns may give back the conversation's own
-                # message (the history cache hands those out), to be shown anew as a message of its own.
+            if read_from == 0 and message.fingerprint in state.body_positions:
+                # Said before, in a history that does not continue the previous one: it may give back
+                # the conversation's own message (the history cache hands those out), to be shown anew
+                # as a message of its own. (A continued history's new messages were read for this call.)
                 if present is None:
                     present = {id(held) for held in messages}
                 if id(message) in present:
@@ -681,15 +697,26 @@ def _merge_snapshot(
 
 
 def _copy_of(message: Message) -> Message:
-    """A message of its own with ``message``'s values (text and tool calls shared, not copied)."""
+    """A message of its own with ``message``'s values. Its text is a string of its own (one text held
+    by two messages would keep both from being compacted), shared with its tool result as before."""
+    text = message.content
+    own_text = (
+        None if text is None else text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+    )
     result = message.tool_result
-    copied_result = dataclasses.replace(result) if result is not None else None
-    return dataclasses.replace(message, tool_calls=list(message.tool_calls), tool_result=copied_result)
+    copied_result = None
+    if result is not None:
+        result_text = result.content
+        copied_result = dataclasses.replace(result, content=own_text if result_text == text else result_text)
+    return dataclasses.replace(
+        message, content=own_text, tool_calls=list(message.tool_calls), tool_result=copied_result
+    )
 
 
 # How far back from the conversation's end a resent message's counterpart is looked for: what a call
 # resends anew is the previous answer and the tool results since, a few messages back.
 _COUNTERPART_WINDOW = 64
+_FEW_READS = 4  # up to this many, the window is scanned for each; beyond, its texts are tabled first
 
 
 def _same_reading(held: Message, read: Message) -> bool:
@@ -719,6 +746,8 @@ def _find_counterparts(window: list[Message], reads: list[Message], found: dict[
     earliest copy paired."""
     below = len(window)
     earliest = None
+    # Many reads (a history read whole): only those whose very text a window message holds are looked for.
+    texts = {id(stored_message_text(shown)) for shown in window} if len(reads) > _FEW_READS else None
     for index in range(len(reads) - 1, -1, -1):
         read = reads[index]
         text = stored_message_text(read)
@@ -726,6 +755,8 @@ def _find_counterparts(window: list[Message], reads: list[Message], found: dict[
             text is not None and len(text) < SHARED_TEXT_MIN_CHARACTERS
         ):
             continue  # never shared, so no other message holds this very text
+        if texts is not None and id(text) not in texts:
+            continue
         for position in range(below - 1, -1, -1):
             shown = window[position]
             if shown is read:

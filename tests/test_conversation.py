@@ -506,6 +506,22 @@ def test_the_conversation_after_a_trace_survives_trimming() -> None:
     assert state.conversation_after("unknown") is None
 
 
+def test_the_conversation_after_a_trace_survives_a_system_prompt_put_in_front() -> None:
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", [chat(1, [user("q0")], [assistant("a0")])])
+    state.record_trace_end("t1")
+    system = Message(Role.SYSTEM, "You are the planner.")
+    apply_trace(state, b"t2", [chat(2, [system, user("q0"), assistant("a0"), user("q1")], [assistant("a1")])])
+    assert texts(state)[0] == ("system", "You are the planner.")  # every message moved by one
+    after = state.conversation_after("t1")
+    assert after is not None
+    assert [(m.role.value, m.content) for m in after.messages] == [
+        ("system", "You are the planner."),
+        ("user", "q0"),
+        ("assistant", "a0"),
+    ]
+
+
 def test_the_conversation_after_a_trace_keeps_what_the_spans_said_of_it() -> None:
     """The offered tools come along (a trace-level tool_correctness needs them); the model calls of
     later traces do not."""

@@ -8,8 +8,9 @@ from collections import Counter
 from typing import Any
 
 import orjson
+import pytest
 
-from otelsignals.compaction import is_compacted
+from otelsignals.compaction import is_compacted, stored_message_text
 from otelsignals.conventions.base import SpanReading, SpanView
 from otelsignals.conventions.genai import GENAI_READER
 from otelsignals.conversation import ConversationState, apply_trace
@@ -104,6 +105,10 @@ def test_a_history_that_no_longer_aligns_does_not_show_a_message_twice():
     messages = state.conversation.messages
     assert len(messages) == 12
     assert len({id(message) for message in messages}) == len(messages)
+    # The first answer shown again is a copy with a text of its own: one string held by both messages
+    # would keep either from being compacted.
+    assert messages[7].content == messages[1].content
+    assert stored_message_text(messages[7]) is not stored_message_text(messages[1])
 
 
 def test_a_system_prompt_put_in_front_keeps_the_retries_on_the_right_messages():
@@ -127,14 +132,16 @@ def test_a_system_prompt_put_in_front_keeps_the_retries_on_the_right_messages():
     assert is_compacted(held_message)
 
 
-def test_copies_are_adopted_when_only_the_latest_messages_were_read():
+@pytest.mark.parametrize("kept", [10, 40])
+def test_copies_are_adopted_when_only_the_latest_messages_were_read(kept: int):
     """The span limits cut a long history to its latest messages: the copies still give way in the
-    history cache, which holds the whole history."""
-    limits = TextLimits(max_messages_per_span=10)
+    history cache, which holds the whole history (also when the messages read hold more long texts
+    than the recent-text cache keeps)."""
+    limits = TextLimits(max_messages_per_span=kept)
     state = ConversationState.new("c")
     history: list[dict[str, Any]] = []
     for turn in range(30):
-        history.append(user(f"question {turn}"))
+        history.append(user(f"question {turn}" + DETAILS))
         apply_trace(state, b"t%d" % turn, [chat(state, history, f"answer {turn}" + DETAILS, limits=limits)])
         history.append(assistant(f"answer {turn}" + DETAILS))
     cached = remembered_histories(state)[0]
