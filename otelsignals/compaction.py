@@ -10,6 +10,7 @@ pending tool result) sees the same message; a plain message pays nothing for thi
 
 from __future__ import annotations
 
+import struct
 import zlib
 from collections.abc import Callable, Sequence
 from enum import Enum
@@ -22,7 +23,9 @@ _MESSAGE_CONTENT = Message.__dict__["content"]  # the slot itself, under the pro
 _RESULT_CONTENT = ToolResult.__dict__["content"]
 COMPACT_MIN_CHARACTERS = 64  # shorter texts cost less kept as they are
 # Compacted text starts with its length in characters, so that a length is known without expanding.
-_LENGTH_BYTES = 4
+_LENGTH = struct.Struct("<I")
+_LENGTH_BYTES = _LENGTH.size
+_length_of: Callable[[bytes], tuple[int]] = _LENGTH.unpack_from
 
 
 class _Expansions:
@@ -80,14 +83,21 @@ def content_length(message: Message) -> int:
     """``len(message.content or "")``, without expanding compacted text."""
     stored = stored_message_text(message)
     if stored.__class__ is bytes:
-        return int.from_bytes(stored[:_LENGTH_BYTES], "little")
+        return _length_of(stored)[0]
     return len(stored) if stored else 0
 
 
 def content_lengths(messages: Sequence[Message]) -> list[int]:
-    """:func:`content_length` of each message (a plain message's without a call: a resent
-    history's hundreds of messages are measured on every model call)."""
-    return [len(m.content or "") if m.__class__ is Message else content_length(m) for m in messages]
+    """:func:`content_length` of each message, without a call of it (a resent history's hundreds of
+    messages, most compacted once it is long, are measured on every model call)."""
+    return [
+        len(m.content or "")
+        if m.__class__ is Message
+        else _length_of(stored_message_text(m))[0]  # type: ignore[arg-type]
+        if m.__class__ is CompactedMessage
+        else content_length(m)
+        for m in messages
+    ]
 
 
 class Outcome(Enum):
@@ -136,9 +146,7 @@ def _packed(text: str | None) -> bytes | None:
     """``text`` compacted, when it is long and smaller so."""
     if text is None or len(text) < COMPACT_MIN_CHARACTERS:
         return None
-    packed = len(text).to_bytes(_LENGTH_BYTES, "little") + zlib.compress(
-        text.encode("utf-8", "surrogatepass"), 1
-    )
+    packed = _LENGTH.pack(len(text)) + zlib.compress(text.encode("utf-8", "surrogatepass"), 1)
     return packed if getsizeof(packed) < getsizeof(text) else None
 
 
