@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import itertools
 import re
 import ssl
 from concurrent.futures import ThreadPoolExecutor
@@ -108,7 +109,10 @@ class GrpcSender:
     exporter consumer): grpc.aio compresses a request on the event loop with the GIL held, so a
     4 MiB batch's gzip stalled every other thread, the analysis included, while a blocking call
     releases it (bench/grpc_compression_stall.py). grpc's future API avoids the stall too, but
-    measured slower on the agent workload (0.67 of the bare forwarder's throughput against 0.84)."""
+    measured slower on the agent workload (0.67 of the bare forwarder's throughput against 0.84).
+
+    One connection per consumer, used in turn: over one connection, gzipped batches went out one
+    after another, and a batch waited for the ones before it (bench/grpc_connections.py)."""
 
     def __init__(self, config: ExporterConfig) -> None:
         target = re.sub(r"^(grpc|https?)://", "", config.endpoint).rstrip("/")
@@ -118,7 +122,10 @@ class GrpcSender:
             # Reconnect quickly after a downstream restart; the exporter's backoff paces retries.
             ("grpc.initial_reconnect_backoff_ms", 200),
             ("grpc.max_reconnect_backoff_ms", 2000),
+            # A connection of each channel's own: channels to one target share one by default.
+            ("grpc.use_local_subchannel_pool", 1),
         ]
+        consumers = config.queue.num_consumers
         tls = config.tls
         if config.endpoint.startswith("https://") or not tls.insecure:
             credentials = grpc.ssl_channel_credentials(
@@ -126,22 +133,28 @@ class GrpcSender:
                 private_key=_read_optional(tls.key_file),
                 certificate_chain=_read_optional(tls.cert_file),
             )
-            self._channel = grpc.secure_channel(target, credentials, options=options)
+            self._channels = [
+                grpc.secure_channel(target, credentials, options=options) for _ in range(consumers)
+            ]
         else:
-            self._channel = grpc.insecure_channel(target, options=options)
+            self._channels = [grpc.insecure_channel(target, options=options) for _ in range(consumers)]
         self._compression = grpc.Compression.Gzip if config.compression == "gzip" else None
         self._metadata = tuple((k.lower(), v) for k, v in config.headers.items())
         self._timeout = config.timeout
         # No (de)serializers: the calls send and return the encoded bytes.
-        self._calls: dict[str, grpc.UnaryUnaryMultiCallable] = {
-            signal: self._channel.unary_unary(method, request_serializer=None, response_deserializer=None)
-            for signal, method in GRPC_METHODS.items()
-        }
-        self._threads = ThreadPoolExecutor(config.queue.num_consumers, thread_name_prefix="otlp-grpc")
+        self._calls: list[dict[str, grpc.UnaryUnaryMultiCallable]] = [
+            {
+                signal: channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+                for signal, method in GRPC_METHODS.items()
+            }
+            for channel in self._channels
+        ]
+        self._next_connection = itertools.cycle(self._calls)  # sends start on the event loop only
+        self._threads = ThreadPoolExecutor(consumers, thread_name_prefix="otlp-grpc")
 
     async def send(self, signal: str, body: bytes) -> SendResult:
         call = partial(
-            self._calls[signal],
+            next(self._next_connection)[signal],
             body,
             timeout=self._timeout,
             metadata=self._metadata,
@@ -164,7 +177,8 @@ class GrpcSender:
         return SendResult(True, rejected_spans=_rejected_count(signal, payload))
 
     async def close(self) -> None:
-        self._channel.close()  # calls still in flight end at once (CANCELLED)
+        for channel in self._channels:
+            channel.close()  # calls still in flight end at once (CANCELLED)
         self._threads.shutdown(wait=False, cancel_futures=True)
 
 
