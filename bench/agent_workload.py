@@ -32,7 +32,7 @@ Two phases per target, each with half of the conversations (same mix of lengths 
    utime + stime from /proc, every thread included, first request sent → last span at the sink);
 2. paced: open loop at 50 % of the sidecar's unpaced throughput in turns/s (the same rate for
    both targets): added latency = first send of a trace's request → its last span at the sink
-   (so it includes the sidecar's export batching, ``exporter.batch.timeout`` 200 ms by default).
+   (so it includes the sidecar's export batching, ``exporter.batch.timeout``, 20 ms by default).
 
 Memory: the target's VmHWM, and for the sidecar the RSS growth from ready to the end of the run
 divided by ``otelsignals_sessions_active`` (every conversation is still held: ``sessions.ttl`` 30 m).
