@@ -4,15 +4,17 @@
 
 The exporter's consumers (otelsignals/pipeline/senders.py, GrpcSender) call grpc's blocking API on
 a pool of 4 threads, with gzip. This sends bench/agent_workload.py's requests, two turns per batch
-(~600 KB, as the exporter's 50 ms batches hold at ~40 turns/s), at a fixed rate (open loop) from such
-a pool to a gRPC server in another process that answers at once, while a busy Python thread stands
-in for the analysis; it reports each setting's call latency (p50 / p99 / max, from the call's start
-on its thread to the answer). Settings alternate, ``--rounds`` times each:
+(~600 KB: what a 50 ms batch held at ~40 turns/s; at the 20 ms default a batch holds about one
+turn), at a fixed rate (open loop) from such a pool to a gRPC server in another process that answers
+at once, while a busy Python thread stands in for the analysis; it reports each setting's call
+latency (p50 / p99 / max, from the call's start on its thread to the answer: the wait for a free
+thread, which the sidecar's delivery histogram counts, is left out). Settings alternate, ``--rounds``
+times each:
 
 - ``1 connection``: the 4 threads share one channel (grpc's default: channels to one target share
   one connection, too);
-- ``4 connections``: a channel per thread, each with its own connection
-  (``grpc.use_local_subchannel_pool``), used in turn as GrpcSender does.
+- ``4 connections``: four channels, each with its own connection (``grpc.use_local_subchannel_pool``),
+  each call on one no other call is using, as GrpcSender does.
 
 Markdown to stdout.
 """
@@ -20,6 +22,7 @@ Markdown to stdout.
 from __future__ import annotations
 
 import argparse
+import queue
 import subprocess
 import sys
 import threading
@@ -67,18 +70,26 @@ def batches(count: int) -> list[bytes]:
 
 def send_all(port: int, connections: int, payloads: list[bytes], rate: float) -> list[float]:
     """Call latencies (s) of ``payloads`` sent at ``rate`` per second from THREADS threads over
-    ``connections`` connections, used in turn."""
+    ``connections`` connections (one shared, or one idle one per call)."""
     options = [("grpc.max_send_message_length", -1), ("grpc.use_local_subchannel_pool", 1)]
     channels = [grpc.insecure_channel(f"127.0.0.1:{port}", options=options) for _ in range(connections)]
     calls = [
         channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
         for channel in channels
     ]
+    idle: queue.Queue[grpc.UnaryUnaryMultiCallable] = queue.Queue()
+    for call in calls:
+        idle.put(call)
     latencies: list[float] = []
 
-    def send(index: int, payload: bytes) -> None:
+    def send(payload: bytes) -> None:
         started = time.perf_counter()
-        calls[index % connections](payload, timeout=60, compression=grpc.Compression.Gzip)
+        call = calls[0] if connections == 1 else idle.get()  # as many connections as threads, else one
+        try:
+            call(payload, timeout=60, compression=grpc.Compression.Gzip)
+        finally:
+            if connections > 1:
+                idle.put(call)
         latencies.append(time.perf_counter() - started)
 
     with ThreadPoolExecutor(THREADS) as pool:
@@ -88,7 +99,7 @@ def send_all(port: int, connections: int, payloads: list[bytes], rate: float) ->
             delay = start + index / rate - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            pending.append(pool.submit(send, index, payload))
+            pending.append(pool.submit(send, payload))
         for future in pending:
             future.result()
     for channel in channels:
