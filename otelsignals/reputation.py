@@ -25,6 +25,7 @@ withheld, ``calibration`` is ``"N/50"``), ``active`` (``calibration`` to ``windo
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -150,9 +151,13 @@ def latency_score(latency_ms: float, config: ReputationConfig) -> float:
 
 
 def current_streak(window: Sequence[Evaluation]) -> int:
+    return _streak([e.passed for e in window])
+
+
+def _streak(passed: Sequence[bool]) -> int:
     n = 0
-    for evaluation in reversed(window):
-        if not evaluation.passed:
+    for ok in reversed(passed):
+        if not ok:
             break
         n += 1
     return n
@@ -170,13 +175,19 @@ def lifecycle_of(total_count: int, config: ReputationConfig) -> Lifecycle:
 
 def components(window: Sequence[Evaluation], config: ReputationConfig) -> dict[str, float]:
     """The four normalised components in [0, 1] (all 0 for an empty window)."""
-    n = len(window)
+    return _components([e.passed for e in window], [e.latency_ms for e in window], config)
+
+
+def _components(
+    passed: Sequence[bool], latencies: Sequence[float], config: ReputationConfig
+) -> dict[str, float]:
+    n = len(passed)
     if n == 0:
         return dict.fromkeys(WEIGHTS, 0.0)
     return {
-        "pass_rate": sum(1 for e in window if e.passed) / n,
-        "latency": latency_score(aggregate_latency([e.latency_ms for e in window], config), config),
-        "streak": clamp01(current_streak(window) / config.streak_target),
+        "pass_rate": sum(passed) / n,
+        "latency": latency_score(aggregate_latency(latencies, config), config),
+        "streak": clamp01(_streak(passed) / config.streak_target),
         "volume": clamp01(n / config.window),
     }
 
@@ -206,7 +217,19 @@ def reputation(
         agent_id = window[0].agent_id
     if any(e.agent_id != agent_id for e in window):
         raise ValueError(f"the window holds evaluations of agents other than {agent_id!r}")
-    total_count = max(int(total_count), len(window))
+    return _reputation(
+        agent_id, [e.passed for e in window], [e.latency_ms for e in window], total_count, config
+    )
+
+
+def _reputation(
+    agent_id: str,
+    passed: Sequence[bool],
+    latencies: Sequence[float],
+    total_count: int,
+    config: ReputationConfig,
+) -> Reputation:
+    total_count = max(int(total_count), len(passed))
     lifecycle = lifecycle_of(total_count, config)
     if lifecycle in ("new", "calibrating"):
         return Reputation(
@@ -215,16 +238,61 @@ def reputation(
             lifecycle=lifecycle,
             eval_count=total_count,
             window_size=config.window,
-            window_entries=len(window),
+            window_entries=len(passed),
             calibration=f"{total_count}/{config.calibration}" if lifecycle == "calibrating" else None,
         )
-    parts = components(window, config)
+    parts = _components(passed, latencies, config)
     return Reputation(
         agent_id=agent_id,
         score=score_of(parts),
         lifecycle=lifecycle,
         eval_count=total_count,
         window_size=config.window,
-        window_entries=len(window),
+        window_entries=len(passed),
         components=parts,
     )
+
+
+class AgentWindow:
+    """An agent's newest evaluations as one process follows them between reads of the shared store.
+
+    The store numbers an agent's evaluations 1, 2, 3… across every replica that writes to it (the
+    number is the agent's count once it is recorded). As long as the numbers this process records
+    follow each other, no one else wrote and the window is the store's own, with no read;
+    :meth:`append` refuses a number that skips (another replica recorded in between) and the
+    caller then reads what it missed, the entries numbered above :attr:`total`, and passes them
+    to :meth:`extend`. Only what the score uses is kept: pass/fail and latency.
+    """
+
+    __slots__ = ("_latencies", "_passed", "agent_id", "total")
+
+    def __init__(self, agent_id: str, size: int) -> None:
+        if size < 1:
+            raise ValueError("size must be >= 1")
+        self.agent_id = agent_id
+        self.total = 0  # the number of the newest evaluation kept: the agent's count
+        self._passed: deque[bool] = deque(maxlen=size)
+        self._latencies: deque[float] = deque(maxlen=size)
+
+    def append(self, number: int, evaluation: Evaluation) -> bool:
+        """Keep the evaluation the store numbered ``number``; False, keeping nothing, when that is
+        not the next number."""
+        if number != self.total + 1:
+            return False
+        self._passed.append(evaluation.passed)
+        self._latencies.append(evaluation.latency_ms)
+        self.total = number
+        return True
+
+    def extend(self, newer: Sequence[Evaluation], total: int) -> None:
+        """Keep the store's entries numbered above :attr:`total` (``newer``, oldest first) now that its
+        count is ``total``; ``newer`` may be only the newest of them, as the store trims its window."""
+        if total < self.total or len(newer) > total - self.total:
+            raise ValueError(f"entries {self.total + 1}..{total} cannot be {len(newer)} entries")
+        self._passed.extend(e.passed for e in newer)
+        self._latencies.extend(e.latency_ms for e in newer)
+        self.total = total
+
+    def reputation(self, config: ReputationConfig) -> Reputation:
+        """:func:`reputation` of the window (``config.window`` must not exceed its size)."""
+        return _reputation(self.agent_id, self._passed, self._latencies, self.total, config)

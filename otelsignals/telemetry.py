@@ -148,6 +148,14 @@ class Telemetry:
             "Evaluations the reputation store failed to record.",
             registry=r,
         )
+        self.reputation_window_reads = Counter(
+            "otelsignals_reputation_window_reads",
+            "Agent windows read back from the reputation store, by reason: first_seen (whole, an agent "
+            "this process had not followed yet), other_writer (the entries another replica recorded), "
+            "store_reset (whole, the store's count went back).",
+            ["reason"],
+            registry=r,
+        )
         self.conversation_turns = Histogram(
             "otelsignals_conversation_turns",
             "Turn count (user + assistant) of conversations as each trace is analysed.",

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otelsignals.reputation import (
+    AgentWindow,
     Evaluation,
     ReputationConfig,
     components,
@@ -255,3 +256,41 @@ def test_the_mean_latency_does_not_depend_on_the_window_order() -> None:
     forward = [ev(True, lat, float(i)) for i, lat in enumerate(latencies)]
     backward = list(reversed(forward))
     assert components(forward, CFG)["latency"] == components(backward, CFG)["latency"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), st.floats(0, 20_000)), max_size=40),
+    st.sampled_from(["mean", "percentile"]),
+)
+def test_a_followed_window_scores_as_the_whole_window(
+    items: list[tuple[bool, float]], aggregate: str
+) -> None:
+    config = ReputationConfig(window=12, calibration=3, streak_target=4, latency_aggregate=aggregate)  # type: ignore[arg-type]
+    evaluations = [ev(passed, latency, float(i)) for i, (passed, latency) in enumerate(items)]
+    followed = AgentWindow("a", config.window)
+    for number, evaluation in enumerate(evaluations, 1):
+        assert followed.append(number, evaluation)
+        assert followed.total == number
+        assert followed.reputation(config) == reputation(evaluations[:number], number, config, agent_id="a")
+
+
+def test_a_followed_window_refuses_a_number_that_skips_and_takes_what_it_missed() -> None:
+    config = ReputationConfig(window=4, calibration=1)
+    followed = AgentWindow("a", config.window)
+    assert followed.append(1, ev(True, 100.0))
+    assert not followed.append(3, ev(False, 300.0))  # number 2 was recorded elsewhere
+    assert not followed.append(1, ev(False, 300.0))  # and an old number is no next one
+    assert followed.total == 1
+    # What the store gives for "numbered above 1" once its count is 6: the newest 4 of 2..6 (trimmed).
+    newer = [ev(False, 300.0), ev(True, 400.0), ev(True, 500.0), ev(True, 600.0)]
+    followed.extend(newer, 6)
+    assert followed.total == 6
+    assert followed.reputation(config) == reputation(newer, 6, config, agent_id="a")
+    assert followed.append(7, ev(True, 700.0))
+    with pytest.raises(ValueError):
+        followed.extend([ev(), ev()], 8)  # two entries cannot be numbered 8..8
+    with pytest.raises(ValueError):
+        followed.extend([], 5)  # the count never goes back
+    with pytest.raises(ValueError):
+        AgentWindow("a", 0)

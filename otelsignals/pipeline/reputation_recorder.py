@@ -3,9 +3,15 @@
 Store writes (a local SQLite file, or Redis / PostgreSQL shared by replicas) happen on one writer
 thread fed by a bounded queue, so a slow store never stalls the pipeline: when the queue is full the
 evaluation is dropped and counted. The writer takes everything waiting at once (up to
-``BATCH_MAX``), records it in one transaction / round trip, and then recomputes each agent's
-reputation from the store's window (which other replicas may also have written to) once per batch,
-not once per turn, and keeps it for the enricher: under load the store is read once per batch.
+``BATCH_MAX``) and records it in one transaction / round trip.
+
+Each agent's window is followed in memory (``reputation.AgentWindow``, up to ``AGENTS_FOLLOWED``
+agents, the least recently written forgotten first) and its reputation recomputed from it once per
+batch, for the enricher. The store is read back only for what this process did not write: an
+agent's whole window the first time it is seen (unless this is its first evaluation anywhere), and
+the entries other replicas recorded in between (the sequence numbers the store gives back skip).
+So the reputation stays the store's own, across replicas, and a single process never reads at all
+(``otelsignals_reputation_window_reads_total`` counts the reads, by reason).
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ import logging
 import queue
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 from otelsignals.analysis import Analysis
 from otelsignals.config import ConfigError, StoreConfig
 from otelsignals.conversation import UNKNOWN_AGENT
-from otelsignals.reputation import Evaluation, Reputation, ReputationConfig, reputation
+from otelsignals.reputation import AgentWindow, Evaluation, Reputation, ReputationConfig, reputation
 from otelsignals.stores import ReputationStore, open_store
 from otelsignals.telemetry import Telemetry
 
@@ -30,6 +37,8 @@ FAILING_QUALITIES = ("poor", "severe")
 _STOP = object()
 # Evaluations recorded in one transaction at most.
 BATCH_MAX = 512
+# Agents whose window is followed in memory (a window is ~40 bytes per evaluation: 20 KB at 500).
+AGENTS_FOLLOWED = 1_000
 
 
 def evaluation_of(analysis: Analysis, at: float) -> Evaluation:
@@ -72,6 +81,8 @@ class ReputationRecorder:
         self.store = store
         self._pending: queue.Queue[object] = queue.Queue(maxsize=config.max_pending)
         self._latest: dict[str, Reputation] = {}
+        # The agents' windows, the least recently written first (the first forgotten).
+        self._windows: OrderedDict[str, AgentWindow] = OrderedDict()
         self._writer = threading.Thread(target=self._write_forever, name="reputation-writer", daemon=True)
 
     def start(self) -> None:
@@ -126,29 +137,74 @@ class ReputationRecorder:
 
     def _write(self, evaluations: list[Evaluation]) -> None:
         try:
-            self.store.record_many(evaluations)
-            written = evaluations
+            numbers = self.store.record_many(evaluations)
+            written = list(zip(evaluations, numbers, strict=True))
         except Exception:  # one bad evaluation must not cost the batch: one by one, to know which
-            written = [e for e in evaluations if self._write_one(e)]
+            written = [(e, n) for e in evaluations if (n := self._write_one(e)) is not None]
         if not written:
             return
+        self._follow(written)
+        # Counted once the reputation is up to date: who sees the count sees the reputation.
         self.telemetry.reputation_recorded.inc(len(written))
         self.telemetry.problems.recovered("reputation_store_error", "the reputation store records again")
-        for agent_id in dict.fromkeys(e.agent_id for e in written):
-            try:
-                window, total = self.store.window(agent_id)
-            except Exception as exc:
-                self._store_failed(exc, 0)
-                continue
-            self._latest[agent_id] = reputation(window, total, self.config, agent_id=agent_id)
 
-    def _write_one(self, evaluation: Evaluation) -> bool:
+    def _follow(self, written: list[tuple[Evaluation, int]]) -> None:
+        """Bring each agent's window up to date with what was just recorded, and its reputation."""
+        windows = self._windows
+        missed: dict[str, str] = {}  # agent -> why its window is read from the store
+        for evaluation, number in written:
+            agent_id = evaluation.agent_id
+            if agent_id in missed:
+                continue  # the read brings this one too
+            window = windows.get(agent_id)
+            if window is None and number == 1:  # its first evaluation anywhere: nothing to read
+                window = windows[agent_id] = AgentWindow(agent_id, self.config.window)
+            if window is None:
+                missed[agent_id] = "first_seen"
+            elif window.append(number, evaluation):
+                windows.move_to_end(agent_id)
+            else:
+                missed[agent_id] = "other_writer" if number > window.total else "store_reset"
+        for agent_id, reason in missed.items():
+            self._read_back(agent_id, reason)
+        for agent_id in dict.fromkeys(e.agent_id for e, _ in written):
+            window = windows.get(agent_id)
+            if window is not None:
+                self._latest[agent_id] = window.reputation(self.config)
+        while len(windows) > AGENTS_FOLLOWED:
+            forgotten, _ = windows.popitem(last=False)
+            self._latest.pop(forgotten, None)
+
+    def _read_back(self, agent_id: str, reason: str) -> None:
+        """Bring the agent's window up to the store's: the entries it lacks, or all of it."""
+        reads = self.telemetry.reputation_window_reads
+        window = self._windows.pop(agent_id, None)
         try:
-            self.store.record_many([evaluation])
+            if window is not None and reason == "other_writer":
+                reads.labels(reason).inc()
+                entries, total = self.store.window_since(agent_id, window.total)
+                if total >= window.total:
+                    window.extend(entries, total)
+                    self._windows[agent_id] = window
+                    return
+                reason = "store_reset"  # its count went back: emptied and written again since
+            reads.labels(reason).inc()
+            entries, total = self.store.window(agent_id)
+        except Exception as exc:
+            self._store_failed(exc, 0)  # forgotten: read whole at its next evaluation
+            self._latest.pop(agent_id, None)
+            return
+        window = AgentWindow(agent_id, self.config.window)
+        window.extend(entries, total)
+        self._windows[agent_id] = window
+
+    def _write_one(self, evaluation: Evaluation) -> int | None:
+        try:
+            (number,) = self.store.record_many([evaluation])
         except Exception as exc:
             self._store_failed(exc, 1)
-            return False
-        return True
+            return None
+        return number
 
     def _store_failed(self, exc: Exception, evaluations: int) -> None:
         """The store is outside us: keep serving, count what was not recorded, say so (rate-limited)."""

@@ -3,7 +3,10 @@
 Every store keeps, per agent, the newest ``window_size`` evaluations (oldest first) and the total
 number of evaluations ever recorded. ``record`` is atomic: appending to the window, dropping the
 entries beyond ``window_size`` (oldest first) and incrementing the count happen together or not at
-all, so several replicas writing to one store at once end with the exact window and count.
+all, so several replicas writing to one store at once end with the exact window and count. The count
+an evaluation brings the agent to is its sequence number (1, 2, 3… whoever wrote it):
+``record_many`` returns them, and ``window_since`` reads only the entries numbered above one, so that
+a replica can follow the window without reading it all again (``reputation.AgentWindow``).
 
 Stores also keep JSON documents (eval runs) with the time each was last written, so that
 ``prune_documents`` can enforce retention by age and by count on every backend alike.
@@ -32,12 +35,18 @@ class ReputationStore(Protocol):
         """Append to the agent's window, drop beyond ``window_size`` oldest-first, count it; atomic."""
         ...
 
-    def record_many(self, evaluations: Sequence[Evaluation]) -> None:
-        """``record`` for each, in order, in one round trip (one transaction on SQL stores)."""
+    def record_many(self, evaluations: Sequence[Evaluation]) -> list[int]:
+        """``record`` for each, in order, in one round trip (one transaction on SQL stores); returns
+        each evaluation's sequence number, its agent's count once it was recorded."""
         ...
 
     def window(self, agent_id: str) -> tuple[list[Evaluation], int]:
         """The agent's window (oldest first) and its total count, read consistently; ([], 0) if unknown."""
+        ...
+
+    def window_since(self, agent_id: str, after: int) -> tuple[list[Evaluation], int]:
+        """The entries of the agent's window numbered above ``after`` (oldest first) and its total
+        count, read consistently: ``window(agent_id)`` is ``window_since(agent_id, 0)``."""
         ...
 
     def agents(self) -> list[str]:

@@ -59,7 +59,7 @@ SCHEMA_LOCK = 0x07E15E75  # any constant: the advisory lock id for schema creati
 WINDOW_QUERY = """
     SELECT a.total_count, w.passed, w.latency_ms, w.at
     FROM reputation_agents a LEFT JOIN reputation_window w
-      ON w.agent_id = a.agent_id AND w.seq > a.total_count - %s
+      ON w.agent_id = a.agent_id AND w.seq > a.total_count - %s AND w.seq > %s
     WHERE a.agent_id = %s
     ORDER BY w.seq
 """
@@ -87,7 +87,8 @@ class PostgresStore(SqlWindowStore):
     def record(self, evaluation: Evaluation) -> None:
         self.record_many([evaluation])
 
-    def record_many(self, evaluations: Sequence[Evaluation]) -> None:
+    def record_many(self, evaluations: Sequence[Evaluation]) -> list[int]:
+        numbers: list[int] = []
         with self._lock, self._conn.transaction():
             for evaluation in evaluations:
                 row = self._conn.execute(
@@ -107,3 +108,5 @@ class PostgresStore(SqlWindowStore):
                     "DELETE FROM reputation_window WHERE agent_id = %s AND seq <= %s",
                     (evaluation.agent_id, count - self.window_size),
                 )
+                numbers.append(count)
+        return numbers

@@ -3,8 +3,10 @@
 Per agent: a list ``<prefix>agent:<id>:window`` (entries ``[passed, latency_ms, at]`` as JSON, oldest
 first) and a counter ``<prefix>agent:<id>:count``; the set ``<prefix>agents`` lists the agents.
 ``record`` is one Lua script (Redis runs a script atomically): INCR the count, RPUSH the entry,
-LTRIM the list to its newest ``window_size`` entries, SADD the agent. ``window`` reads the count
-and the list in one MULTI/EXEC transaction, hence consistently.
+LTRIM the list to its newest ``window_size`` entries, SADD the agent, and return the count (the
+entry's sequence number). ``window_since`` is one script too: it reads the count and, from it, the
+list's entries numbered above the one asked for (the list's last entry is numbered with the count),
+hence consistently.
 
 Documents are strings ``<prefix>doc:<kind>:<key>``, indexed per kind in the sorted set
 ``<prefix>docs:<kind>`` (key scored by its last write); ``prune_documents`` is one Lua script.
@@ -27,6 +29,14 @@ redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
 redis.call('SADD', KEYS[3], ARGV[3])
 return n
+"""
+
+# KEYS: window, count; ARGV: numbered above, window size. Returns {count, entries oldest first}.
+WINDOW_SINCE_SCRIPT = """
+local n = tonumber(redis.call('GET', KEYS[2]) or '0')
+local newer = math.min(n - tonumber(ARGV[1]), tonumber(ARGV[2]))
+if newer <= 0 then return {n, {}} end
+return {n, redis.call('LRANGE', KEYS[1], -newer, -1)}
 """
 
 # KEYS[1]: a kind's index (sorted set: key -> last written); ARGV: document key prefix, cutoff, max count.
@@ -53,6 +63,7 @@ class RedisStore:
         self.prefix = prefix
         self._client = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10)
         self._record = self._client.register_script(RECORD_SCRIPT)
+        self._window_since = self._client.register_script(WINDOW_SINCE_SCRIPT)
         self._prune = self._client.register_script(PRUNE_SCRIPT)
         self._client.ping()  # fail at start-up, not at the first write, when Redis is unreachable
         self._index_documents()
@@ -64,7 +75,7 @@ class RedisStore:
     def record(self, evaluation: Evaluation) -> None:
         self.record_many([evaluation])
 
-    def record_many(self, evaluations: Sequence[Evaluation]) -> None:
+    def record_many(self, evaluations: Sequence[Evaluation]) -> list[int]:
         """One round trip; each evaluation is recorded atomically by the script."""
         with self._client.pipeline(transaction=False) as pipe:
             for evaluation in evaluations:
@@ -75,16 +86,13 @@ class RedisStore:
                     args=[entry, self.window_size, evaluation.agent_id],
                     client=pipe,
                 )
-            pipe.execute()
+            return [int(number) for number in pipe.execute()]
 
     def window(self, agent_id: str) -> tuple[list[Evaluation], int]:
-        window_key, count_key = self._keys(agent_id)
-        with self._client.pipeline(transaction=True) as pipe:
-            pipe.get(count_key)
-            pipe.lrange(window_key, -self.window_size, -1)
-            count, entries = pipe.execute()
-        if count is None:
-            return [], 0
+        return self.window_since(agent_id, 0)
+
+    def window_since(self, agent_id: str, after: int) -> tuple[list[Evaluation], int]:
+        count, entries = self._window_since(keys=list(self._keys(agent_id)), args=[after, self.window_size])
         window = []
         for raw in entries:
             passed, latency_ms, at = orjson.loads(raw)

@@ -1,8 +1,9 @@
 """What the SQLite and PostgreSQL stores share: reading a window and the agents, closing.
 
-Both keep an ``reputation_agents`` table (agent id, total count) and an evaluations table, and
-answer ``window()`` with one JOIN (``window_query``: count first, then the newest rows) so that a
-window and its count are one snapshot. Each subclass writes in its own dialect.
+Both keep an ``reputation_agents`` table (agent id, total count) and an evaluations table keyed by
+(agent id, sequence number), and answer ``window_since()`` with one JOIN (``window_query``: count
+first, then the newest rows) so that a window and its count are one snapshot. Each subclass writes
+in its own dialect.
 
 Documents live in ``documents (kind, key, body, saved_at)``; ``saved_at`` (the last write, in Unix
 seconds) orders them for retention. A ``documents`` table from before that column is migrated on
@@ -29,7 +30,8 @@ DOCUMENTS_INDEX = "CREATE INDEX IF NOT EXISTS documents_by_age ON documents (kin
 
 
 class SqlWindowStore:
-    window_query: str  # parameters: (window size, agent id); rows: (total, passed, latency_ms, at)
+    # parameters: (window size, numbered above, agent id); rows: (total, passed, latency_ms, at)
+    window_query: str
     save_query: str  # parameters: (kind, key, body, saved_at); an upsert
     load_query: str  # parameters: (kind, key); one row: (body,)
     prune_age_query: str  # parameters: (kind, cutoff); deletes rows with saved_at < cutoff
@@ -42,8 +44,11 @@ class SqlWindowStore:
         self.window_size = window_size
 
     def window(self, agent_id: str) -> tuple[list[Evaluation], int]:
+        return self.window_since(agent_id, 0)
+
+    def window_since(self, agent_id: str, after: int) -> tuple[list[Evaluation], int]:
         with self._lock:
-            rows = self._conn.execute(self.window_query, (self.window_size, agent_id)).fetchall()
+            rows = self._conn.execute(self.window_query, (self.window_size, after, agent_id)).fetchall()
         if not rows:
             return [], 0
         window = [

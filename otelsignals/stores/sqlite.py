@@ -52,7 +52,7 @@ SCHEMA = (
 WINDOW_QUERY = """
     SELECT a.total_count, w.passed, w.latency_ms, w.at
     FROM reputation_agents a LEFT JOIN reputation_window w
-      ON w.agent_id = a.agent_id AND w.seq > a.total_count - ?
+      ON w.agent_id = a.agent_id AND w.seq > a.total_count - ? AND w.seq > ?
     WHERE a.agent_id = ?
     ORDER BY w.seq
 """
@@ -101,7 +101,8 @@ class SqliteStore(SqlWindowStore):
     def record(self, evaluation: Evaluation) -> None:
         self.record_many([evaluation])
 
-    def record_many(self, evaluations: Sequence[Evaluation]) -> None:
+    def record_many(self, evaluations: Sequence[Evaluation]) -> list[int]:
+        numbers: list[int] = []
         with self._lock:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
@@ -128,7 +129,9 @@ class SqliteStore(SqlWindowStore):
                         "DELETE FROM reputation_window WHERE agent_id = ? AND seq <= ?",
                         (evaluation.agent_id, count - self.window_size),
                     )
+                    numbers.append(count)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+        return numbers

@@ -1,13 +1,16 @@
-"""The reputation writer: evaluations recorded in batches, each agent's window read back once per
-batch (not once per turn), on a real SQLite store; the result is the same as one by one."""
+"""The reputation writer on real SQLite stores: evaluations recorded in batches, each agent's window
+followed in memory and read back only for what this process did not write (its first evaluation
+seen here, other replicas' entries, a store emptied), with the store's own reputation every time."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from otelsignals.config import ConfigError
+from otelsignals.pipeline import reputation_recorder
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder
 from otelsignals.reputation import Evaluation, ReputationConfig, reputation
 from otelsignals.stores.sqlite import SqliteStore
@@ -19,12 +22,19 @@ class CountingStore(SqliteStore):
 
     window_reads = 0
 
-    def window(self, agent_id: str) -> tuple[list[Evaluation], int]:
+    def window_since(self, agent_id: str, after: int) -> tuple[list[Evaluation], int]:
         self.window_reads += 1
-        return super().window(agent_id)
+        return super().window_since(agent_id, after)
 
 
-def test_a_burst_is_written_in_batches_with_one_window_read_per_agent_and_batch(tmp_path: Path) -> None:
+def reads(telemetry: Telemetry, reason: str) -> float:
+    value = telemetry.registry.get_sample_value(
+        "otelsignals_reputation_window_reads_total", {"reason": reason}
+    )
+    return value or 0.0
+
+
+def test_a_burst_is_written_in_batches_and_never_read_back(tmp_path: Path) -> None:
     store = CountingStore(str(tmp_path / "rep.db"), window_size=500)
     telemetry = Telemetry()
     recorder = ReputationRecorder(store, ReputationConfig(), telemetry)
@@ -36,23 +46,110 @@ def test_a_burst_is_written_in_batches_with_one_window_read_per_agent_and_batch(
     recorder.start()
     recorder.stop(timeout=30)
     assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 1500
-    # 1,500 evaluations of 3 agents in batches of at most 512: 3 batches x 3 agents.
-    assert store.window_reads <= 9
+    # The store was empty: every agent's first evaluation was number 1, and nobody else wrote.
+    assert store.window_reads == 0
     config = recorder.config
     for agent in ("agent-0", "agent-1", "agent-2"):
         mine = [e for e in evaluations if e.agent_id == agent]
         expected = reputation(mine[-500:], len(mine), config, agent_id=agent)
-        assert recorder.current(agent) == expected
+        assert recorder.current(agent) == expected == reputation(*store.window(agent), config, agent_id=agent)
     store.close()
+
+
+def written(recorder: ReputationRecorder, telemetry: Telemetry, evaluations: list[Evaluation]) -> None:
+    """Submit and wait until the writer has recorded them (it keeps running; it counts them once
+    the reputation is up to date)."""
+    before = telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") or 0
+    for evaluation in evaluations:
+        recorder.submit_evaluation(evaluation)
+    deadline = time.monotonic() + 30
+    while telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") != before + len(
+        evaluations
+    ):
+        assert time.monotonic() < deadline, "the writer did not record them"
+        time.sleep(0.01)
+
+
+def series(agent: str, start: int, count: int, passed_every: int) -> list[Evaluation]:
+    return [
+        Evaluation(agent, i % passed_every != 0, 100.0 + 7 * i, float(i)) for i in range(start, start + count)
+    ]
+
+
+def test_replicas_on_one_store_read_only_what_the_others_wrote(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    config = ReputationConfig(window=40, calibration=5)
+    one_store, two_store, check = (SqliteStore(path, window_size=40) for _ in range(3))
+    one_telemetry, two_telemetry = Telemetry(), Telemetry()
+    one = ReputationRecorder(one_store, config, one_telemetry)
+    two = ReputationRecorder(two_store, config, two_telemetry)
+    one.start()
+    two.start()
+    try:
+
+        def store_reputation(agent: str) -> object:
+            return reputation(*check.window(agent), config, agent_id=agent)
+
+        written(one, one_telemetry, series("shared", 0, 30, 3) + series("mine", 0, 5, 2))
+        assert one.current("shared") == store_reputation("shared")
+        assert reads(one_telemetry, "first_seen") == reads(one_telemetry, "other_writer") == 0
+
+        written(two, two_telemetry, series("shared", 30, 25, 4))  # two has not seen "shared" yet
+        assert two.current("shared") == store_reputation("shared")
+        assert reads(two_telemetry, "first_seen") == 1
+
+        written(one, one_telemetry, series("shared", 55, 10, 5))  # numbers 56.. : 31..55 were two's
+        assert one.current("shared") == store_reputation("shared")
+        assert reads(one_telemetry, "other_writer") == 1
+        written(one, one_telemetry, series("shared", 65, 3, 2))  # nobody wrote in between: no read
+        assert reads(one_telemetry, "other_writer") == 1
+        assert one.current("shared") == store_reputation("shared")
+        assert one.current("mine") == store_reputation("mine")
+
+        # The store emptied (a new Redis, a deleted file's tables): numbering starts again at 1.
+        check._conn.execute("DELETE FROM reputation_window")
+        check._conn.execute("DELETE FROM reputation_agents")
+        written(one, one_telemetry, series("shared", 100, 1, 2) + series("shared", 101, 3, 2))
+        assert one.current("shared") == store_reputation("shared")
+        assert one.current("shared").eval_count == 4  # type: ignore[union-attr]
+        written(two, two_telemetry, series("shared", 104, 2, 2))  # two was at 55: the count went back
+        assert reads(two_telemetry, "store_reset") == 1
+        assert two.current("shared") == store_reputation("shared")
+    finally:
+        one.stop(timeout=30)
+        two.stop(timeout=30)
+        for store in (one_store, two_store, check):
+            store.close()
+
+
+def test_the_least_recently_written_agents_are_forgotten_and_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reputation_recorder, "AGENTS_FOLLOWED", 2)
+    store = SqliteStore(str(tmp_path / "rep.db"), window_size=500)
+    telemetry = Telemetry()
+    recorder = ReputationRecorder(store, ReputationConfig(calibration=1), telemetry)
+    recorder.start()
+    try:
+        for agent in ("a", "b", "c"):
+            written(recorder, telemetry, series(agent, 0, 3, 2))
+        assert recorder.current("a") is None  # forgotten: "b" and "c" were written since
+        assert recorder.current("c") is not None
+        written(recorder, telemetry, series("a", 3, 1, 2))
+        assert reads(telemetry, "first_seen") == 1
+        assert recorder.current("a") == reputation(*store.window("a"), recorder.config, agent_id="a")
+    finally:
+        recorder.stop(timeout=30)
+        store.close()
 
 
 class RefusingStore(SqliteStore):
     """A real SQLite store that refuses one agent's evaluations (as PostgreSQL refuses a NUL byte)."""
 
-    def record_many(self, evaluations) -> None:  # type: ignore[no-untyped-def]
+    def record_many(self, evaluations) -> list[int]:  # type: ignore[no-untyped-def]
         if any(e.agent_id == "refused" for e in evaluations):
             raise ValueError("invalid agent id")
-        super().record_many(evaluations)
+        return super().record_many(evaluations)
 
 
 def test_one_refused_evaluation_does_not_cost_its_batch(tmp_path: Path) -> None:
@@ -67,6 +164,7 @@ def test_one_refused_evaluation_does_not_cost_its_batch(tmp_path: Path) -> None:
     assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 99
     assert telemetry.registry.get_sample_value("otelsignals_reputation_store_errors_total") == 1
     assert store.window("fine")[1] == 99
+    assert recorder.current("fine") == reputation(*store.window("fine"), recorder.config, agent_id="fine")
     store.close()
 
 

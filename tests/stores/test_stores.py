@@ -100,6 +100,22 @@ def test_a_batch_is_recorded_exactly_as_one_by_one(store_url: str) -> None:
         batched.record_many([])  # nothing to do, no error
 
 
+def test_records_are_numbered_and_read_from_a_number_on(store_url: str) -> None:
+    # What a replica needs to follow a window without reading it all again (reputation.AgentWindow).
+    with open_store(store_url, window_size=4) as s:  # type: ignore[attr-defined]
+        assert s.record_many([ev(0), ev(1, agent="agent-b"), ev(2)]) == [1, 1, 2]
+        assert s.record_many([ev(i) for i in range(3, 7)]) == [3, 4, 5, 6]
+        assert s.record_many([]) == []
+        assert s.window_since("agent-a", 4) == ([ev(5), ev(6)], 6)
+        assert s.window_since("agent-a", 5) == ([ev(6)], 6)
+        assert s.window_since("agent-a", 6) == ([], 6)
+        assert s.window_since("agent-a", 9) == ([], 6)  # ahead of the store: nothing, and its count
+        # Numbered above 1, but the window keeps only the newest 4 (numbers 3..6).
+        assert s.window_since("agent-a", 1) == ([ev(i) for i in range(3, 7)], 6)
+        assert s.window_since("agent-a", 0) == s.window("agent-a")
+        assert s.window_since("nobody", 0) == ([], 0)
+
+
 def test_replicas_share_the_window(store_url: str) -> None:
     with open_store(store_url) as one, open_store(store_url) as two:  # type: ignore[attr-defined]
         one.record(ev(1))
