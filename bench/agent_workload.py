@@ -761,6 +761,7 @@ class PhaseResult:
     overloaded: int
     latencies_ms: list[float] = field(default_factory=list)
     rpc_ms: list[float] = field(default_factory=list)
+    thread_cpu: dict[str, float] = field(default_factory=dict)  # seconds by thread (the sidecar's)
 
     @property
     def turns_per_s(self) -> float:
@@ -768,18 +769,28 @@ class PhaseResult:
 
 
 def run_phase(
-    name: str, endpoint: str, pid: int, sink: Sink, turns: list[Turn], concurrency: int, rate: float | None
+    name: str,
+    endpoint: str,
+    pid: int,
+    sink: Sink,
+    turns: list[Turn],
+    concurrency: int,
+    rate: float | None,
+    threads: Callable[[], dict[str, float]] | None = None,
 ) -> PhaseResult:
     spans = sum(turn.spans for turn in turns)
     bodies = [turn.body for turn in turns]
     pace = f"paced at {rate:,.1f} turns/s" if rate else f"unpaced, {concurrency} in flight"
     log(f"{name}: {len(turns):,} turns, {spans:,} spans, {pace}...")
+    threads_before = threads() if threads else {}
     cpu_before = cpu_seconds(pid)
     started = time.monotonic()
     sent = asyncio.run(drive(endpoint, bodies, concurrency, rate))
     sink.wait_for(spans, timeout=600)
     wall = time.monotonic() - started
     cpu = cpu_seconds(pid) - cpu_before
+    threads_after = threads() if threads else {}
+    thread_cpu = {name: spent - threads_before.get(name, 0.0) for name, spent in threads_after.items()}
     arrivals = sink.take()
     latencies = []
     for turn, first in zip(turns, sent.first_send, strict=True):
@@ -787,7 +798,7 @@ def run_phase(
         assert n == turn.spans, f"trace {turn.trace_id.hex()}: {n} spans at the sink, sent {turn.spans}"
         latencies.append((at - first) * 1000)
     result = PhaseResult(
-        len(turns), spans, wall, cpu, sent.overloaded, latencies, [s * 1000 for s in sent.rpc]
+        len(turns), spans, wall, cpu, sent.overloaded, latencies, [s * 1000 for s in sent.rpc], thread_cpu
     )
     log(
         f"{name}: {wall:.1f} s, {result.turns_per_s:,.1f} turns/s, CPU {cpu:.1f} s "
@@ -852,6 +863,14 @@ def since(now: Buckets, before: Buckets) -> Buckets:
 MALLOC_STATES = ("in_use", "free", "mmapped")
 
 
+def thread_seconds(sidecar: Any) -> dict[str, float]:
+    """otelsignals_thread_cpu_seconds_total by thread, as it stands."""
+    prefix = 'otelsignals_thread_cpu_seconds_total{thread="'
+    return {
+        key[len(prefix) : -2]: value for key, value in sidecar.metrics().items() if key.startswith(prefix)
+    }
+
+
 def malloc_bytes(sidecar: Any) -> dict[str, float]:
     """The sidecar's otelsignals_malloc_bytes by state (empty where glibc is not the allocator)."""
     figures = {state: sidecar.metric("otelsignals_malloc_bytes", state=state) for state in MALLOC_STATES}
@@ -913,8 +932,16 @@ def run_sidecar(
         time.sleep(1.0)
         rss_ready = status_kib(pid, "VmRSS")
         malloc_ready = malloc_bytes(sidecar)
+        threads = lambda: thread_seconds(sidecar)  # noqa: E731
         unpaced = run_phase(
-            "sidecar unpaced", sidecar.grpc_endpoint, pid, sink, workload.phases[0], concurrency, None
+            "sidecar unpaced",
+            sidecar.grpc_endpoint,
+            pid,
+            sink,
+            workload.phases[0],
+            concurrency,
+            None,
+            threads,
         )
         time.sleep(0.5)
         analysis_before, export_before = stage_latencies(sidecar)
@@ -926,6 +953,7 @@ def run_sidecar(
             workload.phases[1],
             concurrency,
             unpaced.turns_per_s * load,
+            threads,
         )
         time.sleep(0.5)
         analysis_after, export_after = stage_latencies(sidecar)
@@ -1018,7 +1046,30 @@ def summary(target: TargetResult) -> dict[str, float]:
     if target.gc_worst_pause_ms:
         out["gc_worst_pause_ms"] = target.gc_worst_pause_ms
     out.update(target.stage_latencies_ms)
+    for phase_name, phase in (("unpaced", u), ("paced", p)):
+        for thread, seconds in phase.thread_cpu.items():
+            out[f"{THREAD_KEY}{phase_name}:{thread}"] = seconds / phase.turns * 1000
     return out
+
+
+THREAD_KEY = "cpu_ms_per_turn_by_thread:"
+
+
+def print_threads(sidecar: dict[str, float]) -> None:
+    """The sidecar's CPU per turn by thread (otelsignals_thread_cpu_seconds_total), both phases."""
+    by_thread: dict[str, dict[str, float]] = {}
+    for key, value in sidecar.items():
+        if key.startswith(THREAD_KEY):
+            phase, thread = key[len(THREAD_KEY) :].split(":", 1)
+            by_thread.setdefault(thread, {})[phase] = value
+    shown = [(t, v) for t, v in by_thread.items() if max(v.values()) >= 0.005]
+    if not shown:
+        return
+    print()
+    print("| sidecar thread | CPU per turn, unpaced (ms) | CPU per turn, paced (ms) |")
+    print("|---|---|---|")
+    for thread, values in sorted(shown, key=lambda item: -item[1].get("paced", 0.0)):
+        print(f"| {thread} | {values.get('unpaced', 0.0):.2f} | {values.get('paced', 0.0):.2f} |")
 
 
 ROWS = (
@@ -1101,6 +1152,7 @@ def print_report(
         b = fmt.format(bare[key]) if key in bare else "–"
         ratio = f"{sidecar[key] / bare[key]:.2f}" if key in sidecar and key in bare and bare[key] else "–"
         print(f"| {label} | {s} | {b} | {ratio} |")
+    print_threads(sidecar)
     print()
     batch_timeout_ms = load_config(None, environ={}).exporter.batch.timeout * 1000
     print(

@@ -25,6 +25,7 @@ from prometheus_client import (
 )
 
 from otelsignals.allocator import MallocCollector
+from otelsignals.thread_cpu import ThreadCpuCollector
 
 logger = logging.getLogger("otelsignals")
 
@@ -48,6 +49,7 @@ class Telemetry:
         PlatformCollector(registry=r)
         GCCollector(registry=r)
         MallocCollector(registry=r)  # otelsignals_malloc_bytes{state}: live vs freed-and-kept memory
+        ThreadCpuCollector(registry=r)  # otelsignals_thread_cpu_seconds_total{thread}
         self.received_spans = Counter(
             "otelsignals_receiver_accepted_spans", "Spans accepted from clients.", ["transport"], registry=r
         )
