@@ -60,6 +60,8 @@ class HandoffLibrary:
     data: Mapping[str, Any]
     # Every announcement phrase matches this: a cheap test before the scan (None: no test).
     announcement_stems: re.Pattern[str] | None = None
+    # Every match of announcement_stems holds one of these: a cheaper test before it.
+    stem_words: tuple[str, ...] = ()
 
     def is_handoff_tool(self, name: str | None) -> bool:
         if not isinstance(name, str) or not name:
@@ -70,8 +72,10 @@ class HandoffLibrary:
     def announcement(self, text: str) -> tuple[int, int] | None:
         """(start, end) of the first announcement in ``text`` that is neither negated nor quoted."""
         stems = self.announcement_stems
-        if stems is not None and not stems.search(text.casefold()):
-            return None
+        if stems is not None:
+            folded = text.casefold()
+            if not any(word in folded for word in self.stem_words) or not stems.search(folded):
+                return None
         for match in self.announcements.find(text):
             if not match.negated and not match.quoted:
                 return match.start, match.end
@@ -91,6 +95,7 @@ def parse_library(data: Mapping[str, Any]) -> HandoffLibrary:
         announcements=PhraseMatcher([group]),
         data=data,
         announcement_stems=_any_of(said.get("requires", ())),
+        stem_words=tuple(str(word) for word in said.get("requires_words", ())),
     )
 
 

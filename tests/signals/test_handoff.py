@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from otelsignals.model import Conversation, Message, Role, SignalInstance, ToolCall, ToolResult
@@ -158,3 +160,11 @@ def test_every_pre_filter_pattern_starts_at_a_word_start() -> None:
     # Without the look-behind a pattern is tried inside every repeat of its stem ("handhandhand…"):
     # quadratic in a long word, where the scan it guards is linear.
     assert all(p.startswith("(?<![^\\W_])") for p in DATA["announcements"]["requires"])
+
+
+def test_every_pre_filter_pattern_holds_one_of_the_pre_filter_words() -> None:
+    # The words are tested first: a pattern without one of them could match a message they turned away.
+    words = DATA["announcements"]["requires_words"]
+    for pattern in DATA["announcements"]["requires"]:
+        plain = re.sub(r"\[[^\]]*\]|\(\?:[^)]*\)", " ", pattern)  # character classes and alternations out
+        assert any(word in plain for word in words), pattern
