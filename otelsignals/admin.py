@@ -30,7 +30,7 @@ from otelsignals.pipeline.listing import listing_request, query_int, query_time
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.scoring import score
-from otelsignals.signals.base import redact_metadata
+from otelsignals.signals.base import redacted_metadata
 from otelsignals.stores.conversation_index import MAX_BUCKETS, ConversationIndex
 from otelsignals.telemetry import Telemetry
 
@@ -294,7 +294,7 @@ def session_json(state: ConversationState, show_content: bool) -> dict[str, Any]
                 "message_index": signal.message_index,
                 "confidence": signal.confidence,
                 "snippet": signal.snippet if show_content else None,
-                "metadata": signal.metadata if show_content else redact_metadata(signal.metadata),
+                "metadata": signal.metadata if show_content else redacted_metadata(signal),
             }
             for signal in state.recent_signals
         ],

@@ -137,6 +137,9 @@ class SignalInstance:
     confidence: float
     snippet: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Set the first time the metadata is redacted (signals.base.redacted_metadata): the conversation
+    # index redacts every recent signal again for each turn's row. Metadata is final by then.
+    redacted: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def layer(self) -> str:

@@ -40,6 +40,7 @@ from otelsignals.signals.base import (
     content_digest,
     looks_like_identifier,
     redact_metadata,
+    redacted_metadata,
 )
 from tests.corpus import BLIND_DIR, HELDOUT_DIR, load_corpus
 from tests.support.clients import export_grpc
@@ -261,6 +262,18 @@ def test_metadata_carries_the_markers_and_redaction_removes_them(found):
         for key, value in signal.metadata.items():  # what is not content stays as it was
             if key in PLAIN_METADATA_KEYS:
                 assert redacted[key] == value
+
+
+def test_a_signals_redaction_is_kept_on_it(found):
+    # The conversation index redacts every recent signal again for each turn's row: once is enough.
+    for signal in found:
+        first = redacted_metadata(signal)
+        assert first == redact_metadata(signal.metadata)
+        assert redacted_metadata(signal) is first
+        assert leaks(orjson.dumps(first, default=str).decode()) == []
+        if first == signal.metadata:  # nothing to hide: no copy kept
+            assert first is signal.metadata
+    assert any(redacted_metadata(s) is not s.metadata for s in found)
 
 
 def test_redaction_keeps_equal_texts_equal_and_counts():

@@ -38,7 +38,7 @@ from otelsignals.pipeline.assembler import ReleasedTrace
 from otelsignals.reputation import Reputation
 from otelsignals.scoring import severity
 from otelsignals.signals import taxonomy as t
-from otelsignals.signals.base import redact_metadata
+from otelsignals.signals.base import redacted_metadata
 
 FLAG = " \U0001f6a9"  # " 🚩"
 MARKER_ATTRIBUTE = "signals.quality"
@@ -181,7 +181,7 @@ class Enricher:
             write_attribute(event.attributes.add(), "signal.confidence", float(signal.confidence))
             if self.config.snippets and signal.snippet:
                 write_attribute(event.attributes.add(), "signal.snippet", signal.snippet)
-            metadata = signal.metadata if self.config.snippets else redact_metadata(signal.metadata)
+            metadata = signal.metadata if self.config.snippets else redacted_metadata(signal)
             write_attribute(
                 event.attributes.add(), "signal.metadata", orjson.dumps(metadata, default=str).decode()
             )

@@ -35,7 +35,7 @@ from otelsignals.conversation import UNKNOWN_AGENT, ConversationState
 from otelsignals.evals.session_metrics import MetricResult
 from otelsignals.model import Message
 from otelsignals.scoring import Score, score
-from otelsignals.signals.base import redact_metadata
+from otelsignals.signals.base import redact_metadata, redacted_metadata
 from otelsignals.stores.conversation_index import ConversationIndex, IndexedConversation, open_index
 from otelsignals.telemetry import ProblemLog
 from otelsignals.triage import NO_PRIORITY
@@ -96,7 +96,7 @@ def indexed_conversation(
                 "snippet": redact(signal.snippet) if redact is not None else None,
                 "metadata": redact.value(signal.metadata)
                 if redact is not None
-                else redact_metadata(signal.metadata),
+                else redacted_metadata(signal),
             }
             for signal in state.recent_signals
         ],

@@ -177,6 +177,18 @@ def redact_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return {key: _scrub(value, secrets) for key, value in redacted.items()}
 
 
+def redacted_metadata(signal: SignalInstance) -> dict[str, Any]:
+    """:func:`redact_metadata` of ``signal.metadata``, computed once and kept on the signal (the
+    very metadata dict when redaction changes nothing). Not to be modified."""
+    kept = signal.redacted
+    if kept is None:
+        kept = redact_metadata(signal.metadata)
+        if kept == signal.metadata:
+            kept = signal.metadata
+        signal.redacted = kept
+    return kept
+
+
 def _redact(key: Any, value: Any, secrets: set[str]) -> Any:
     if value is None or isinstance(value, bool):
         return value
