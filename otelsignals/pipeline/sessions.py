@@ -75,15 +75,44 @@ def _length(arguments: object) -> int:
         return len(str(arguments))
 
 
+# Text storage is counted again over the latest messages only: they are the ones whose text still
+# changes (a tool output joining its call's result, compaction once they leave the detectors'
+# plain window of 32). The older ones are counted once, as they leave this tail, and all of them
+# again every FULL_RECOUNT_EVERY resizes of the state (a held message compacted late, a result
+# filled in far back): counting every message on every trace cost a long conversation's turn
+# time in proportion to its length (73 µs at 258 messages).
+RECOUNTED_TAIL = 64
+FULL_RECOUNT_EVERY = 16
+
+
 @dataclass
 class _Size:
-    """What was counted of a state: the arguments of its messages up to ``counted``, from
-    ``offset`` on, and the estimate then."""
+    """What was counted of a state: the arguments of its messages up to ``counted``, the text
+    storage of those before ``settled`` (``settled_bytes``), from ``offset`` on, and the estimate
+    then."""
 
     offset: int = 0
     counted: int = 0
     argument_characters: int = 0
+    settled: int = 0
+    settled_bytes: int = 0
+    since_full_count: int = 0
     bytes: int = 0
+
+    def text_bytes(self, messages: Sequence[Message], offset: int) -> int:
+        """The text storage of ``messages`` (see RECOUNTED_TAIL), the count brought up to date."""
+        tail_start = max(0, len(messages) - RECOUNTED_TAIL)
+        self.since_full_count += 1
+        if (
+            offset != self.offset
+            or len(messages) < self.settled
+            or self.since_full_count >= FULL_RECOUNT_EVERY
+        ):
+            self.settled, self.settled_bytes, self.since_full_count = 0, 0, 0
+        if tail_start > self.settled:
+            self.settled_bytes += text_storage_bytes(messages[self.settled : tail_start])
+            self.settled = tail_start
+        return self.settled_bytes + text_storage_bytes(messages[self.settled :])
 
 
 class SessionStore:
@@ -141,8 +170,9 @@ class SessionStore:
             size.argument_characters += argument_characters(messages[size.counted :])
         else:  # trimmed: counted again
             size.argument_characters = argument_characters(messages)
+        text_bytes = size.text_bytes(messages, offset)
         size.offset, size.counted = offset, len(messages)
-        size.bytes = _estimate(text_storage_bytes(messages), size.argument_characters, len(messages)) + sum(
+        size.bytes = _estimate(text_bytes, size.argument_characters, len(messages)) + sum(
             output.nbytes for output in state.previous_outputs
         )
         self.bytes += size.bytes - before

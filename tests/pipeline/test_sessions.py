@@ -182,6 +182,40 @@ def test_text_filled_into_a_counted_message_is_counted():
     )
 
 
+def test_a_long_conversation_counts_its_latest_texts_at_once_and_the_older_ones_soon():
+    import sys
+
+    from otelsignals.model import ToolResult
+    from otelsignals.pipeline.sessions import (
+        BYTES_PER_TEXT_BYTE,
+        FULL_RECOUNT_EVERY,
+        RECOUNTED_TAIL,
+        estimated_bytes,
+    )
+
+    store = SessionStore(3600, 100, max_bytes=0)
+    for n in range(3 * RECOUNTED_TAIL):
+        _say(store, "a", f"message {n} " * 20)
+    state = store.get("a")
+    assert state is not None
+    messages = state.conversation.messages
+    assert store.bytes == estimated_bytes(messages)  # counted as it grew: the same as counting all
+    output = "r" * 1000
+    added = sys.getsizeof(output) * BYTES_PER_TEXT_BYTE
+    # Text filled into a recent message is counted at the next resize...
+    before = store.bytes
+    messages[-3].tool_result = ToolResult(content=output)
+    store.resize("a")
+    assert abs(store.bytes - before - added) <= 1
+    # ... into an old one (counted already, out of the recounted tail) within FULL_RECOUNT_EVERY.
+    before = store.bytes
+    messages[5].tool_result = ToolResult(content=output)
+    for _ in range(FULL_RECOUNT_EVERY):
+        store.resize("a")
+    assert abs(store.bytes - before - added) <= 1
+    assert store.bytes == estimated_bytes(messages)
+
+
 def test_the_answers_kept_for_loop_detection_are_counted():
     import numpy as np
 
