@@ -23,6 +23,12 @@ fresh process analyses them (the same Analyzer, embedded defaults, no session bo
 its RSS growth, the C allocator's bytes in use (otelsignals_malloc_bytes) and the text kept; the
 slope between two sizes is the resident memory an added conversation costs, free of the process's
 fixed part and of what a burst leaves behind (the sidecar's backlogs, not run here).
+
+    .venv/bin/python bench/session_memory.py --resize 100,1000,3000
+
+The CPU one trace's byte accounting costs (``SessionStore.resize`` after a message is added) in a
+conversation of each size, µs per resize (2,000 resizes, the conversation growing by one message
+each): it must not grow with the conversation's length (issue 16: "O(new text)").
 """
 
 from __future__ import annotations
@@ -333,6 +339,28 @@ def resident(sizes: list[int], seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def resize_cost(sizes: list[int], resizes: int = 2000) -> str:
+    from otelsignals.model import Message, Role, ToolResult
+    from otelsignals.pipeline.sessions import SessionStore
+
+    lines = ["| messages at the start | µs of CPU per resize |", "|---|---|"]
+    for size in sizes:
+        store = SessionStore(3600, 100, max_bytes=0)
+        messages = store.touch("a").conversation.messages
+        for n in range(size):
+            message = Message(Role.TOOL if n % 4 == 3 else Role.USER, f"text {n} " * 30)
+            if message.role is Role.TOOL:
+                message.tool_result = ToolResult(content="r" * 300)
+            messages.append(message)
+        store.resize("a")
+        started = time.thread_time()
+        for _ in range(resizes):
+            messages.append(Message(Role.USER, "new " * 30))
+            store.resize("a")
+        lines.append(f"| {size:,} | {(time.thread_time() - started) / resizes * 1e6:,.1f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workload-conversations", type=int, default=60)
@@ -341,7 +369,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--resident", help="workload sizes, e.g. 100,300: resident memory per conversation")
     parser.add_argument("--resident-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--resize", help="conversation sizes, e.g. 100,1000,3000: CPU per resize")
     args = parser.parse_args()
+    if args.resize:
+        print(resize_cost([int(size) for size in args.resize.split(",")]))
+        return
     if args.resident_child:
         print(json.dumps(resident_child(args.resident_child, args.seed)))
         return
