@@ -28,7 +28,8 @@ fixed part and of what a burst leaves behind (the sidecar's backlogs, not run he
 
 The CPU one trace's byte accounting costs (``SessionStore.resize`` after a message is added) in a
 conversation of each size, µs per resize (2,000 resizes, the conversation growing by one message
-each): it must not grow with the conversation's length (issue 16: "O(new text)").
+each). Only the full count every 16 resizes (sessions.FULL_RECOUNT_EVERY) grows with the
+conversation's length (issue 16: "O(new text)").
 """
 
 from __future__ import annotations

@@ -153,8 +153,9 @@ class Telemetry:
         self.reputation_window_reads = Counter(
             "otelsignals_reputation_window_reads",
             "Agent windows read back from the reputation store, by reason: first_seen (whole, an agent "
-            "this process had not followed yet), other_writer (the entries another replica recorded), "
-            "store_reset (whole, the store's count went back).",
+            "this process does not follow), other_writer (the entries other replicas recorded), "
+            "store_reset (whole, the store's count went back), trimmed_elsewhere (whole, entries "
+            "another replica trimmed), periodic (whole, once a minute per agent written).",
             ["reason"],
             registry=r,
         )

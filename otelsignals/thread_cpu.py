@@ -5,9 +5,11 @@ The process's CPU (``process_cpu_seconds_total``) is shared by the analysis thre
 ``otelsignals_thread_cpu_seconds_total{thread}`` splits it: each thread's user + system time, read
 from ``/proc/self/task/<id>/stat`` at each scrape (Linux only; absent elsewhere). A Python thread
 goes by its name with a trailing number dropped (``analysis``, ``reputation-writer``,
-``otlp-grpc``…; the threads of one pool summed), a thread Python did not start (grpc's
-C core) by the kernel's name for it, in brackets (``[event_engine]``). A thread that ended takes
-its time with it, so a sum can go down; ``rate()`` reads that as a counter reset.
+``otlp-grpc``…; the threads of one pool summed), or by its target when it was given no name
+(``_poll_wrapper``, grpc.aio's poller, rather than ``Thread-1 (_poll_wrapper)``). A thread Python
+did not start (grpc's C core) goes by the kernel's name for it, in brackets (``[event_engine]``).
+A thread that ended takes its time with it, so a sum can go down; ``rate()`` reads that as a
+counter reset.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ from prometheus_client.registry import Collector
 
 _TASKS = Path("/proc/self/task")
 _NUMBERED = re.compile(r"(?:[-_ ]?\d+)+$")  # "asyncio_0", "ThreadPoolExecutor-0_3": one pool, one name
+_UNNAMED = re.compile(r"Thread-\d+ \((.+)\)")  # threading's default name: its number, then its target
+
+
+def _python_name(name: str) -> str:
+    unnamed = _UNNAMED.fullmatch(name)
+    if unnamed is not None:
+        return unnamed.group(1)
+    return _NUMBERED.sub("", name) or name
 
 
 def _ticks_per_second() -> int | None:
@@ -53,7 +63,7 @@ def thread_cpu_seconds() -> dict[str, float] | None:
     """CPU seconds by thread name (module docstring); None where /proc does not have them."""
     if _TICKS is None:
         return None
-    python_names = {t.native_id: _NUMBERED.sub("", t.name) or t.name for t in threading.enumerate()}
+    python_names = {t.native_id: _python_name(t.name) for t in threading.enumerate()}
     seconds: dict[str, float] = {}
     for task in _TASKS.iterdir():
         found = _task_cpu(task)

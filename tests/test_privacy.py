@@ -276,6 +276,34 @@ def test_a_signals_redaction_is_kept_on_it(found):
     assert any(redacted_metadata(s) is not s.metadata for s in found)
 
 
+def test_no_signal_changes_after_its_redaction_was_kept():
+    # The kept redaction is the metadata dict itself when it hides nothing: a change after the
+    # first redaction (as the index writes each turn's row) would leave the process unredacted.
+    # Every corpus conversation analysed trace by trace, every recent signal redacted after each.
+    from tests import corpus_eval
+
+    original = corpus_eval.analyze_update
+    states: list[ConversationState] = []
+
+    def redacting(state: ConversationState, update: TraceUpdate) -> Any:
+        analysis = original(state, update)
+        for signal in state.recent_signals:
+            redacted_metadata(signal)
+        states.append(state)
+        return analysis
+
+    corpus_eval.analyze_update = redacting  # type: ignore[assignment]
+    try:
+        for entry in load_corpus():
+            corpus_eval.detect_incrementally(entry)
+    finally:
+        corpus_eval.analyze_update = original  # type: ignore[assignment]
+    signals = [signal for state in {id(s): s for s in states}.values() for signal in state.recent_signals]
+    assert len(signals) > 100
+    for signal in signals:
+        assert redacted_metadata(signal) == redact_metadata(signal.metadata), signal
+
+
 def test_redaction_keeps_equal_texts_equal_and_counts():
     metadata = {
         "pattern": "alternating_arguments",

@@ -39,6 +39,10 @@ _STOP = object()
 BATCH_MAX = 512
 # Agents whose window is followed in memory (a window is ~40 bytes per evaluation: 20 KB at 500).
 AGENTS_FOLLOWED = 1_000
+# A followed window is read whole again this often (at its agent's next evaluation): what no
+# sequence number shows (a store emptied and refilled past this process's count, a replica
+# keeping a smaller window trimming entries this one holds) lasts no longer than that.
+WHOLE_READ_INTERVAL_S = 60.0
 
 
 def evaluation_of(analysis: Analysis, at: float) -> Evaluation:
@@ -81,8 +85,10 @@ class ReputationRecorder:
         self.store = store
         self._pending: queue.Queue[object] = queue.Queue(maxsize=config.max_pending)
         self._latest: dict[str, Reputation] = {}
-        # The agents' windows, the least recently written first (the first forgotten).
+        # The agents' windows, the least recently written first (the first forgotten), and when each
+        # was last read whole (time.monotonic()).
         self._windows: OrderedDict[str, AgentWindow] = OrderedDict()
+        self._read_whole_at: dict[str, float] = {}
         self._writer = threading.Thread(target=self._write_forever, name="reputation-writer", daemon=True)
 
     def start(self) -> None:
@@ -143,14 +149,17 @@ class ReputationRecorder:
             written = [(e, n) for e in evaluations if (n := self._write_one(e)) is not None]
         if not written:
             return
-        self._follow(written)
+        read_failed = not self._follow(written)
         # Counted once the reputation is up to date: who sees the count sees the reputation.
         self.telemetry.reputation_recorded.inc(len(written))
-        self.telemetry.problems.recovered("reputation_store_error", "the reputation store records again")
+        if not read_failed:
+            self.telemetry.problems.recovered("reputation_store_error", "the reputation store records again")
 
-    def _follow(self, written: list[tuple[Evaluation, int]]) -> None:
-        """Bring each agent's window up to date with what was just recorded, and its reputation."""
+    def _follow(self, written: list[tuple[Evaluation, int]]) -> bool:
+        """Bring each agent's window up to date with what was just recorded, and its reputation;
+        False when a read from the store failed (that agent keeps its last reputation)."""
         windows = self._windows
+        now = time.monotonic()
         missed: dict[str, str] = {}  # agent -> why its window is read from the store
         for evaluation, number in written:
             agent_id = evaluation.agent_id
@@ -159,44 +168,52 @@ class ReputationRecorder:
             window = windows.get(agent_id)
             if window is None and number == 1:  # its first evaluation anywhere: nothing to read
                 window = windows[agent_id] = AgentWindow(agent_id, self.config.window)
+                self._read_whole_at[agent_id] = now
             if window is None:
                 missed[agent_id] = "first_seen"
+            elif now - self._read_whole_at.get(agent_id, now) >= WHOLE_READ_INTERVAL_S:
+                missed[agent_id] = "periodic"
             elif window.append(number, evaluation):
                 windows.move_to_end(agent_id)
             else:
                 missed[agent_id] = "other_writer" if number > window.total else "store_reset"
-        for agent_id, reason in missed.items():
-            self._read_back(agent_id, reason)
+        read = all([self._read_back(agent_id, reason, now) for agent_id, reason in missed.items()])
         for agent_id in dict.fromkeys(e.agent_id for e, _ in written):
             window = windows.get(agent_id)
             if window is not None:
                 self._latest[agent_id] = window.reputation(self.config)
         while len(windows) > AGENTS_FOLLOWED:
-            forgotten, _ = windows.popitem(last=False)
-            self._latest.pop(forgotten, None)
+            forgotten, _ = windows.popitem(last=False)  # its last reputation stays for the spans
+            self._read_whole_at.pop(forgotten, None)
+        return read
 
-    def _read_back(self, agent_id: str, reason: str) -> None:
-        """Bring the agent's window up to the store's: the entries it lacks, or all of it."""
+    def _read_back(self, agent_id: str, reason: str, now: float) -> bool:
+        """Bring the agent's window up to the store's: the entries it lacks, or all of it; False
+        when the store failed (the window is then forgotten: read whole at the next evaluation)."""
         reads = self.telemetry.reputation_window_reads
         window = self._windows.pop(agent_id, None)
         try:
             if window is not None and reason == "other_writer":
                 reads.labels(reason).inc()
                 entries, total = self.store.window_since(agent_id, window.total)
-                if total >= window.total:
+                # All the entries it lacks, unless the count went back (emptied and written again
+                # since) or they were trimmed already (a replica keeping a smaller window).
+                if total >= window.total and len(entries) == min(total - window.total, self.config.window):
                     window.extend(entries, total)
                     self._windows[agent_id] = window
-                    return
-                reason = "store_reset"  # its count went back: emptied and written again since
+                    return True
+                reason = "store_reset" if total < window.total else "trimmed_elsewhere"
             reads.labels(reason).inc()
             entries, total = self.store.window(agent_id)
         except Exception as exc:
-            self._store_failed(exc, 0)  # forgotten: read whole at its next evaluation
-            self._latest.pop(agent_id, None)
-            return
+            self._store_failed(exc, 0)
+            self._read_whole_at.pop(agent_id, None)
+            return False
         window = AgentWindow(agent_id, self.config.window)
         window.extend(entries, total)
         self._windows[agent_id] = window
+        self._read_whole_at[agent_id] = now
+        return True
 
     def _write_one(self, evaluation: Evaluation) -> int | None:
         try:

@@ -79,39 +79,48 @@ def _length(arguments: object) -> int:
 # changes (a tool output joining its call's result, compaction once they leave the detectors'
 # plain window of 32). The older ones are counted once, as they leave this tail, and all of them
 # again every FULL_RECOUNT_EVERY resizes of the state (a held message compacted late, a result
-# filled in far back): counting every message on every trace cost a long conversation's turn
-# time in proportion to its length (73 µs at 258 messages).
+# filled in far back: the count is high or low by those for at most that many traces) and whenever
+# the messages counted before are no longer where they were (trimmed, a system prompt put in
+# front). Counting every message on every trace cost a long conversation's turn time in proportion
+# to its length (73 µs at 258 messages).
 RECOUNTED_TAIL = 64
 FULL_RECOUNT_EVERY = 16
 
 
 @dataclass
 class _Size:
-    """What was counted of a state: the arguments of its messages up to ``counted``, the text
-    storage of those before ``settled`` (``settled_bytes``), from ``offset`` on, and the estimate
-    then."""
+    """What was counted of a state's messages, from ``offset`` on: the arguments of the first
+    ``counted`` (the last of them ``last_counted``), the text storage of the first ``settled``
+    (``settled_bytes``), and the estimate then."""
 
     offset: int = 0
     counted: int = 0
+    last_counted: Message | None = None
     argument_characters: int = 0
     settled: int = 0
     settled_bytes: int = 0
     since_full_count: int = 0
     bytes: int = 0
 
-    def text_bytes(self, messages: Sequence[Message], offset: int) -> int:
-        """The text storage of ``messages`` (see RECOUNTED_TAIL), the count brought up to date."""
-        tail_start = max(0, len(messages) - RECOUNTED_TAIL)
+    def count(self, messages: Sequence[Message], offset: int) -> int:
+        """Bring the counts up to date with ``messages``; their text storage (see RECOUNTED_TAIL)."""
         self.since_full_count += 1
-        if (
-            offset != self.offset
-            or len(messages) < self.settled
-            or self.since_full_count >= FULL_RECOUNT_EVERY
-        ):
-            self.settled, self.settled_bytes, self.since_full_count = 0, 0, 0
+        counted = self.counted
+        grown = (
+            offset == self.offset
+            and len(messages) >= counted
+            and (counted == 0 or messages[counted - 1] is self.last_counted)
+        )
+        if not grown or self.since_full_count >= FULL_RECOUNT_EVERY:
+            # Trimmed, a message put in front (a system prompt), or time for a full count.
+            counted = self.settled = self.settled_bytes = self.since_full_count = self.argument_characters = 0
+        self.argument_characters += argument_characters(messages[counted:])
+        tail_start = max(0, len(messages) - RECOUNTED_TAIL)
         if tail_start > self.settled:
             self.settled_bytes += text_storage_bytes(messages[self.settled : tail_start])
             self.settled = tail_start
+        self.offset, self.counted = offset, len(messages)
+        self.last_counted = messages[-1] if messages else None
         return self.settled_bytes + text_storage_bytes(messages[self.settled :])
 
 
@@ -166,12 +175,7 @@ class SessionStore:
         offset = state.conversation.message_offset
         size = self._sizes.setdefault(key, _Size())
         before = size.bytes
-        if offset == size.offset and len(messages) >= size.counted:
-            size.argument_characters += argument_characters(messages[size.counted :])
-        else:  # trimmed: counted again
-            size.argument_characters = argument_characters(messages)
-        text_bytes = size.text_bytes(messages, offset)
-        size.offset, size.counted = offset, len(messages)
+        text_bytes = size.count(messages, offset)
         size.bytes = _estimate(text_bytes, size.argument_characters, len(messages)) + sum(
             output.nbytes for output in state.previous_outputs
         )

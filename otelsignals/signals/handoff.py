@@ -74,7 +74,8 @@ class HandoffLibrary:
         stems = self.announcement_stems
         if stems is not None:
             folded = text.casefold()
-            if not any(word in folded for word in self.stem_words) or not stems.search(folded):
+            words = self.stem_words
+            if (words and not any(word in folded for word in words)) or not stems.search(folded):
                 return None
         for match in self.announcements.find(text):
             if not match.negated and not match.quoted:

@@ -133,14 +133,104 @@ def test_the_least_recently_written_agents_are_forgotten_and_read_again(
     try:
         for agent in ("a", "b", "c"):
             written(recorder, telemetry, series(agent, 0, 3, 2))
-        assert recorder.current("a") is None  # forgotten: "b" and "c" were written since
-        assert recorder.current("c") is not None
+        # "a" is no longer followed ("b" and "c" were written since); its spans keep its reputation.
+        assert recorder.current("a") == reputation(*store.window("a"), recorder.config, agent_id="a")
         written(recorder, telemetry, series("a", 3, 1, 2))
         assert reads(telemetry, "first_seen") == 1
         assert recorder.current("a") == reputation(*store.window("a"), recorder.config, agent_id="a")
     finally:
         recorder.stop(timeout=30)
         store.close()
+
+
+def test_what_no_number_shows_is_read_whole_periodically(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store emptied and written past this process's count by another replica before this one
+    # writes again: the numbers follow on, only a whole read shows it.
+    path = str(tmp_path / "rep.db")
+    config = ReputationConfig(window=40, calibration=5)
+    mine, other, check = (SqliteStore(path, window_size=40) for _ in range(3))
+    telemetry = Telemetry()
+    recorder = ReputationRecorder(mine, config, telemetry)
+    recorder.start()
+    try:
+        written(recorder, telemetry, series("x", 0, 10, 2))  # half failed
+        check._conn.execute("DELETE FROM reputation_window")
+        check._conn.execute("DELETE FROM reputation_agents")
+        other.record_many(series("x", 100, 12, 1000))  # all passed: numbers 1..12
+        written(recorder, telemetry, series("x", 200, 1, 1000))  # number 13: "others wrote 11..12"
+        store_reputation = reputation(*check.window("x"), config, agent_id="x")
+        assert recorder.current("x") != store_reputation  # half of its window is from before
+        monkeypatch.setattr(reputation_recorder, "WHOLE_READ_INTERVAL_S", 0.0)
+        written(recorder, telemetry, series("x", 300, 1, 1000))
+        assert reads(telemetry, "periodic") == 1
+        assert recorder.current("x") == reputation(*check.window("x"), config, agent_id="x")
+    finally:
+        recorder.stop(timeout=30)
+        for store in (mine, other, check):
+            store.close()
+
+
+def test_a_replica_keeping_a_smaller_window_makes_this_one_read_whole(tmp_path: Path) -> None:
+    path = str(tmp_path / "rep.db")
+    config = ReputationConfig(window=40, calibration=5)
+    mine, smaller, check = (
+        SqliteStore(path, window_size=40),
+        SqliteStore(path, window_size=10),
+        SqliteStore(path),
+    )
+    telemetry = Telemetry()
+    recorder = ReputationRecorder(mine, config, telemetry)
+    recorder.start()
+    try:
+        written(recorder, telemetry, series("x", 0, 30, 3))
+        # More than its window: some of what this one lacks is gone already (what it holds beyond
+        # the smaller window goes too, which the periodic whole read catches up with).
+        smaller.record_many(series("x", 30, 15, 2))
+        written(recorder, telemetry, series("x", 45, 2, 2))
+        assert reads(telemetry, "trimmed_elsewhere") == 1
+        assert recorder.current("x") == reputation(*check.window("x"), config, agent_id="x")
+    finally:
+        recorder.stop(timeout=30)
+        for store in (mine, smaller, check):
+            store.close()
+
+
+class FailingReadStore(SqliteStore):
+    """A real SQLite store whose reads fail while ``failing`` is set (a store that went away)."""
+
+    failing = False
+
+    def window_since(self, agent_id: str, after: int) -> tuple[list[Evaluation], int]:
+        if self.failing:
+            raise OSError("store unreachable for a read")
+        return super().window_since(agent_id, after)
+
+
+def test_a_failed_read_keeps_the_last_reputation_and_reads_whole_next_time(tmp_path: Path) -> None:
+    path = str(tmp_path / "rep.db")
+    config = ReputationConfig(window=40, calibration=5)
+    mine, other = FailingReadStore(path, window_size=40), SqliteStore(path, window_size=40)
+    telemetry = Telemetry()
+    recorder = ReputationRecorder(mine, config, telemetry)
+    recorder.start()
+    try:
+        written(recorder, telemetry, series("x", 0, 10, 2))
+        before = recorder.current("x")
+        other.record_many(series("x", 10, 3, 2))
+        mine.failing = True
+        written(recorder, telemetry, series("x", 13, 1, 2))  # a gap: the read fails
+        assert recorder.current("x") == before is not None
+        assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 11
+        mine.failing = False
+        written(recorder, telemetry, series("x", 14, 1, 2))
+        assert reads(telemetry, "first_seen") == 1  # forgotten after the failure: read whole
+        assert recorder.current("x") == reputation(*mine.window("x"), config, agent_id="x")
+    finally:
+        recorder.stop(timeout=30)
+        mine.close()
+        other.close()
 
 
 class RefusingStore(SqliteStore):

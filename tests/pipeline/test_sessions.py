@@ -214,6 +214,12 @@ def test_a_long_conversation_counts_its_latest_texts_at_once_and_the_older_ones_
         store.resize("a")
     assert abs(store.bytes - before - added) <= 1
     assert store.bytes == estimated_bytes(messages)
+    # A system prompt put in front moves every message counted before: all are counted again.
+    from otelsignals.model import Message, Role, ToolCall
+
+    messages.insert(0, Message(Role.SYSTEM, "s" * 50_000, [ToolCall("f", {"a": "b" * 100})]))
+    store.resize("a")
+    assert store.bytes == estimated_bytes(messages)
 
 
 def test_the_answers_kept_for_loop_detection_are_counted():
