@@ -76,71 +76,87 @@ def series(agent: str, start: int, count: int, passed_every: int) -> list[Evalua
     ]
 
 
+class Replica:
+    """A running recorder (with its telemetry) on its own connection to a store; stopped and closed
+    on exit."""
+
+    def __init__(self, store: SqliteStore, config: ReputationConfig) -> None:
+        self.store = store
+        self.telemetry = Telemetry()
+        self.recorder = ReputationRecorder(store, config, self.telemetry)
+
+    def __enter__(self) -> Replica:
+        self.recorder.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.recorder.stop(timeout=30)
+        self.store.close()
+
+    def write(self, evaluations: list[Evaluation]) -> None:
+        written(self.recorder, self.telemetry, evaluations)
+
+    def reads(self, reason: str) -> float:
+        return reads(self.telemetry, reason)
+
+    def current(self, agent: str) -> object:
+        return self.recorder.current(agent)
+
+
+WINDOW_40 = ReputationConfig(window=40, calibration=5)
+
+
+def in_store(store: SqliteStore, agent: str, config: ReputationConfig = WINDOW_40) -> object:
+    """The agent's reputation as the store has it now."""
+    return reputation(*store.window(agent), config, agent_id=agent)
+
+
 def test_replicas_on_one_store_read_only_what_the_others_wrote(tmp_path: Path) -> None:
     path = str(tmp_path / "shared.db")
-    config = ReputationConfig(window=40, calibration=5)
-    one_store, two_store, check = (SqliteStore(path, window_size=40) for _ in range(3))
-    one_telemetry, two_telemetry = Telemetry(), Telemetry()
-    one = ReputationRecorder(one_store, config, one_telemetry)
-    two = ReputationRecorder(two_store, config, two_telemetry)
-    one.start()
-    two.start()
-    try:
+    with (
+        Replica(SqliteStore(path, window_size=40), WINDOW_40) as one,
+        Replica(SqliteStore(path, window_size=40), WINDOW_40) as two,
+        SqliteStore(path, window_size=40) as check,
+    ):
+        one.write(series("shared", 0, 30, 3) + series("mine", 0, 5, 2))
+        assert one.current("shared") == in_store(check, "shared")
+        assert one.reads("first_seen") == one.reads("other_writer") == 0
 
-        def store_reputation(agent: str) -> object:
-            return reputation(*check.window(agent), config, agent_id=agent)
+        two.write(series("shared", 30, 25, 4))  # two has not seen "shared" yet
+        assert two.current("shared") == in_store(check, "shared")
+        assert two.reads("first_seen") == 1
 
-        written(one, one_telemetry, series("shared", 0, 30, 3) + series("mine", 0, 5, 2))
-        assert one.current("shared") == store_reputation("shared")
-        assert reads(one_telemetry, "first_seen") == reads(one_telemetry, "other_writer") == 0
-
-        written(two, two_telemetry, series("shared", 30, 25, 4))  # two has not seen "shared" yet
-        assert two.current("shared") == store_reputation("shared")
-        assert reads(two_telemetry, "first_seen") == 1
-
-        written(one, one_telemetry, series("shared", 55, 10, 5))  # numbers 56.. : 31..55 were two's
-        assert one.current("shared") == store_reputation("shared")
-        assert reads(one_telemetry, "other_writer") == 1
-        written(one, one_telemetry, series("shared", 65, 3, 2))  # nobody wrote in between: no read
-        assert reads(one_telemetry, "other_writer") == 1
-        assert one.current("shared") == store_reputation("shared")
-        assert one.current("mine") == store_reputation("mine")
+        one.write(series("shared", 55, 10, 5))  # numbers 56.. : 31..55 were two's
+        assert one.current("shared") == in_store(check, "shared")
+        assert one.reads("other_writer") == 1
+        one.write(series("shared", 65, 3, 2))  # nobody wrote in between: no read
+        assert one.reads("other_writer") == 1
+        assert one.current("shared") == in_store(check, "shared")
+        assert one.current("mine") == in_store(check, "mine")
 
         # The store emptied (a new Redis, a deleted file's tables): numbering starts again at 1.
         check._conn.execute("DELETE FROM reputation_window")
         check._conn.execute("DELETE FROM reputation_agents")
-        written(one, one_telemetry, series("shared", 100, 1, 2) + series("shared", 101, 3, 2))
-        assert one.current("shared") == store_reputation("shared")
-        assert one.current("shared").eval_count == 4  # type: ignore[union-attr]
-        written(two, two_telemetry, series("shared", 104, 2, 2))  # two was at 55: the count went back
-        assert reads(two_telemetry, "store_reset") == 1
-        assert two.current("shared") == store_reputation("shared")
-    finally:
-        one.stop(timeout=30)
-        two.stop(timeout=30)
-        for store in (one_store, two_store, check):
-            store.close()
+        one.write(series("shared", 100, 1, 2) + series("shared", 101, 3, 2))
+        assert one.current("shared") == in_store(check, "shared")
+        assert one.current("shared").eval_count == 4  # type: ignore[attr-defined]
+        two.write(series("shared", 104, 2, 2))  # two was at 55: the count went back
+        assert two.reads("store_reset") == 1
+        assert two.current("shared") == in_store(check, "shared")
 
 
 def test_the_least_recently_written_agents_are_forgotten_and_read_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(reputation_recorder, "AGENTS_FOLLOWED", 2)
-    store = SqliteStore(str(tmp_path / "rep.db"), window_size=500)
-    telemetry = Telemetry()
-    recorder = ReputationRecorder(store, ReputationConfig(calibration=1), telemetry)
-    recorder.start()
-    try:
+    with Replica(SqliteStore(str(tmp_path / "rep.db"), window_size=40), WINDOW_40) as replica:
         for agent in ("a", "b", "c"):
-            written(recorder, telemetry, series(agent, 0, 3, 2))
+            replica.write(series(agent, 0, 6, 2))
         # "a" is no longer followed ("b" and "c" were written since); its spans keep its reputation.
-        assert recorder.current("a") == reputation(*store.window("a"), recorder.config, agent_id="a")
-        written(recorder, telemetry, series("a", 3, 1, 2))
-        assert reads(telemetry, "first_seen") == 1
-        assert recorder.current("a") == reputation(*store.window("a"), recorder.config, agent_id="a")
-    finally:
-        recorder.stop(timeout=30)
-        store.close()
+        assert replica.current("a") == in_store(replica.store, "a")
+        replica.write(series("a", 6, 1, 2))
+        assert replica.reads("first_seen") == 1
+        assert replica.current("a") == in_store(replica.store, "a")
 
 
 def test_what_no_number_shows_is_read_whole_periodically(
@@ -149,52 +165,35 @@ def test_what_no_number_shows_is_read_whole_periodically(
     # A store emptied and written past this process's count by another replica before this one
     # writes again: the numbers follow on, only a whole read shows it.
     path = str(tmp_path / "rep.db")
-    config = ReputationConfig(window=40, calibration=5)
-    mine, other, check = (SqliteStore(path, window_size=40) for _ in range(3))
-    telemetry = Telemetry()
-    recorder = ReputationRecorder(mine, config, telemetry)
-    recorder.start()
-    try:
-        written(recorder, telemetry, series("x", 0, 10, 2))  # half failed
-        check._conn.execute("DELETE FROM reputation_window")
-        check._conn.execute("DELETE FROM reputation_agents")
+    with (
+        Replica(SqliteStore(path, window_size=40), WINDOW_40) as mine,
+        SqliteStore(path, window_size=40) as other,
+    ):
+        mine.write(series("x", 0, 10, 2))  # half failed
+        other._conn.execute("DELETE FROM reputation_window")
+        other._conn.execute("DELETE FROM reputation_agents")
         other.record_many(series("x", 100, 12, 1000))  # all passed: numbers 1..12
-        written(recorder, telemetry, series("x", 200, 1, 1000))  # number 13: "others wrote 11..12"
-        store_reputation = reputation(*check.window("x"), config, agent_id="x")
-        assert recorder.current("x") != store_reputation  # half of its window is from before
+        mine.write(series("x", 200, 1, 1000))  # number 13: "others wrote 11..12"
+        assert mine.current("x") != in_store(other, "x")  # half of its window is from before
         monkeypatch.setattr(reputation_recorder, "WHOLE_READ_INTERVAL_S", 0.0)
-        written(recorder, telemetry, series("x", 300, 1, 1000))
-        assert reads(telemetry, "periodic") == 1
-        assert recorder.current("x") == reputation(*check.window("x"), config, agent_id="x")
-    finally:
-        recorder.stop(timeout=30)
-        for store in (mine, other, check):
-            store.close()
+        mine.write(series("x", 300, 1, 1000))
+        assert mine.reads("periodic") == 1
+        assert mine.current("x") == in_store(other, "x")
 
 
 def test_a_replica_keeping_a_smaller_window_makes_this_one_read_whole(tmp_path: Path) -> None:
     path = str(tmp_path / "rep.db")
-    config = ReputationConfig(window=40, calibration=5)
-    mine, smaller, check = (
-        SqliteStore(path, window_size=40),
-        SqliteStore(path, window_size=10),
-        SqliteStore(path),
-    )
-    telemetry = Telemetry()
-    recorder = ReputationRecorder(mine, config, telemetry)
-    recorder.start()
-    try:
-        written(recorder, telemetry, series("x", 0, 30, 3))
+    with (
+        Replica(SqliteStore(path, window_size=40), WINDOW_40) as mine,
+        SqliteStore(path, window_size=10) as smaller,
+    ):
+        mine.write(series("x", 0, 30, 3))
         # More than its window: some of what this one lacks is gone already (what it holds beyond
         # the smaller window goes too, which the periodic whole read catches up with).
         smaller.record_many(series("x", 30, 15, 2))
-        written(recorder, telemetry, series("x", 45, 2, 2))
-        assert reads(telemetry, "trimmed_elsewhere") == 1
-        assert recorder.current("x") == reputation(*check.window("x"), config, agent_id="x")
-    finally:
-        recorder.stop(timeout=30)
-        for store in (mine, smaller, check):
-            store.close()
+        mine.write(series("x", 45, 2, 2))
+        assert mine.reads("trimmed_elsewhere") == 1
+        assert mine.current("x") == in_store(mine.store, "x")
 
 
 class FailingReadStore(SqliteStore):
@@ -210,27 +209,18 @@ class FailingReadStore(SqliteStore):
 
 def test_a_failed_read_keeps_the_last_reputation_and_reads_whole_next_time(tmp_path: Path) -> None:
     path = str(tmp_path / "rep.db")
-    config = ReputationConfig(window=40, calibration=5)
-    mine, other = FailingReadStore(path, window_size=40), SqliteStore(path, window_size=40)
-    telemetry = Telemetry()
-    recorder = ReputationRecorder(mine, config, telemetry)
-    recorder.start()
-    try:
-        written(recorder, telemetry, series("x", 0, 10, 2))
-        before = recorder.current("x")
+    failing = FailingReadStore(path, window_size=40)
+    with Replica(failing, WINDOW_40) as mine, SqliteStore(path, window_size=40) as other:
+        mine.write(series("x", 0, 10, 2))
+        before = mine.current("x")
         other.record_many(series("x", 10, 3, 2))
-        mine.failing = True
-        written(recorder, telemetry, series("x", 13, 1, 2))  # a gap: the read fails
-        assert recorder.current("x") == before is not None
-        assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 11
-        mine.failing = False
-        written(recorder, telemetry, series("x", 14, 1, 2))
-        assert reads(telemetry, "first_seen") == 1  # forgotten after the failure: read whole
-        assert recorder.current("x") == reputation(*mine.window("x"), config, agent_id="x")
-    finally:
-        recorder.stop(timeout=30)
-        mine.close()
-        other.close()
+        failing.failing = True
+        mine.write(series("x", 13, 1, 2))  # a gap: the read fails
+        assert mine.current("x") == before is not None
+        failing.failing = False
+        mine.write(series("x", 14, 1, 2))
+        assert mine.reads("first_seen") == 1  # forgotten after the failure: read whole
+        assert mine.current("x") == in_store(other, "x")
 
 
 class RefusingStore(SqliteStore):
