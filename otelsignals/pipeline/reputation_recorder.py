@@ -8,9 +8,11 @@ evaluation is dropped and counted. The writer takes everything waiting at once (
 Each agent's window is followed in memory (``reputation.AgentWindow``, up to ``AGENTS_FOLLOWED``
 agents, the least recently written forgotten first) and its reputation recomputed from it once per
 batch, for the enricher. The store is read back only for what this process did not write: an
-agent's whole window the first time it is seen (unless this is its first evaluation anywhere), and
-the entries other replicas recorded in between (the sequence numbers the store gives back skip).
-So the reputation stays the store's own, across replicas, and a single process never reads at all
+agent's whole window the first time it is seen (unless this is its first evaluation anywhere), the
+entries other replicas recorded in between (the sequence numbers the store gives back skip), the
+whole window when numbers went back or entries it lacks were trimmed already, and the whole window
+once every ``WHOLE_READ_INTERVAL_S`` for what no number shows. So replicas sharing a store get its
+own reputation, and a process alone reads each agent once a minute at most
 (``otelsignals_reputation_window_reads_total`` counts the reads, by reason).
 """
 
