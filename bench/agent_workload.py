@@ -50,6 +50,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import functools
 import io
 import json
 import math
@@ -932,7 +933,7 @@ def run_sidecar(
         time.sleep(1.0)
         rss_ready = status_kib(pid, "VmRSS")
         malloc_ready = malloc_bytes(sidecar)
-        threads = lambda: thread_seconds(sidecar)  # noqa: E731
+        threads = functools.partial(thread_seconds, sidecar)
         unpaced = run_phase(
             "sidecar unpaced",
             sidecar.grpc_endpoint,
