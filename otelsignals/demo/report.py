@@ -20,9 +20,13 @@ def quality_report(states: Iterable[ConversationState], baseline: int) -> list[s
     for state in states:
         signals.update(state.leaf_counts)
     lines.append("top signals")
-    for leaf, count in signals.most_common(8):
+    # Ties go by name: conversations arrive over gRPC and HTTP at once, so first-seen order varies.
+    for leaf, count in sorted(signals.items(), key=lambda item: (-item[1], item[0]))[:8]:
         lines.append(f"  {leaf:<44} {count:>3}")
-    flagged = sorted((item for item in scored if item[1].flagged), key=lambda item: item[1].quality_score)
+    flagged = sorted(
+        (item for item in scored if item[1].flagged),
+        key=lambda item: (item[1].quality_score, item[0].conversation.key),
+    )
     lines.append(f"flagged conversations ({len(flagged)} of {len(scored)})")
     for state, result in flagged:
         leaves = ", ".join(
@@ -33,7 +37,7 @@ def quality_report(states: Iterable[ConversationState], baseline: int) -> list[s
             f"  {state.conversation.key:<28} {state.conversation.agent_id or '-':<18} "
             f"{result.quality:<8} {result.quality_score:>5.1f}  {leaves}"
         )
-    ranked = sorted(states, key=lambda state: -state.priority.value)[:5]
+    ranked = sorted(states, key=lambda state: (-state.priority.value, state.conversation.key))[:5]
     lines.append("most worth a look (triage priority)")
     for state in ranked:
         why = "; ".join(state.priority.reasons[:2]) or "nothing stands out"
