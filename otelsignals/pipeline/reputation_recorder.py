@@ -30,7 +30,7 @@ from otelsignals.analysis import Analysis
 from otelsignals.config import ConfigError, StoreConfig
 from otelsignals.conversation import UNKNOWN_AGENT
 from otelsignals.reputation import AgentWindow, Evaluation, Reputation, ReputationConfig, reputation
-from otelsignals.stores import ReputationStore, open_store
+from otelsignals.stores import PartlyRecorded, ReputationStore, open_store
 from otelsignals.telemetry import Telemetry
 
 logger = logging.getLogger("otelsignals.reputation")
@@ -147,6 +147,10 @@ class ReputationRecorder:
         try:
             numbers = self.store.record_many(evaluations)
             written = list(zip(evaluations, numbers, strict=True))
+        except PartlyRecorded as partly:  # those not recorded once more, alone (never the others)
+            written = [(e, n) for e, n in zip(evaluations, partly.numbers, strict=True) if n is not None]
+            retried = [e for e, n in zip(evaluations, partly.numbers, strict=True) if n is None]
+            written += [(e, n) for e in retried if (n := self._write_one(e)) is not None]
         except Exception:  # one bad evaluation must not cost the batch: one by one, to know which
             written = [(e, n) for e in evaluations if (n := self._write_one(e)) is not None]
         if not written:

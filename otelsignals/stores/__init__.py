@@ -27,6 +27,17 @@ from otelsignals.reputation import Evaluation
 DEFAULT_WINDOW = 500
 
 
+class PartlyRecorded(Exception):
+    """``record_many`` recorded some evaluations of the batch and not others (a store that runs them
+    without a transaction around the batch: Redis). ``numbers[i]`` is evaluation i's sequence number,
+    None where it was not recorded; retrying the whole batch would record the others twice."""
+
+    def __init__(self, numbers: list[int | None], errors: list[Exception]) -> None:
+        super().__init__(f"{len(errors)} of {len(numbers)} evaluations not recorded: {errors[0]}")
+        self.numbers = numbers
+        self.errors = errors
+
+
 @runtime_checkable
 class ReputationStore(Protocol):
     window_size: int
@@ -37,7 +48,8 @@ class ReputationStore(Protocol):
 
     def record_many(self, evaluations: Sequence[Evaluation]) -> list[int]:
         """``record`` for each, in order, in one round trip (one transaction on SQL stores); returns
-        each evaluation's sequence number, its agent's count once it was recorded."""
+        each evaluation's sequence number, its agent's count once it was recorded. Raises
+        ``PartlyRecorded`` when only some were recorded, anything else when none was."""
         ...
 
     def window(self, agent_id: str) -> tuple[list[Evaluation], int]:

@@ -21,7 +21,7 @@ import orjson
 import redis
 
 from otelsignals.reputation import Evaluation
-from otelsignals.stores import DEFAULT_WINDOW
+from otelsignals.stores import DEFAULT_WINDOW, PartlyRecorded
 
 RECORD_SCRIPT = """
 local n = redis.call('INCR', KEYS[2])
@@ -76,7 +76,8 @@ class RedisStore:
         self.record_many([evaluation])
 
     def record_many(self, evaluations: Sequence[Evaluation]) -> list[int]:
-        """One round trip; each evaluation is recorded atomically by the script."""
+        """One round trip; each evaluation is recorded atomically by the script, and one script's
+        error (a key of the wrong type) leaves the others recorded: `PartlyRecorded` says which."""
         with self._client.pipeline(transaction=False) as pipe:
             for evaluation in evaluations:
                 window_key, count_key = self._keys(evaluation.agent_id)
@@ -86,7 +87,13 @@ class RedisStore:
                     args=[entry, self.window_size, evaluation.agent_id],
                     client=pipe,
                 )
-            return [int(number) for number in pipe.execute()]
+            replies = pipe.execute(raise_on_error=False)
+        errors = [reply for reply in replies if isinstance(reply, Exception)]
+        if not errors:
+            return [int(number) for number in replies]
+        if len(errors) == len(replies):
+            raise errors[0]
+        raise PartlyRecorded([None if isinstance(r, Exception) else int(r) for r in replies], errors)
 
     def window(self, agent_id: str) -> tuple[list[Evaluation], int]:
         return self.window_since(agent_id, 0)

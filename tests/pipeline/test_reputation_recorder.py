@@ -8,11 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from otelsignals.config import ConfigError
 from otelsignals.pipeline import reputation_recorder
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder
 from otelsignals.reputation import Evaluation, ReputationConfig, reputation
+from otelsignals.stores.redis import RedisStore
 from otelsignals.stores.sqlite import SqliteStore
 from otelsignals.telemetry import Telemetry
 
@@ -253,4 +255,23 @@ def test_a_recorder_refuses_settings_the_score_cannot_use(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as raised:
         ReputationRecorder(store, ReputationConfig(streak_target=0), Telemetry())
     assert raised.value.key == "reputation.streak_target"
+    store.close()
+
+
+def test_a_batch_redis_recorded_in_part_is_not_recorded_twice(redis_server: str) -> None:
+    with redis.Redis.from_url(redis_server) as client:
+        client.flushdb()
+        client.set("otelsignals:rep:agent:broken:window", "not a list")  # its scripts fail
+    store = RedisStore(redis_server, window_size=500)
+    telemetry = Telemetry()
+    recorder = ReputationRecorder(store, ReputationConfig(), telemetry)
+    for i in range(40):
+        agent = "broken" if i == 20 else "fine"
+        recorder.submit_evaluation(Evaluation(agent, i % 3 != 0, 100.0, 1_700_000_000.0 + i))
+    recorder.start()  # the burst goes in one batch, of which Redis records all but one
+    recorder.stop(timeout=30)
+    assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 39
+    assert telemetry.registry.get_sample_value("otelsignals_reputation_store_errors_total") == 1
+    assert store.window("fine")[1] == 39
+    assert recorder.current("fine") == reputation(*store.window("fine"), recorder.config, agent_id="fine")
     store.close()

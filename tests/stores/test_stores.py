@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from otelsignals.reputation import Evaluation, reputation
-from otelsignals.stores import ReputationStore, open_store
+from otelsignals.stores import PartlyRecorded, ReputationStore, open_store
 
 KINDS = ["sqlite", "redis", "postgres"]
 
@@ -321,3 +321,22 @@ def test_document_keys_list_the_newest_first(store: ReputationStore) -> None:
     assert store.document_keys("eval_run", 10) == ["r1", "r3", "r2"]
     assert store.document_keys("eval_run", 2) == ["r1", "r3"]
     assert store.document_keys("nothing", 5) == []
+
+
+def test_redis_says_which_evaluations_of_a_batch_it_recorded(redis_server: str) -> None:
+    # Redis runs the batch's scripts without a transaction around them: when one fails (its agent's
+    # window key holds another type), the others are recorded, and retrying the whole batch would
+    # record them twice. PartlyRecorded says which were recorded, with their numbers.
+    with redis.Redis.from_url(redis_server) as client:
+        client.flushdb()
+        client.set("otelsignals:rep:agent:broken:window", "not a list")
+    with open_store(redis_server) as s:  # type: ignore[attr-defined]
+        with pytest.raises(PartlyRecorded) as raised:
+            s.record_many([ev(0), ev(1, agent="broken"), ev(2, agent="agent-b"), ev(3)])
+        assert raised.value.numbers == [1, None, 1, 2]
+        assert len(raised.value.errors) == 1 and "WRONGTYPE" in str(raised.value.errors[0])
+        assert s.window("agent-a") == ([ev(0), ev(3)], 2)
+        assert s.window("agent-b") == ([ev(2, agent="agent-b")], 1)
+        with pytest.raises(redis.ResponseError):  # none recorded: the error itself
+            s.record_many([ev(4, agent="broken")])
+        assert s.window("agent-a")[1] == 2
