@@ -18,7 +18,7 @@ import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, SupportsIndex, TypeVar
+from typing import Any
 
 import orjson
 
@@ -26,7 +26,16 @@ from otelsignals.compaction import Outcome, compact, content_length, stored_mess
 from otelsignals.conventions.base import SpanReading, SpanView, ToolExecution
 from otelsignals.conventions.memory import ConversationMemory, adopt_in
 from otelsignals.evals.trace_metrics import DEFAULT_LOOP_WINDOW, ComparableOutput
-from otelsignals.model import Conversation, LlmCall, Message, Role, SignalInstance, ToolCall, ToolResult
+from otelsignals.model import (
+    Conversation,
+    LlmCall,
+    Message,
+    RecentList,
+    Role,
+    SignalInstance,
+    ToolCall,
+    ToolResult,
+)
 from otelsignals.triage import NO_PRIORITY, Priority
 
 # SPEC §2: the first of these set on any span of a trace names the conversation; else the trace id.
@@ -197,42 +206,6 @@ def _latest(kept: dict[Any, Any], key: Any, value: Any) -> Any:
             del kept[next(iter(kept))]
     kept[key] = found
     return found
-
-
-T = TypeVar("T")
-
-
-class RecentList(list[T]):
-    """A list that keeps only its latest ``maxlen`` items: a bounded deque's behaviour at a list's
-    size (an empty deque takes 624 bytes, and every conversation keeps six such records)."""
-
-    __slots__ = ("maxlen",)
-
-    def __init__(self, maxlen: int) -> None:
-        super().__init__()
-        self.maxlen = maxlen
-
-    def append(self, item: T) -> None:
-        super().append(item)
-        if len(self) > self.maxlen:
-            del self[0]
-
-    def extend(self, items: Iterable[T]) -> None:
-        super().extend(items)
-        excess = len(self) - self.maxlen
-        if excess > 0:
-            del self[:excess]
-
-    def __iadd__(self, items: Iterable[T]) -> RecentList[T]:  # type: ignore[override,misc]
-        self.extend(items)
-        return self
-
-    def insert(self, index: SupportsIndex, item: T) -> None:
-        raise TypeError("a RecentList only takes items at its end")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Rebuilt with its bound first, then its items (a list's default gives the items first).
-        return (RecentList, (self.maxlen,), None, iter(self))
 
 
 @dataclass

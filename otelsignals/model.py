@@ -6,9 +6,10 @@ Nothing here knows about protobuf, gRPC or files; every detector and score takes
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, SupportsIndex, TypeVar
 
 
 class Role(StrEnum):
@@ -148,3 +149,39 @@ class SignalInstance:
     @property
     def category(self) -> str:
         return self.type.rsplit(".", 1)[0]
+
+
+T = TypeVar("T")
+
+
+class RecentList(list[T]):
+    """A list that keeps only its latest ``maxlen`` items: a bounded deque's behaviour at a list's
+    size (an empty deque takes 624 bytes, and every conversation keeps several such records)."""
+
+    __slots__ = ("maxlen",)
+
+    def __init__(self, maxlen: int) -> None:
+        super().__init__()
+        self.maxlen = maxlen
+
+    def append(self, item: T) -> None:
+        super().append(item)
+        if len(self) > self.maxlen:
+            del self[0]
+
+    def extend(self, items: Iterable[T]) -> None:
+        super().extend(items)
+        excess = len(self) - self.maxlen
+        if excess > 0:
+            del self[:excess]
+
+    def __iadd__(self, items: Iterable[T]) -> RecentList[T]:  # type: ignore[override,misc]
+        self.extend(items)
+        return self
+
+    def insert(self, index: SupportsIndex, item: T) -> None:
+        raise TypeError("a RecentList only takes items at its end")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt with its bound first, then its items (a list's default gives the items first).
+        return (RecentList, (self.maxlen,), None, iter(self))

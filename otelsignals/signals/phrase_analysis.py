@@ -48,14 +48,13 @@ import functools
 import itertools
 import operator
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from cachetools import LRUCache
 
-from otelsignals.model import Role, SignalInstance
+from otelsignals.model import RecentList, Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext
 from otelsignals.signals.matching import (
@@ -479,14 +478,14 @@ _Prepared = TypeVar("_Prepared")  # what recent_messages keeps of each message: 
 
 def recent_messages(
     ctx: DetectionContext, key: str, role: Role, size: int, prepare: Callable[[str], _Prepared]
-) -> deque[tuple[int, _Prepared]]:
+) -> RecentList[tuple[int, _Prepared]]:
     """The remembered last ``size`` messages of ``role`` as (absolute index, prepared text).
 
     Seeded from at most SEED_LOOKBACK messages before ``new_from`` when the memory is new.
     """
-    recent: deque[tuple[int, _Prepared]] | None = ctx.memory.get(key)
+    recent: RecentList[tuple[int, _Prepared]] | None = ctx.memory.get(key)
     if recent is None:
-        recent = deque(maxlen=size)
+        recent = RecentList(size)
         earlier: list[tuple[int, _Prepared]] = []
         for i in range(ctx.new_from - 1, max(ctx.new_from - SEED_LOOKBACK, 0) - 1, -1):
             message = ctx.messages[i]

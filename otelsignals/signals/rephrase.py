@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections import deque
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from rapidfuzz import fuzz
@@ -104,7 +104,7 @@ def rephrase_similarity(words: str, earlier: str) -> float:
     return fuzz.token_set_ratio(words, earlier)
 
 
-def _restated(words: str, recent: deque[tuple[int, str]]) -> tuple[int, float] | None:
+def _restated(words: str, recent: Sequence[tuple[int, str]]) -> tuple[int, float] | None:
     best: tuple[int, float] | None = None
     for index, earlier in recent:
         ratio = rephrase_similarity(words, earlier)
@@ -113,7 +113,7 @@ def _restated(words: str, recent: deque[tuple[int, str]]) -> tuple[int, float] |
     return best
 
 
-def _answered_since(ctx: DetectionContext, recent: deque[tuple[int, str]], i: int, follows: bool) -> bool:
+def _answered_since(ctx: DetectionContext, recent: Sequence[tuple[int, str]], i: int, follows: bool) -> bool:
     """An assistant message lies between the user's previous message and message ``i``."""
     if not recent:
         return follows
@@ -286,7 +286,7 @@ def _requests(tokens: list[Token], k: int) -> bool:
 
 
 def _restatement_instance(
-    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, keys: deque[tuple[int, Any]]
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, keys: Sequence[tuple[int, Any]]
 ) -> SignalInstance | None:
     """A request clause restating an earlier sentence of the user's. Its sentence must be short too: a
     sentence with more than RESTATE_MAX_KEYS key words of its own (words of the agent's last answer it
@@ -488,7 +488,7 @@ def _repeated_answer(ctx: DetectionContext, i: int) -> int | None:
                 break
     if len(answers) < 2:
         return None
-    (last, answer), before = answers[0], deque(reversed(answers[1:]))
+    (last, answer), before = answers[0], answers[:0:-1]
     return last if most_similar(answer, before) is not None else None
 
 
@@ -498,7 +498,7 @@ def _answer_keys(ctx: DetectionContext, i: int) -> frozenset[str]:
 
 
 def _near_duplicate_instance(
-    index: int, text: str, words: str, recent: deque[tuple[int, str]]
+    index: int, text: str, words: str, recent: Sequence[tuple[int, str]]
 ) -> SignalInstance | None:
     best = _restated(words, recent)
     if best is None:

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from rapidfuzz import fuzz, process
@@ -158,7 +158,7 @@ def detect_repetition(ctx: DetectionContext) -> list[SignalInstance]:
     return found
 
 
-def most_similar(answer: Answer, recent: deque[tuple[int, Answer]]) -> tuple[int, float, str] | None:
+def most_similar(answer: Answer, recent: Sequence[tuple[int, Answer]]) -> tuple[int, float, str] | None:
     """(index, ratio, pattern) of the earlier answer the new one repeats best, if any."""
     text = answer.text
     if len(text) < REPETITION_MIN_CHARS:

@@ -219,3 +219,23 @@ def test_one_call_scans_each_user_message_once_however_long_they_are(monkeypatch
     detect(DetectionContext(Conversation("c", messages), new_from=0))
     # (Their first COMPARE_CHARS characters are read apart, by the sentence-level rules.)
     assert [n for n in scanned if n > phrase_analysis.COMPARE_CHARS] == [len(text) for text in texts]
+
+
+def test_remembered_messages_keep_the_latest_few_at_a_list_s_size() -> None:
+    # Every open conversation keeps three of these: a bounded deque costs 760 bytes even when
+    # nearly empty (its first block), a RecentList what it holds.
+    from otelsignals.model import RecentList
+    from otelsignals.signals.phrase_analysis import recent_messages
+
+    messages = [Message(Role.USER if i % 2 == 0 else Role.ASSISTANT, f"message {i}") for i in range(12)]
+    ctx = DetectionContext(Conversation("c", messages=messages), new_from=12)
+    recent = recent_messages(ctx, "test.recent", Role.USER, 3, str.upper)
+    assert isinstance(recent, RecentList) and recent == [
+        (6, "MESSAGE 6"),
+        (8, "MESSAGE 8"),
+        (10, "MESSAGE 10"),
+    ]
+    recent.append((12, "MESSAGE 12"))
+    assert recent == [(8, "MESSAGE 8"), (10, "MESSAGE 10"), (12, "MESSAGE 12")]
+    assert ctx.memory["test.recent"] is recent
+    assert recent.__sizeof__() < 200
