@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import xxhash
@@ -68,16 +68,17 @@ class HistoryCache:
         data = text.utf8 if isinstance(text, Utf8Text) else memoryview(text.encode("utf-8", "surrogatepass"))
         end = closing.encode()
         longest: _JsonHistory | None = None
-        further: list[Any] | None = None
+        found: _Continuation | None = None
         for history in remembered:
             if longest is None or history.head_length > longest.head_length:
-                found = history.continued_by(data, end)
-                if found is not None:
-                    longest, further = history, found
-        if longest is not None and further is not None:
+                continuation = history.continued_by(data, end)
+                if continuation is not None:
+                    longest, found = history, continuation
+        if longest is not None and found is not None:
+            further = found.further
             messages = longest.messages + ((items or read)(further) if further else [])
             link_tool_names(messages, len(longest.messages))
-            self._remember(remembered, data, end, messages)
+            self._remember(remembered, data, end, messages, (longest.head_length, found.head_hasher))
             return messages
         value = json_or_text(text)
         messages = read(value)
@@ -87,9 +88,13 @@ class HistoryCache:
 
     @staticmethod
     def _remember(
-        remembered: list[_JsonHistory], data: memoryview, closing: bytes, messages: list[Message]
+        remembered: list[_JsonHistory],
+        data: memoryview,
+        closing: bytes,
+        messages: list[Message],
+        hashed: tuple[int, xxhash.xxh3_128] | None = None,
     ) -> None:
-        history = _JsonHistory.of(data, closing, messages)
+        history = _JsonHistory.of(data, closing, messages, hashed)
         if history is None:
             return
         remembered[:] = [h for h in remembered if h.head_length != history.head_length]
@@ -183,8 +188,16 @@ class _JsonHistory:
         self.messages = messages
 
     @classmethod
-    def of(cls, data: memoryview, closing: bytes, messages: list[Message]) -> _JsonHistory | None:
-        """``data`` remembered, when it ends with ``closing`` (and JSON whitespace)."""
+    def of(
+        cls,
+        data: memoryview,
+        closing: bytes,
+        messages: list[Message],
+        hashed: tuple[int, xxhash.xxh3_128] | None = None,
+    ) -> _JsonHistory | None:
+        """``data`` remembered, when it ends with ``closing`` (and JSON whitespace). ``hashed``: (n, an
+        xxh3-128 state that has read ``data[:n]``), taken over, so that the head is hashed only from
+        ``n`` on: a continued history's bytes are then read once, not twice."""
         end = len(data)
         while end and data[end - 1] in JSON_WHITESPACE:
             end -= 1
@@ -196,24 +209,36 @@ class _JsonHistory:
             last -= 1
         if last and data[last - 1] == _OPENING_BRACKET:
             return None  # an empty array: "[" + ",1]" would read as a continuation of it
+        if hashed is not None and hashed[0] <= head_length:
+            hasher = hashed[1]
+            hasher.update(data[hashed[0] : head_length])
+            return cls(head_length, hasher.intdigest(), messages)
         return cls(head_length, _hash(data[:head_length]), messages)
 
-    def continued_by(self, data: memoryview, closing: bytes) -> list[Any] | None:
+    def continued_by(self, data: memoryview, closing: bytes) -> _Continuation | None:
         """The values ``data`` adds to the last array of this history ([] when it is this history
         again), or None when it does not merely continue it."""
         head_length = self.head_length
-        if len(data) < head_length or _hash(data[:head_length]) != self.head_hash:
+        if len(data) < head_length:
+            return None
+        hasher = xxhash.xxh3_128(data[:head_length])
+        if hasher.intdigest() != self.head_hash:
             return None
         rest = bytes(data[head_length:]).strip(JSON_WHITESPACE)
         if rest == closing:
-            return []
+            return _Continuation([], hasher)
         if not rest.startswith(b",") or not rest.endswith(closing):
             return None
         try:
             further = orjson.loads(b"[" + rest[1 : len(rest) - len(closing) + 1])
         except orjson.JSONDecodeError:
             return None
-        return further if isinstance(further, list) else None
+        return _Continuation(further, hasher) if isinstance(further, list) else None
+
+
+class _Continuation(NamedTuple):
+    further: list[Any]  # the values the new history adds
+    head_hasher: xxhash.xxh3_128  # the state that has read the continued history's head (for its successor)
 
 
 _hash = xxhash.xxh3_128_intdigest
