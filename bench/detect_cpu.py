@@ -1,7 +1,7 @@
 """The detect stage alone on the agent workload: CPU per turn, per detector, and a digest of its output.
 
     python bench/detect_cpu.py [--conversations 60] [--active 30] [--per-detector] [--profile] [--sizes]
-                               [--stage read]
+                               [--stage read] [--by-length]
 
 The requests of ``bench/agent_workload.py`` (same generator, same ``--seed``) go through the pipeline's
 path in this process (parse, trace assembly, the Analyzer); only ``analysis.detect`` is measured, in
@@ -10,7 +10,9 @@ Prints the detect stage's µs per turn, the signals found and a digest of every 
 confidence, snippet, metadata) and skipped group: a refactor of the detectors must leave the digest
 as it is. ``--per-detector``: each registered detector's share; ``--profile``: the top functions of the
 detect stage under cProfile; ``--sizes``: the detectors' memory per open conversation (deep size of
-what ``detector_memory`` holds beyond the conversation's messages, and of the whole state).
+what ``detector_memory`` holds beyond the conversation's messages, and of the whole state);
+``--by-length``: the stage's µs per turn by the conversation's length after the turn (messages, the
+trimmed ones included), to show what still grows with the history (issue 16: "O(new text)").
 ``--stage read`` measures (and profiles) the convention readers instead (``Analyzer.assemble``: span
 decoding, reading the messages, merging them into the conversation), ``--stage metrics`` the per-trace
 agent metrics (``Analyzer._record_trace``); the digest is still of the signals found, which depend on
@@ -47,13 +49,16 @@ from session_memory import deep_size  # noqa: E402
 import otelsignals.analysis as analysis_module  # noqa: E402
 from otelsignals.compaction import expansions  # noqa: E402
 from otelsignals.config_loading import load_config  # noqa: E402
-from otelsignals.conversation import ConversationState  # noqa: E402
+from otelsignals.conversation import ConversationState, TraceUpdate  # noqa: E402
+from otelsignals.model import Conversation  # noqa: E402
 from otelsignals.otlp.wire import split_request  # noqa: E402
 from otelsignals.pipeline.analyzer import Analyzer  # noqa: E402
 from otelsignals.pipeline.assembler import Assembler, ReleasedTrace  # noqa: E402
 from otelsignals.signals import detect as detect_module  # noqa: E402
 from otelsignals.signals.base import DetectionContext  # noqa: E402
 from otelsignals.telemetry import Telemetry  # noqa: E402
+
+LENGTH_BUCKETS = (250, 150, 50, 0)  # --by-length: messages, the largest bucket first
 
 
 def timed_detectors(spent: dict[str, float]) -> tuple[detect_module.Registered, ...]:
@@ -100,6 +105,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sizes", action="store_true")
+    parser.add_argument("--by-length", action="store_true")
     parser.add_argument("--stage", choices=("detect", "read", "metrics"), default="detect")
     parser.add_argument(
         "--embedding-cache",
@@ -121,6 +127,7 @@ def main() -> None:
     digest = hashlib.blake2b(digest_size=8)
     spent = 0.0
     signals = 0
+    by_length: dict[int, list[float]] = {}  # length bucket -> [turns, seconds]
 
     def measured(function: Callable[..., Any]) -> Callable[..., Any]:
         def run(*args: Any) -> Any:
@@ -128,14 +135,33 @@ def main() -> None:
             if profiler is not None:
                 profiler.enable()
             started = time.thread_time()
+            result = None
             try:
-                return function(*args)
+                result = function(*args)
+                return result
             finally:
-                spent += time.thread_time() - started
+                seconds = time.thread_time() - started
+                spent += seconds
                 if profiler is not None:
                     profiler.disable()
+                conversation = conversation_of((*args, result))
+                if conversation is not None:
+                    length = conversation.message_offset + len(conversation.messages)
+                    bucket = by_length.setdefault(next(b for b in LENGTH_BUCKETS if length >= b), [0, 0.0])
+                    bucket[0] += 1
+                    bucket[1] += seconds
 
         return run
+
+    def conversation_of(values: tuple[Any, ...]) -> Conversation | None:
+        """The conversation a stage's call worked on, from its arguments or its result."""
+        for value in values:
+            if isinstance(value, DetectionContext | ConversationState):
+                return value.conversation
+            if isinstance(value, TraceUpdate):
+                state = analyzer.sessions.get(value.key)
+                return state.conversation if state is not None else None
+        return None
 
     measured_detect = measured(original) if args.stage == "detect" else original
     stage_methods = {"read": "assemble", "metrics": "_record_trace"}
@@ -190,6 +216,11 @@ def main() -> None:
             orjson.dumps(trace_metrics, option=orjson.OPT_SORT_KEYS), digest_size=8
         )
         print(f"{len(trace_metrics):,} traces' agent metrics: digest {metrics_digest.hexdigest()}")
+    if args.by_length:
+        print(f"{args.stage}, by the conversation's length after the turn:")
+        for low in sorted(by_length):
+            count, seconds = by_length[low]
+            print(f"  {low:>4}+ messages: {count:5,} turns, {seconds / count * 1e6:7,.0f} µs per turn")
     for name, seconds in sorted(spent_by_detector.items(), key=lambda item: -item[1]):
         print(f"  {name:45s} {seconds / turns * 1e6:8,.0f} µs per turn")
     if args.sizes:
