@@ -234,13 +234,29 @@ class RefusingStore(SqliteStore):
         return super().record_many(evaluations)
 
 
-def test_one_refused_evaluation_does_not_cost_its_batch(tmp_path: Path) -> None:
-    store = RefusingStore(str(tmp_path / "rep.db"), window_size=500)
+def refusing_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> SqliteStore | RedisStore:
+    """A real store whose every record of agent "refused" fails: SQLite fails the whole batch (one
+    transaction), Redis only that evaluation's script (no transaction around a batch's scripts)."""
+    if kind == "sqlite":
+        return RefusingStore(str(tmp_path / "rep.db"), window_size=500)
+    url = request.getfixturevalue("redis_server")
+    with redis.Redis.from_url(url) as client:
+        client.flushdb()
+        client.set("otelsignals:rep:agent:refused:window", "not a list")  # its scripts fail
+    return RedisStore(url, window_size=500)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_one_refused_evaluation_costs_only_itself(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # Neither lost with its batch nor, where the store recorded the rest of it, recorded twice.
+    store = refusing_store(kind, tmp_path, request)
     telemetry = Telemetry()
     recorder = ReputationRecorder(store, ReputationConfig(), telemetry)
-    for i in range(100):
+    for i in range(100):  # queued before the writer starts: one batch
         agent = "refused" if i == 50 else "fine"
-        recorder.submit_evaluation(Evaluation(agent, True, 100.0, 1_700_000_000.0 + i))
+        recorder.submit_evaluation(Evaluation(agent, i % 3 != 0, 100.0, 1_700_000_000.0 + i))
     recorder.start()
     recorder.stop(timeout=30)
     assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 99
@@ -255,23 +271,4 @@ def test_a_recorder_refuses_settings_the_score_cannot_use(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as raised:
         ReputationRecorder(store, ReputationConfig(streak_target=0), Telemetry())
     assert raised.value.key == "reputation.streak_target"
-    store.close()
-
-
-def test_a_batch_redis_recorded_in_part_is_not_recorded_twice(redis_server: str) -> None:
-    with redis.Redis.from_url(redis_server) as client:
-        client.flushdb()
-        client.set("otelsignals:rep:agent:broken:window", "not a list")  # its scripts fail
-    store = RedisStore(redis_server, window_size=500)
-    telemetry = Telemetry()
-    recorder = ReputationRecorder(store, ReputationConfig(), telemetry)
-    for i in range(40):
-        agent = "broken" if i == 20 else "fine"
-        recorder.submit_evaluation(Evaluation(agent, i % 3 != 0, 100.0, 1_700_000_000.0 + i))
-    recorder.start()  # the burst goes in one batch, of which Redis records all but one
-    recorder.stop(timeout=30)
-    assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 39
-    assert telemetry.registry.get_sample_value("otelsignals_reputation_store_errors_total") == 1
-    assert store.window("fine")[1] == 39
-    assert recorder.current("fine") == reputation(*store.window("fine"), recorder.config, agent_id="fine")
     store.close()
