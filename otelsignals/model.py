@@ -156,7 +156,7 @@ T = TypeVar("T")
 
 class RecentList(list[T]):
     """A list that keeps only its latest ``maxlen`` items: a bounded deque's behaviour at a list's
-    size (an empty deque takes 624 bytes, and every conversation keeps several such records)."""
+    size (an empty deque takes 760 bytes, and every conversation keeps several such records)."""
 
     __slots__ = ("maxlen",)
 

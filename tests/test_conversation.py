@@ -645,7 +645,7 @@ def test_a_recent_list_keeps_its_latest_items_as_a_bounded_deque_does():
     import sys
     from collections import deque
 
-    from otelsignals.conversation import RecentList
+    from otelsignals.model import RecentList
 
     recent: RecentList[int] = RecentList(3)
     bounded: deque[int] = deque(maxlen=3)

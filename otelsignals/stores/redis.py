@@ -23,7 +23,16 @@ import redis
 from otelsignals.reputation import Evaluation
 from otelsignals.stores import DEFAULT_WINDOW, PartlyRecorded
 
+# KEYS: window, count, agents; ARGV: entry, window size, agent. Returns the agent's new count. The
+# keys' types are checked before any write: Redis keeps what a failing script wrote before its error,
+# and a count raised for an entry never pushed would skew the agent's numbering.
 RECORD_SCRIPT = """
+for i, expected in ipairs({'list', 'string', 'set'}) do
+  local found = redis.call('TYPE', KEYS[i]).ok
+  if found ~= 'none' and found ~= expected then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. found .. ', not a ' .. expected)
+  end
+end
 local n = redis.call('INCR', KEYS[2])
 redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)

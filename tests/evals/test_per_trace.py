@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from otelsignals.conversation import RecentList
 from otelsignals.evals.embeddings import EmbeddingError, StaticEmbedder
 from otelsignals.evals.per_trace import trace_signals
 from otelsignals.evals.trace_metrics import (
@@ -21,7 +20,7 @@ from otelsignals.evals.trace_metrics import (
     loop_detection,
     loop_detection_between,
 )
-from otelsignals.model import Message, Role, ToolResult
+from otelsignals.model import Message, RecentList, Role, ToolResult
 
 
 class CountingEmbedder(StaticEmbedder):

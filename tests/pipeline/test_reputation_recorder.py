@@ -262,6 +262,7 @@ def test_one_refused_evaluation_costs_only_itself(
     assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 99
     assert telemetry.registry.get_sample_value("otelsignals_reputation_store_errors_total") == 1
     assert store.window("fine")[1] == 99
+    assert store.window("refused") == ([], 0)  # nothing of it counted, even where the store failed in part
     assert recorder.current("fine") == reputation(*store.window("fine"), recorder.config, agent_id="fine")
     store.close()
 

@@ -340,3 +340,6 @@ def test_redis_says_which_evaluations_of_a_batch_it_recorded(redis_server: str) 
         with pytest.raises(redis.ResponseError):  # none recorded: the error itself
             s.record_many([ev(4, agent="broken")])
         assert s.window("agent-a")[1] == 2
+    with redis.Redis.from_url(redis_server) as client:  # nothing written for the failed ones
+        assert client.get("otelsignals:rep:agent:broken:count") is None
+        assert not client.sismember("otelsignals:rep:agents", "broken")
