@@ -229,9 +229,12 @@ class HttpSender:
         root = base.removesuffix("/v1/traces")
         self._urls = {signal: root + path for signal, path in HTTP_PATHS.items()}
         headers = {**config.headers, "Content-Type": "application/x-protobuf"}
-        self._gzip = config.compression == "gzip"
-        if self._gzip:
+        # gzip runs on threads of the sender's own (zlib lets go of the GIL): on the event loop, a
+        # 4 MiB batch kept the receivers from answering for ~60 ms (bench/http_export_loop_stall.py).
+        self._gzip: ThreadPoolExecutor | None = None
+        if config.compression == "gzip":
             headers["Content-Encoding"] = "gzip"
+            self._gzip = ThreadPoolExecutor(config.queue.num_consumers, thread_name_prefix="otlp-http-gzip")
         context: ssl.SSLContext | None = None
         tls = config.tls
         if base.startswith("https://"):
@@ -250,9 +253,9 @@ class HttpSender:
         )
 
     async def send(self, signal: str, body: bytes) -> SendResult:
-        if self._gzip:
+        if self._gzip is not None:
             # Level 1: most of gzip's saving on OTLP at a fraction of the CPU of the default level.
-            body = gzip.compress(body, 1)
+            body = await asyncio.get_running_loop().run_in_executor(self._gzip, gzip.compress, body, 1)
         attempt = await self._client.attempt(self._urls[signal], body)
         if attempt.ok:
             return SendResult(True, rejected_spans=_rejected_count(signal, attempt.body))
@@ -263,6 +266,8 @@ class HttpSender:
 
     async def close(self) -> None:
         await self._client.close()
+        if self._gzip is not None:
+            self._gzip.shutdown(wait=False, cancel_futures=True)
 
 
 def _http_error_message(payload: bytes) -> str:
