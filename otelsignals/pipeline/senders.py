@@ -298,10 +298,13 @@ class FileSender:
         self._files: dict[str, BufferedWriter] = {}
         # Encoding and writing on a thread of its own (one: lines stay in the order sent), not on the
         # event loop: a 4 MiB batch took ~70 ms there, during which no receiver answered; now the loop
-        # waits only for the encoder's GIL-holding C calls (bench/export_loop_stall.py).
+        # waits only while the encoder holds the GIL (bench/export_loop_stall.py).
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="otlp-file")
+        self._closed = False
 
     async def send(self, signal: str, body: bytes) -> SendResult:
+        # A send the exporter cancels at shutdown finishes its write on the thread: the batch, counted
+        # as not delivered, may still be in the file (at least once, as over the network).
         return await asyncio.get_running_loop().run_in_executor(self._writer, self._write, signal, body)
 
     def _write(self, signal: str, body: bytes) -> SendResult:
@@ -321,6 +324,9 @@ class FileSender:
         return SendResult(True)
 
     async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         await asyncio.get_running_loop().run_in_executor(self._writer, self._close_files)
         self._writer.shutdown(wait=False)
 
