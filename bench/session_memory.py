@@ -66,7 +66,6 @@ from otelsignals.pipeline.sessions import (  # noqa: E402
     estimated_bytes,
     text_storage_bytes,
 )
-from otelsignals.signals import phrase_analysis  # noqa: E402
 from otelsignals.telemetry import Telemetry  # noqa: E402
 
 SHIPPED_MODEL = (BYTES_PER_TEXT_BYTE, BYTES_PER_ARGUMENT_CHARACTER, BYTES_PER_MESSAGE, BYTES_PER_CONVERSATION)
@@ -205,9 +204,6 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
         "parts": dict(by_part.most_common()),
         "duplicated_text_bytes": dict(duplicated.most_common()),
         "rows": rows,
-        # Held by the process for every conversation (not counted above): the shared analysis cache.
-        "analysis_cache_bytes": deep_size(phrase_analysis._CACHE, seen),
-        "analysis_cache_texts": len(phrase_analysis._CACHE),
     }
 
 
@@ -258,9 +254,7 @@ def report(result: dict[str, Any], top: int) -> str:
         f"{total / result['conversations'] / 1024:.0f} KiB per conversation). "
         f"sessions_bytes estimates {result['estimated_bytes'] / mib:.1f} MiB "
         f"({result['estimated_bytes'] / total:.2f} of the measured). Duplicated long text: "
-        f"{sum(result['duplicated_text_bytes'].values()) / mib:.1f} MiB. Besides, the process's shared "
-        f"phrase-analysis cache holds {result['analysis_cache_bytes'] / mib:.1f} MiB "
-        f"({result['analysis_cache_texts']:,} texts).",
+        f"{sum(result['duplicated_text_bytes'].values()) / mib:.1f} MiB.",
         "",
         "| part of the state | MiB | bytes per UTF-8 byte of text | of which duplicated text (MiB) |",
         "|---|---|---|---|",

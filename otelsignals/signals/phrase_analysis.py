@@ -47,12 +47,9 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-
-from cachetools import LRUCache
 
 from otelsignals.model import RecentList, Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
@@ -75,12 +72,6 @@ LONG_MESSAGE_TOKENS = 40
 LONG_MESSAGE_FLOOR = 0.6
 
 COMPARE_CHARS = 4000  # characters of a message compared with earlier ones: bounded cost per comparison
-# Message text held by the shared analysis cache, for what is read again on later calls (within one
-# call the detectors share analyses through analysis_of). A cached analysis (the text, its tokens,
-# matches) takes 20-40 bytes per character: 200,000 characters held 8 MiB on the agent workload and
-# needed as many scans as 2,000,000 characters, which held 45 MiB (bench/session_memory.py,
-# bench/detect_cpu.py --profile).
-ANALYSIS_CACHE_CHARS = 200_000
 SEED_LOOKBACK = 50  # messages looked back over when the memory is new but messages were analysed before
 
 STOP_WORDS = word_set("interaction", "stop_words", "words")
@@ -268,22 +259,12 @@ class TextAnalysis:
         return THIRD_PARTY in cues and AGENT not in cues
 
 
-# Recent analyses by message text, bounded by the characters held (not by count), so that the
-# detectors reading one message share one scan even when messages are 100 KB long.
-_CACHE: LRUCache[str, TextAnalysis] = LRUCache(ANALYSIS_CACHE_CHARS, getsizeof=lambda a: len(a.scan.text))
-_CACHE_LOCK = threading.Lock()
-
-
 def _complains(spec: GroupSpec) -> bool:
     return spec.signal == tx.NEGATIVE_STANCE and not spec.unless_satisfied
 
 
 def analyse_text(text: str) -> TextAnalysis:
-    """Scan a message once for every phrase group (cached: several detectors read each message)."""
-    with _CACHE_LOCK:
-        cached = _CACHE.get(text)
-    if cached is not None:
-        return cached
+    """Scan a message for every phrase group (detectors read it through :func:`analysis_of`)."""
     library = phrase_library()
     groups = library.groups
     scan = library.matcher.scan(text)
@@ -309,16 +290,15 @@ def analyse_text(text: str) -> TextAnalysis:
     hits: dict[str, list[Match]] = {}
     for match in accepted:
         hits.setdefault(groups[match.group].signal, []).append(match)
-    analysis = TextAnalysis(scan, hits)
-    if len(analysis.scan.text) <= ANALYSIS_CACHE_CHARS:
-        with _CACHE_LOCK:
-            _CACHE[text] = analysis
-    return analysis
+    return TextAnalysis(scan, hits)
 
 
 def analysis_of(ctx: DetectionContext, text: str) -> TextAnalysis:
-    """:func:`analyse_text`, once per detection call for every detector reading ``text`` (the shared
-    cache keeps only recent text, bounded in characters: a call's long messages may not all fit)."""
+    """:func:`analyse_text`, once per detection call for every detector reading ``text``. Nothing is
+    kept between calls, by the process or by the conversation: what a detector needs again later
+    it keeps in its memory, prepared (``recent_messages``). A process-wide cache of recent analyses
+    served 58 of 1,309 scans on the agent workload and held its texts, so their messages could not
+    be compacted (bench/RESULTS.md, 2026-11-28)."""
     analyses: dict[str, TextAnalysis] = ctx.scratch.setdefault(_ANALYSES, {})
     analysis = analyses.get(text)
     if analysis is None:

@@ -28,13 +28,12 @@ from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext
 from otelsignals.signals.disengagement import caps_cue, caps_run_cue
-from otelsignals.signals.matching import DEFAULT_NEGATORS, snippet
+from otelsignals.signals.matching import DEFAULT_NEGATORS, Scan, snippet
 from otelsignals.signals.phrase_analysis import (
     COMPARE_CHARS,
     SEED_LOOKBACK,
     STOP_WORDS,
     TextAnalysis,
-    analyse_text,
     analysis_of,
     clause_spans,
     phrase_instance,
@@ -63,9 +62,9 @@ REPHRASE_MIN_LETTERS = 15
 REPHRASE_MAX_WORDS = 120  # longer messages are compared on their first 120 content words
 
 
-def content_words(text: str) -> str:
+def content_words(ctx: DetectionContext, text: str) -> str:
     """The message's words without stop words, for near-duplicate comparison (first 300)."""
-    return " ".join(_content_tokens(analyse_text(text).scan.tokens))
+    return " ".join(_content_tokens(analysis_of(ctx, text).scan.tokens))
 
 
 @functools.lru_cache(maxsize=65536)  # words repeat across messages; this runs per token
@@ -126,8 +125,12 @@ def detect_rephrase(ctx: DetectionContext) -> list[SignalInstance]:
     explicit marker ("let me rephrase"), a near-duplicate of one of their last 3 messages, a short
     request clause restating one of their sentences in other words, or an insisting one (see
     _insistence_instance) that brings their request back after the agent steered away from it."""
-    recent = recent_messages(ctx, "rephrase.recent", Role.USER, REPHRASE_WINDOW, content_words)
-    keys = recent_messages(ctx, "rephrase.keys", Role.USER, REPHRASE_WINDOW, sentence_keys)
+    recent = recent_messages(
+        ctx, "rephrase.recent", Role.USER, REPHRASE_WINDOW, functools.partial(content_words, ctx)
+    )
+    keys = recent_messages(
+        ctx, "rephrase.keys", Role.USER, REPHRASE_WINDOW, functools.partial(sentence_keys, ctx)
+    )
     _task(ctx)  # seeds the remembered task from the earlier messages when the memory is new
     found: list[SignalInstance] = []
     for i, text, follows in user_texts(ctx):
@@ -144,7 +147,7 @@ def detect_rephrase(ctx: DetectionContext) -> list[SignalInstance]:
             )
         if instance is not None:
             found.append(instance)
-        sentences = sentence_keys(text)
+        sentences = sentence_keys(ctx, text)
         recent.append((index, words))
         keys.append((index, sentences))
         if ctx.memory.get(_TASK) is None and _is_task(sentences):
@@ -214,18 +217,24 @@ class _Unit(NamedTuple):
     sentence: frozenset[str]  # the key words of its whole sentence
 
 
-def _units(text: str, *, clauses: bool) -> tuple[_Unit, ...]:
+def _units(ctx: DetectionContext, text: str, *, clauses: bool) -> tuple[_Unit, ...]:
     """The first MAX_SENTENCES sentences of ``text`` (first COMPARE_CHARS characters), or
-    their clauses, as _Unit records (cached: each message is read for several rules)."""
-    return _units_of(text[:COMPARE_CHARS], clauses)
+    their clauses, as _Unit records (once per detection call: each message is read for several
+    rules; what is kept between calls is ``sentence_keys``, in the detector's memory)."""
+    read: dict[tuple[str, bool], tuple[_Unit, ...]] = ctx.scratch.setdefault(_UNITS, {})
+    units = read.get((text, clauses))
+    if units is None:
+        units = read[text, clauses] = _units_of(analysis_of(ctx, text[:COMPARE_CHARS]).scan, clauses)
+    return units
+
+
+_UNITS = "rephrase.units"
 
 
 _REQUEST_MARKS = _REQUEST_WORDS | frozenset(["has", "have", "had", "like"])
 
 
-@functools.lru_cache(maxsize=1024)  # keys are at most COMPARE_CHARS long: bounded memory
-def _units_of(text: str, clauses: bool) -> tuple[_Unit, ...]:
-    scan = analyse_text(text).scan
+def _units_of(scan: Scan, clauses: bool) -> tuple[_Unit, ...]:
     tokens = scan.tokens
     units: list[_Unit] = []
     for start, end in sentence_spans(tokens):
@@ -258,13 +267,13 @@ def _keys(tokens: list[Token], a: int, b: int) -> frozenset[str]:
     return frozenset(_key(t.norm) for t in tokens[a:b] if t.norm not in _KEY_STOP and not t.quoted)
 
 
-def sentence_keys(text: str) -> tuple[tuple[frozenset[str], bool, bool], ...]:
+def sentence_keys(ctx: DetectionContext, text: str) -> tuple[tuple[frozenset[str], bool, bool], ...]:
     """Per sentence: its key words, whether it cannot be restated by the restatement rule (a question,
     or no request word), and whether it is a request at all (a request word, or a question asking the
     agent to act)."""
     return tuple(
         (unit.keys, unit.asks or not unit.wants, unit.wants or unit.asks_for)
-        for unit in _units(text, clauses=False)
+        for unit in _units(ctx, text, clauses=False)
     )
 
 
@@ -295,7 +304,7 @@ def _restatement_instance(
     if not tokens or _accepts(tokens):
         return None
     answer: frozenset[str] | None = None  # read lazily
-    for unit in _units(text, clauses=True):
+    for unit in _units(ctx, text, clauses=True):
         if unit.asks or not unit.wants or unit.progress:
             continue
         if not RESTATE_MIN_SHARED <= len(unit.keys) <= RESTATE_MAX_KEYS:
@@ -373,7 +382,7 @@ def _task(ctx: DetectionContext) -> list[tuple[int, Any]]:
         for i in range(min(ctx.new_from, SEED_LOOKBACK)):
             message = ctx.messages[i]
             if message.role is Role.USER and message.content:
-                sentences = sentence_keys(message.content)
+                sentences = sentence_keys(ctx, message.content)
                 if _is_task(sentences):
                     ctx.memory[_TASK] = (ctx.absolute_index(i), sentences)
                     break
@@ -411,7 +420,7 @@ def _insistence_instance(
         return None
     answer: frozenset[str] | None = None  # read lazily, as is whether the message insists
     insists: bool | None = None
-    for unit in _units(text, clauses=True):
+    for unit in _units(ctx, text, clauses=True):
         wanted = unit.keys - _GENERIC_KEYS
         if not wanted or len(wanted) > RESTATE_MAX_KEYS or unit.progress:
             continue
@@ -453,7 +462,9 @@ def _reask_instance(
     if not earlier or analysis.hits.get(tx.ESCALATION) or analysis.hits.get(tx.QUIT):
         return None
     units = [
-        u for u in _units(text, clauses=False) if (u.asks or u.wants or u.asks_for) and u.keys - _GENERIC_KEYS
+        u
+        for u in _units(ctx, text, clauses=False)
+        if (u.asks or u.wants or u.asks_for) and u.keys - _GENERIC_KEYS
     ]
     if not units:
         return None

@@ -197,8 +197,8 @@ def test_first_message_seen_after_a_system_prompt_still_counts_as_first() -> Non
 
 
 def test_one_call_scans_each_user_message_once_however_long_they_are(monkeypatch) -> None:
-    # The shared cache is bounded in characters: four messages longer than it can hold together
-    # must still be scanned once each, not once per phrase detector reading them.
+    # Four long messages are each scanned once in a detection call, not once per phrase detector
+    # reading them (analysis_of keeps the call's analyses, whatever their size).
     from otelsignals.signals import phrase_analysis
     from otelsignals.signals.detect import detect
 
@@ -211,7 +211,7 @@ def test_one_call_scans_each_user_message_once_however_long_they_are(monkeypatch
         return original(text)
 
     monkeypatch.setattr(library.matcher, "scan", counted)
-    long = phrase_analysis.ANALYSIS_CACHE_CHARS // 3
+    long = 70_000
     texts = [f"request {n}: " + "please check the order status again " * (long // 36) for n in range(4)]
     messages = [Message(Role.ASSISTANT, "How can I help?")]
     for text in texts:

@@ -173,8 +173,11 @@ def test_insistence_remembers_the_task_across_calls_and_rebuilds_it() -> None:
 
 
 def test_restatement_keys_canonicalise_inflection_times_and_synonyms() -> None:
-    assert sentence_keys("it has to leave after five") == sentence_keys("it has to depart after 5pm")
-    assert sentence_keys("I want to dispute it")[0][0] <= sentence_keys("I want to disputing it")[0][0]
+    def keys(text: str) -> tuple[tuple[frozenset[str], bool, bool], ...]:
+        return sentence_keys(DetectionContext(Conversation("c"), new_from=0), text)
+
+    assert keys("it has to leave after five") == keys("it has to depart after 5pm")
+    assert keys("I want to dispute it")[0][0] <= keys("I want to disputing it")[0][0]
 
 
 @pytest.mark.parametrize("turns", REPHRASE_POSITIVES)
