@@ -314,7 +314,9 @@ def test_the_analyzer_closes_its_remote_embeddings_endpoint(server: str) -> None
     analyzer = Analyzer(Telemetry(), evals=EvalsConfig(embeddings_url=server, embeddings_model="m"))
     assert analyzer.embedder is not None
     analyzer.embedder.embed(["hello"])
-    started = [thread for thread in threading.enumerate() if thread.ident not in before]
+    # The endpoint's thread by its name: a thread something else starts meanwhile (a previous
+    # test's pool) is not the analyzer's to end.
+    started = [t for t in threading.enumerate() if t.ident not in before and t.name == "embeddings-http"]
     assert started, "the endpoint's request thread"
     analyzer.close()
     assert not any(thread.is_alive() for thread in started)
