@@ -591,6 +591,21 @@ def test_text_and_tool_calls_read_again_are_kept_once():
     assert latest[4] is held[4]
 
 
+def test_conversations_of_one_agent_hold_one_copy_of_its_system_prompt():
+    first, second = ConversationState.new("one"), ConversationState.new("two")
+    prompt = "".join(LONG_PROMPT)  # an equal text, another object than the one the table holds
+    apply_trace(first, b"t1", [chat(1, [Message(Role.SYSTEM, prompt), user("Where is it?")], [])])
+    copy = "".join(list(prompt))
+    assert copy is not prompt
+    apply_trace(second, b"t2", [chat(2, [Message(Role.SYSTEM, copy), user("And mine?")], [])])
+    assert second.conversation.messages[0].content is first.conversation.messages[0].content
+    # Near misses stay apart: another prompt, and a user message with the prompt's text.
+    other = ConversationState.new("other")
+    apply_trace(other, b"t3", [chat(3, [Message(Role.SYSTEM, prompt + " Be brief."), user(copy)], [])])
+    held = other.conversation.messages
+    assert held[0].content != prompt and held[1].content is not first.conversation.messages[0].content
+
+
 def test_near_misses_are_not_shared():
     state = ConversationState.new("near")
     system = Message(Role.SYSTEM, LONG_PROMPT)
