@@ -401,7 +401,7 @@ METRIC_NAMES = (
 @dataclass
 class EvalsConfig:
     # Per-trace signals for the session metrics (SPEC §6): coherence and loop detection with the
-    # offline embedding model (about 230 MB once loaded), confidence and tool correctness by proxy.
+    # offline embedding model (about 140 MB once loaded), confidence and tool correctness by proxy.
     trace_metrics: bool = True
     # An OpenAI-compatible /v1/embeddings endpoint to use instead of the shipped model.
     embeddings_url: str = ""

@@ -25,9 +25,10 @@ import json
 import math
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from itertools import chain
 from pathlib import Path
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import xxhash
@@ -150,10 +151,46 @@ def _embed_cached(
 # The shipped model
 
 
+_WORDS_AT_ONCE = 20_000
+
+
+def _hashes(words: Sequence[Hashable]) -> np.ndarray:
+    return np.fromiter(map(hash, words), dtype=np.int64, count=len(words))
+
+
+class _Vocabulary:
+    """Word → row of the vector table, as two arrays instead of a dict of 400 000 strings (33 MiB
+    more of resident memory, bench/RESULTS.md): each word's ``hash()`` sorted, and its row. A batch
+    of tokens is looked up in one vectorised search.
+
+    Words are told apart by their 64-bit hash alone: two distinct words of the table share one with
+    probability ~4e-9 per process (the later one then reads the earlier one's row), and an unknown
+    token is taken for a word with probability ~2e-14 (it gets that word's row). Like the resent
+    histories compared by their xxh3 hash (conventions/memory.py), a risk far below any other."""
+
+    __slots__ = ("_hashes", "_rows")
+
+    def __init__(self, hashes: np.ndarray) -> None:
+        """``hashes``: :func:`_hashes` of the words, in the table's order. A word listed twice keeps
+        its first row (np.unique gives each value's first index)."""
+        self._hashes, first = np.unique(hashes, return_index=True)
+        self._rows = first.astype(np.int32)
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    def rows_of(self, tokens: Sequence[str]) -> np.ndarray:
+        """Each token's row, -1 for a token not in the vocabulary."""
+        hashes = _hashes(tokens)
+        at = np.searchsorted(self._hashes, hashes)
+        np.minimum(at, len(self._hashes) - 1, out=at)
+        return np.where(self._hashes[at] == hashes, self._rows[at], -1)
+
+
 class _StaticModel:
     """The vocabulary and the SIF-weighted vector table, loaded once per process and shared."""
 
-    def __init__(self, vocab: dict[str, int], table: np.ndarray) -> None:
+    def __init__(self, vocab: _Vocabulary, table: np.ndarray) -> None:
         self.vocab = vocab
         self.table = table  # (vocab, dim) float32, row i = sif_weight(i) × vector(i)
 
@@ -183,10 +220,12 @@ def _load_static_model(root: Path, max_vocab: int | None) -> _StaticModel:
         if model is not None:
             return model
         try:
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            # The vocabulary file has one column, of non-null strings.
-            words = cast("list[str]", pq.read_table(root / _VOCAB_FILE).column(0).to_pylist())
+            # The vocabulary file has one column, of non-null strings. Read as a plain file:
+            # pq.read_table's dataset layer kept ~40 MiB more of the process's memory.
+            words = pq.ParquetFile(root / _VOCAB_FILE, memory_map=True).read(use_threads=False).column(0)
             vectors = np.load(root / _VECTORS_FILE, mmap_mode="r")
         except (OSError, ValueError, ImportError) as exc:
             raise EmbeddingError(f"cannot load the embedding model from {root}: {exc}") from exc
@@ -202,10 +241,16 @@ def _load_static_model(root: Path, max_vocab: int | None) -> _StaticModel:
         harmonic = math.log(len(words)) + 0.5772156649
         weights = SIF_A / (SIF_A + 1.0 / (ranks * harmonic))
         table *= weights[:, None].astype(np.float32)
-        vocab: dict[str, int] = {}
-        for index, word in enumerate(words[:size]):
-            vocab.setdefault(word, index)
-        model = _StaticModel(vocab, table)
+        # A slice of the words at a time as Python strings: the 400 000 never live at once.
+        hashes = np.concatenate(
+            [
+                _hashes(words.slice(start, min(_WORDS_AT_ONCE, size - start)).to_pylist())
+                for start in range(0, size, _WORDS_AT_ONCE)
+            ]
+        )
+        del words
+        pa.default_memory_pool().release_unused()  # what reading the file took, back to the system
+        model = _StaticModel(_Vocabulary(hashes), table)
         _MODELS[key] = model
         return model
 
@@ -260,20 +305,16 @@ class StaticEmbedder:
         model = self.model
         out = np.zeros((len(texts), model.dimension), dtype=np.float32)
         for start in range(0, len(texts), self.batch_size):
-            batch = texts[start : start + self.batch_size]
-            ids: list[int] = []
-            offsets: list[int] = []
-            rows: list[int] = []
-            lookup = model.vocab.get
-            for row, text in enumerate(batch):
-                text_ids = [i for token in tokenize(text) if (i := lookup(token)) is not None]
-                if text_ids:
-                    rows.append(start + row)
-                    offsets.append(len(ids))
-                    ids.extend(text_ids)
-            if ids:
-                # one gather and one segmented sum for the whole batch
-                out[rows] = np.add.reduceat(model.table[ids], offsets, axis=0)
+            batch = [tokenize(text) for text in texts[start : start + self.batch_size]]
+            rows = model.vocab.rows_of(list(chain.from_iterable(batch)))
+            known = rows >= 0
+            if not known.any():
+                continue
+            # The text of each known token; texts without one keep the zero vector.
+            owners = np.repeat(np.arange(start, start + len(batch)), [len(tokens) for tokens in batch])[known]
+            texts_with_tokens, offsets = np.unique(owners, return_index=True)
+            # one gather and one segmented sum for the whole batch
+            out[texts_with_tokens] = np.add.reduceat(model.table[rows[known]], offsets, axis=0)
         return _normalise_rows(out)
 
 

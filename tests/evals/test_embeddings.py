@@ -23,6 +23,9 @@ from otelsignals.evals.embeddings import (
     EmbeddingError,
     OpenAIEmbedder,
     StaticEmbedder,
+    _hashes,
+    _model_root,
+    _Vocabulary,
     cosine,
     default_embedder,
     tokenize,
@@ -122,6 +125,59 @@ def test_max_vocab_keeps_the_most_frequent_words() -> None:
     assert len(small.model.vocab) == 1000
     vectors = small.embed(["the", "refund"])  # "refund" is ranked ~17 000th
     assert vectors[0].any() and not vectors[1].any()
+
+
+WORDS = ["the", "refund", "order", "the", "café", "naïve", "ok"]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "rows"),
+    [
+        (["refund", "order"], [1, 2]),
+        (["the"], [0]),  # listed twice: its first row, as a dict built with setdefault gives
+        (["café", "naïve", "ok"], [4, 5, 6]),  # non-ASCII words
+        (["refunds", "Refund", "", "qzx"], [-1, -1, -1, -1]),  # near-misses: plural, case, empty
+        ([], []),
+    ],
+)
+def test_vocabulary_finds_each_token_s_row(tokens: list[str], rows: list[int]) -> None:
+    vocabulary = _Vocabulary(_hashes(WORDS))
+    assert len(vocabulary) == 6  # distinct words
+    assert vocabulary.rows_of(tokens).tolist() == rows
+
+
+def test_vocabulary_misses_a_token_hashed_past_every_word() -> None:
+    # The search lands past the table's end: still a miss, not an IndexError.
+    vocabulary = _Vocabulary(_hashes(["alpha", "beta"]))
+    highest = max(hash("alpha"), hash("beta"))
+    beyond = next(token for token in (f"token{i}" for i in range(1000)) if hash(token) > highest)
+    assert vocabulary.rows_of([beyond, "beta"]).tolist() == [-1, 1]
+
+
+def test_embeddings_are_the_sif_weighted_sum_of_the_known_words_rows() -> None:
+    # Reference: the model's words read back whole into a plain dict (first row of each word).
+    import pyarrow.parquet as pq
+
+    embedder = StaticEmbedder(max_vocab=20_000, cache_size=0, batch_size=3)
+    words = pq.ParquetFile(_model_root() / "glove_6B_index.parquet").read().column(0).to_pylist()[:20_000]
+    rows: dict[str, int] = {}
+    for index, word in enumerate(words):
+        rows.setdefault(str(word), index)
+    texts = [
+        "Your refund for order 4411 was issued yesterday; it isn't visible yet.",
+        "qzxqzx",  # no known word
+        "",
+        "Café naïve déjà-vu, the 'quoted' words — and emoji 🙂 too",
+        "the the the",
+    ]
+    table = embedder.model.table
+    expected = np.zeros((len(texts), embedder.dimension), dtype=np.float32)
+    for i, text in enumerate(texts):
+        known = [rows[token] for token in tokenize(text) if token in rows]
+        if known:
+            vector = table[known].sum(axis=0, dtype=np.float32)
+            expected[i] = vector / np.linalg.norm(vector)
+    np.testing.assert_allclose(embedder.embed(texts), expected, rtol=1e-6, atol=1e-7)
 
 
 def test_tokenizer_follows_glove_conventions() -> None:
