@@ -401,8 +401,11 @@ METRIC_NAMES = (
 @dataclass
 class EvalsConfig:
     # Per-trace signals for the session metrics (SPEC §6): coherence and loop detection with the
-    # offline embedding model (about 140 MB once loaded), confidence and tool correctness by proxy.
+    # offline embedding model (about 50 MB once loaded), confidence and tool correctness by proxy.
     trace_metrics: bool = True
+    # Where the shipped model's weighted vector table is cached, to be mapped from a file rather
+    # than held in memory (76 MiB); empty: $XDG_CACHE_HOME/otelsignals or ~/.cache/otelsignals.
+    model_cache_dir: str = ""
     # An OpenAI-compatible /v1/embeddings endpoint to use instead of the shipped model.
     embeddings_url: str = ""
     embeddings_model: str = ""

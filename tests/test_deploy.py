@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 import typing
 from collections.abc import Iterator
@@ -418,6 +419,19 @@ def test_dockerfile_copy_sources_exist_and_are_in_the_build_context() -> None:
     needed = {"pyproject.toml", project["project"]["readme"]}
     needed |= {pkg.rstrip("*") for pkg in project["tool"]["setuptools"]["packages"]["find"]["include"]}
     assert needed <= {s.rstrip("/") for s in sources}, f"missing from COPY: {needed - set(sources)}"
+
+
+def test_dockerfile_builds_the_model_cache_the_image_reads(tmp_path: Path) -> None:
+    # The image's warm-up writes the embedding table where its environment tells the process to map
+    # it from (evals.model_cache_dir). Run as the build runs it, into a temporary directory.
+    cache_dir = _dockerfile_env()["OTELSIGNALS_EVALS__MODEL_CACHE_DIR"]
+    runs = [rest for keyword, rest in _dockerfile_instructions() if keyword == "RUN"]
+    (warm_up,) = [run for run in runs if cache_dir in run]
+    command = shlex.split(warm_up.replace(cache_dir, str(tmp_path / "model-cache")))
+    assert command[:2] == ["python", "-c"]
+    subprocess.run([sys.executable, *command[1:]], check=True, timeout=300)
+    (table,) = (tmp_path / "model-cache").glob("glove-6b-50d-sif-*.npy")
+    assert table.stat().st_size > 80_000_000
 
 
 def test_dockerignore_keeps_local_state_out() -> None:

