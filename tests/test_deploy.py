@@ -430,7 +430,7 @@ def test_dockerfile_builds_the_model_cache_the_image_reads(tmp_path: Path) -> No
     command = shlex.split(warm_up.replace(cache_dir, str(tmp_path / "model-cache")))
     assert command[:2] == ["python", "-c"]
     subprocess.run([sys.executable, *command[1:]], check=True, timeout=300)
-    (table,) = (tmp_path / "model-cache").glob("glove-6b-50d-sif-*.npy")
+    (table,) = (tmp_path / "model-cache").glob("glove-6b-50d-sif-v1-*.npy")
     assert table.stat().st_size > 80_000_000
 
 

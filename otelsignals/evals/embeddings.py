@@ -156,7 +156,8 @@ def _embed_cached(
 
 
 _WORDS_AT_ONCE = 20_000
-_CACHE_PREFIX = "glove-6b-50d-sif-"  # then the rows kept, the source file's size and time
+# Then the rows kept, the source file's size and time. The version changes with the weighting.
+_CACHE_PREFIX = "glove-6b-50d-sif-v1-"
 
 
 def _hashes(words: Sequence[Hashable]) -> np.ndarray:
@@ -279,19 +280,21 @@ def _weighted_table(root: Path, vectors: np.ndarray, size: int, cache: Path) -> 
     harmonic = math.log(vectors.shape[0]) + 0.5772156649
     weights = SIF_A / (SIF_A + 1.0 / (ranks * harmonic))
     table *= weights[:, None].astype(np.float32)
+    partial = cache / f".{path.name}.{os.getpid()}.partial"
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        partial = cache / f".{path.name}.{os.getpid()}.partial"
         with partial.open("wb") as out:
             np.save(out, table)
         partial.replace(path)  # whole or absent, whoever else writes it meanwhile
-        for stale in cache.glob(f"{_CACHE_PREFIX}*.npy"):  # other sizes and earlier installs
+        for stale in cache.glob(f"{_CACHE_PREFIX}{size}-*.npy"):  # earlier installs' (same size)
             if stale != path:
                 stale.unlink(missing_ok=True)
         return np.load(path, mmap_mode="r")
     except (OSError, ValueError) as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)  # a disk that filled up midway
         log.warning(
-            "embedding model cache %s not writable (%s): the vector table stays in this process's "
+            "cannot write the embedding model cache in %s (%s): the vector table stays in this process's "
             "memory (76 MiB); set evals.model_cache_dir to a writable directory",
             cache,
             exc,

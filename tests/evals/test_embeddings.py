@@ -195,17 +195,19 @@ def test_the_weighted_table_is_mapped_from_the_model_cache(
     (tmp_path / "a-file").write_text("")
     in_memory = _load_afresh(monkeypatch, tmp_path / "a-file" / "cache")  # cannot be created
     assert not isinstance(in_memory, np.memmap)
-    assert "not writable" in caplog.text and "evals.model_cache_dir" in caplog.text
+    assert "cannot write the embedding model cache" in caplog.text and "evals.model_cache_dir" in caplog.text
 
     cache = tmp_path / "cache"
     cache.mkdir()
-    stale = cache / "glove-6b-50d-sif-400000-1-1.npy"  # an earlier install's
-    stale.write_bytes(b"")
+    (cache / "glove-6b-50d-sif-v1-5000-1-1.npy").write_bytes(b"")  # an earlier install's
+    other_size = cache / "glove-6b-50d-sif-v1-400000-1-1.npy"  # another process's, still in use
+    other_size.write_bytes(b"")
     written = _load_afresh(monkeypatch, cache)
     assert isinstance(written, np.memmap)
     np.testing.assert_array_equal(written, in_memory)
-    (path,) = cache.iterdir()  # the stale file and the partial one are gone
-    assert path.name.startswith("glove-6b-50d-sif-5000-")
+    (path,) = cache.glob("*5000*")  # the earlier install's and the partial file are gone
+    assert path.name.startswith("glove-6b-50d-sif-v1-5000-") and other_size.exists()
+    assert sorted(p.name for p in cache.iterdir()) == sorted([path.name, other_size.name])
     written_at = path.stat().st_mtime_ns
 
     again = _load_afresh(monkeypatch, cache)
