@@ -2,8 +2,8 @@
 
 Store writes (a local SQLite file, or Redis / PostgreSQL shared by replicas) happen on one writer
 thread fed by a bounded queue, so a slow store never stalls the pipeline: when the queue is full the
-evaluation is dropped and counted. The writer takes everything waiting at once (up to
-``BATCH_MAX``) and records it in one transaction / round trip.
+evaluation is dropped and counted. The writer takes everything waiting, and what arrives within
+``BATCH_WAIT_S`` of the first (up to ``BATCH_MAX``), and records it in one transaction / round trip.
 
 Each agent's window is followed in memory (``reputation.AgentWindow``, up to ``AGENTS_FOLLOWED``
 agents, the least recently written forgotten first) and its reputation recomputed from it once per
@@ -39,6 +39,10 @@ FAILING_QUALITIES = ("poor", "severe")
 _STOP = object()
 # Evaluations recorded in one transaction at most.
 BATCH_MAX = 512
+# After the first evaluation of a batch, the writer waits this long for others: at a steady load
+# one turn at a time, each batch was one transaction and one recomputed reputation per turn (0.3-0.4
+# ms of CPU a turn, bench/agent_workload.py); the reputations the enricher reads lag by this much.
+BATCH_WAIT_S = 0.05
 # Agents whose window is followed in memory (a window is ~40 bytes per evaluation: 20 KB at 500).
 AGENTS_FOLLOWED = 1_000
 # A followed window is read whole again this often (at its agent's next evaluation): what no
@@ -131,9 +135,10 @@ class ReputationRecorder:
     def _write_forever(self) -> None:
         while True:
             batch = [self._pending.get()]
-            while len(batch) < BATCH_MAX:
+            gathered_until = time.monotonic() + BATCH_WAIT_S
+            while len(batch) < BATCH_MAX and batch[-1] is not _STOP:
                 try:
-                    batch.append(self._pending.get_nowait())
+                    batch.append(self._pending.get(timeout=max(0.0, gathered_until - time.monotonic())))
                 except queue.Empty:
                     break
             stopping = any(item is _STOP for item in batch)

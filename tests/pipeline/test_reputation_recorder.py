@@ -5,6 +5,7 @@ seen here, other replicas' entries, a store emptied), with the store's own reput
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,34 @@ def test_a_burst_is_written_in_batches_and_never_read_back(tmp_path: Path) -> No
         mine = [e for e in evaluations if e.agent_id == agent]
         expected = reputation(mine[-500:], len(mine), config, agent_id=agent)
         assert recorder.current(agent) == expected == reputation(*store.window(agent), config, agent_id=agent)
+    store.close()
+
+
+class BatchCountingStore(SqliteStore):
+    """A real SQLite store that counts its transactions."""
+
+    batches = 0
+
+    def record_many(self, evaluations: Sequence[Evaluation]) -> list[int]:
+        self.batches += 1
+        return super().record_many(evaluations)
+
+
+def test_evaluations_arriving_one_by_one_share_a_transaction(tmp_path: Path) -> None:
+    # A steady load sends one turn's evaluation at a time: the writer waits BATCH_WAIT_S after the
+    # first of a batch for the others instead of a transaction (and a recomputed reputation) each.
+    store = BatchCountingStore(str(tmp_path / "rep.db"), window_size=500)
+    telemetry = Telemetry()
+    recorder = ReputationRecorder(store, ReputationConfig(), telemetry)
+    recorder.start()
+    evaluations = series("agent", 0, 10, passed_every=3)
+    for evaluation in evaluations:  # 10 turns over ~20 ms, well within BATCH_WAIT_S (50 ms)
+        recorder.submit_evaluation(evaluation)
+        time.sleep(0.002)
+    recorder.stop(timeout=30)
+    assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 10
+    assert store.batches <= 3
+    assert recorder.current("agent") == reputation(evaluations, 10, recorder.config, agent_id="agent")
     store.close()
 
 
