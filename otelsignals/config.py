@@ -401,7 +401,7 @@ METRIC_NAMES = (
 @dataclass
 class EvalsConfig:
     # Per-trace signals for the session metrics (SPEC §6): coherence and loop detection with the
-    # offline embedding model (about 50 MB once loaded), confidence and tool correctness by proxy.
+    # offline embedding model (about 55 MiB once loaded), confidence and tool correctness by proxy.
     trace_metrics: bool = True
     # Where the shipped model's weighted vector table is cached, to be mapped from a file rather
     # than held in memory (76 MiB); empty: $XDG_CACHE_HOME/otelsignals or ~/.cache/otelsignals.

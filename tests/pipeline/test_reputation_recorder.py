@@ -69,20 +69,26 @@ class BatchCountingStore(SqliteStore):
         return super().record_many(evaluations)
 
 
-def test_evaluations_arriving_one_by_one_share_a_transaction(tmp_path: Path) -> None:
+def test_evaluations_arriving_one_by_one_share_a_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A steady load sends one turn's evaluation at a time: the writer waits BATCH_WAIT_S after the
     # first of a batch for the others instead of a transaction (and a recomputed reputation) each.
+    # Long here, so that a loaded machine cannot split the batch; stop() ends the wait at once.
+    monkeypatch.setattr(reputation_recorder, "BATCH_WAIT_S", 5.0)
     store = BatchCountingStore(str(tmp_path / "rep.db"), window_size=500)
     telemetry = Telemetry()
     recorder = ReputationRecorder(store, ReputationConfig(), telemetry)
     recorder.start()
     evaluations = series("agent", 0, 10, passed_every=3)
-    for evaluation in evaluations:  # 10 turns over ~20 ms, well within BATCH_WAIT_S (50 ms)
+    for evaluation in evaluations:
         recorder.submit_evaluation(evaluation)
-        time.sleep(0.002)
+        time.sleep(0.005)  # each finds the writer waiting (without the wait: ten transactions)
+    started = time.monotonic()
     recorder.stop(timeout=30)
+    assert time.monotonic() - started < 2.5
     assert telemetry.registry.get_sample_value("otelsignals_reputation_evaluations_total") == 10
-    assert store.batches <= 3
+    assert store.batches == 1
     assert recorder.current("agent") == reputation(evaluations, 10, recorder.config, agent_id="agent")
     store.close()
 
