@@ -159,7 +159,8 @@ def _embed_cached(
 
 _WORDS_AT_ONCE = 20_000
 FREQUENT_WORDS = 50_000  # looked up in a dict (~6 MiB): see _Vocabulary
-# Then the rows kept, the source file's size and time. The version changes with the weighting.
+# Then the rows kept, the model package's version and the vectors file's size. The "v1" changes
+# with the weighting.
 _CACHE_PREFIX = "glove-6b-50d-sif-v1-"
 
 
