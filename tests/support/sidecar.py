@@ -59,15 +59,29 @@ class SidecarProcess:
 
     def start(self, timeout: float = 30.0) -> SidecarProcess:
         # free_port() only found the ports free: another process may take one before the sidecar
-        # binds it (a client's ephemeral port, another test run). Such a start is tried again.
+        # binds it (a client's ephemeral port, another test run), and keep it. Such a start is
+        # tried again on other ports (the same ones failed four times in a row once).
         for _ in range(3):
             try:
                 return self._start(timeout)
             except AssertionError as failure:
                 if "already in use" not in str(failure):
                     raise
-                time.sleep(1.0)
+                self._choose_other_ports()
         return self._start(timeout)
+
+    def _choose_other_ports(self) -> None:
+        """New free ports for the endpoints this object chose (not those a test set itself)."""
+        chosen = {
+            ("receiver", "grpc"): "grpc_port",
+            ("receiver", "http"): "http_port",
+            ("admin", None): "admin_port",
+        }
+        for (section, protocol), attribute in chosen.items():
+            settings = self.config[section] if protocol is None else self.config[section].get(protocol, {})
+            if settings.get("endpoint") == f"127.0.0.1:{getattr(self, attribute)}":
+                setattr(self, attribute, free_port())
+                settings["endpoint"] = f"127.0.0.1:{getattr(self, attribute)}"
 
     def _start(self, timeout: float) -> SidecarProcess:
         self.config_path.write_text(yaml.safe_dump(self.config))
