@@ -401,10 +401,11 @@ METRIC_NAMES = (
 @dataclass
 class EvalsConfig:
     # Per-trace signals for the session metrics (SPEC §6): coherence and loop detection with the
-    # offline embedding model (about 55 MiB once loaded), confidence and tool correctness by proxy.
+    # offline embedding model (16–92 MiB once loaded), confidence and tool correctness by proxy.
     trace_metrics: bool = True
-    # Where the shipped model's weighted vector table is cached, to be mapped from a file rather
-    # than held in memory (76 MiB); empty: $XDG_CACHE_HOME/otelsignals or ~/.cache/otelsignals.
+    # Where the shipped model's weighted vector table and vocabulary are cached, the table to be
+    # mapped from a file rather than held in memory (76 MiB), the vocabulary to be read without its
+    # Parquet file; empty: $XDG_CACHE_HOME/otelsignals or ~/.cache/otelsignals.
     model_cache_dir: str = ""
     # An OpenAI-compatible /v1/embeddings endpoint to use instead of the shipped model.
     embeddings_url: str = ""

@@ -423,8 +423,9 @@ def test_dockerfile_copy_sources_exist_and_are_in_the_build_context() -> None:
 
 
 def test_dockerfile_builds_the_model_cache_the_image_reads(tmp_path: Path) -> None:
-    # The image's warm-up writes the embedding table where its environment tells the process to map
-    # it from (evals.model_cache_dir). Run as the build runs it, into a temporary directory.
+    # The image's warm-up writes the embedding table and vocabulary where its environment tells the
+    # process to read them from (evals.model_cache_dir). Run as the build runs it, into a temporary
+    # directory.
     cache_dir = _dockerfile_env()["OTELSIGNALS_EVALS__MODEL_CACHE_DIR"]
     runs = [rest for keyword, rest in _dockerfile_instructions() if keyword == "RUN"]
     (warm_up,) = [run for run in runs if cache_dir in run]
@@ -433,6 +434,8 @@ def test_dockerfile_builds_the_model_cache_the_image_reads(tmp_path: Path) -> No
     subprocess.run([sys.executable, *command[1:]], check=True, timeout=300)
     (table,) = (tmp_path / "model-cache").glob("glove-6b-50d-sif-v1-*.npy")
     assert table.stat().st_size > 80_000_000
+    (vocabulary,) = (tmp_path / "model-cache").glob("glove-6b-50d-vocab-v1-*.npz")
+    assert vocabulary.stat().st_size > 4_000_000  # 400,000 hashes and rows
 
 
 def test_dockerignore_keeps_local_state_out() -> None:

@@ -30,10 +30,11 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Callable, Hashable, Sequence
+import zipfile
+from collections.abc import Callable, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
 import xxhash
@@ -159,38 +160,53 @@ def _embed_cached(
 
 _WORDS_AT_ONCE = 20_000
 FREQUENT_WORDS = 50_000  # looked up in a dict (~6 MiB): see _Vocabulary
-# Then the rows kept, the model package's version and the vectors file's size. The "v1" changes
-# with the weighting.
+# Then the rows kept, the model package's version and the source file's size. The "v1" changes
+# with the weighting (the table) or with the word hash (the vocabulary).
 _CACHE_PREFIX = "glove-6b-50d-sif-v1-"
+_VOCAB_CACHE_PREFIX = "glove-6b-50d-vocab-v1-"
+_WORD_SEPARATOR = "\0"  # between the frequent words in the vocabulary cache: no word holds it
 
 
-def _hashes(words: Sequence[Hashable]) -> np.ndarray:
-    return np.fromiter(map(hash, words), dtype=np.int64, count=len(words))
+def word_hash(word: str) -> int:
+    """A word's 64-bit xxh3 hash as a signed int64 (order kept): the same in every process, so the
+    hashed vocabulary can be cached (Python's ``hash()`` of a str changes with each process)."""
+    return xxhash.xxh3_64_intdigest(word.encode("utf-8", "surrogatepass")) - (1 << 63)
+
+
+def _hashes(words: Sequence[str]) -> np.ndarray:
+    return np.fromiter(map(word_hash, words), dtype=np.int64, count=len(words))
 
 
 class _Vocabulary:
     """Word → row of the vector table, without a dict of 400 000 strings (33 MiB more of resident
     memory, bench/RESULTS.md): the FREQUENT_WORDS most frequent words in a dict (most tokens of
     running text: 93 % on the real agent trajectories), the rest as two arrays, each word's
-    ``hash()`` sorted and its row, searched for the other tokens in one vectorised call.
+    :func:`word_hash` sorted and its row, searched for the other tokens in one vectorised call.
 
-    Those words are told apart by their 64-bit hash alone: two distinct words of the table share
-    one with probability ~4e-9 per process (the later one then reads the earlier one's row), and an
-    unknown token is taken for a word with probability ~2e-14 (it gets that word's row). Like the
-    resent histories compared by their xxh3 hash (conventions/memory.py), a risk far below any
-    other."""
+    Those words are told apart by their 64-bit hash alone. The shipped model's 400 000 words have
+    400 000 distinct hashes (a test checks it), and an unknown token is taken for a word with
+    probability ~2e-14 (it gets that word's row): like the resent histories compared by their xxh3
+    hash (conventions/memory.py), a risk far below any other."""
 
     __slots__ = ("_frequent", "_hashes", "_rows")
 
-    def __init__(self, hashes: np.ndarray, frequent_words: Sequence[str]) -> None:
-        """``hashes``: :func:`_hashes` of the words, in the table's order; ``frequent_words``: the
-        first of them. A word listed twice keeps its first row, as the dict's setdefault does and
-        np.unique (each value's first index)."""
-        self._hashes, first = np.unique(hashes, return_index=True)
-        self._rows = first.astype(np.int32)
-        self._frequent: dict[str, int] = {}
+    def __init__(self, sorted_hashes: np.ndarray, rows: np.ndarray, frequent: dict[str, int]) -> None:
+        """``sorted_hashes``: distinct :func:`word_hash` values, ascending, and ``rows`` the row of
+        each; ``frequent``: the table's first words and their rows."""
+        self._hashes = sorted_hashes
+        self._rows = rows
+        self._frequent = frequent
+
+    @classmethod
+    def of_words(cls, hashes: np.ndarray, frequent_words: Sequence[str]) -> _Vocabulary:
+        """From :func:`_hashes` of the words in the table's order and the first of those words. A
+        word listed twice keeps its first row, as the dict's setdefault does and np.unique (each
+        value's first index)."""
+        sorted_hashes, first = np.unique(hashes, return_index=True)
+        frequent: dict[str, int] = {}
         for row, word in enumerate(frequent_words):
-            self._frequent.setdefault(word, row)
+            frequent.setdefault(word, row)
+        return cls(sorted_hashes, first.astype(np.int32), frequent)
 
     def __len__(self) -> int:
         return len(self._hashes)
@@ -201,7 +217,7 @@ class _Vocabulary:
         rows = [frequent(token, -1) for token in tokens]
         others = [position for position, row in enumerate(rows) if row < 0]
         if others:  # a few tokens: one search, then a look at each (cheaper than more array calls)
-            hashes = [hash(tokens[position]) for position in others]
+            hashes = [word_hash(tokens[position]) for position in others]
             table_hashes, table_rows, last = self._hashes, self._rows, len(self._hashes) - 1
             for position, wanted, at in zip(
                 others, hashes, np.searchsorted(table_hashes, hashes).tolist(), strict=True
@@ -209,6 +225,47 @@ class _Vocabulary:
                 if at <= last and table_hashes[at] == wanted:
                     rows[position] = int(table_rows[at])
         return rows
+
+    def save(self, out: BinaryIO, words_in_file: int) -> None:
+        """Written for :meth:`load` (``words_in_file``: the model file's word count)."""
+        if any(_WORD_SEPARATOR in word for word in self._frequent):
+            raise ValueError("a word holds the vocabulary cache's separator")
+        words = _WORD_SEPARATOR.join(self._frequent).encode("utf-8", "surrogatepass")
+        np.savez(
+            out,
+            hashes=self._hashes,
+            rows=self._rows,
+            frequent_words=np.frombuffer(words, dtype=np.uint8),
+            frequent_rows=np.fromiter(self._frequent.values(), dtype=np.int32, count=len(self._frequent)),
+            words_in_file=np.array(words_in_file, dtype=np.int64),
+        )
+
+    @classmethod
+    def load(cls, path: Path, size: int) -> tuple[_Vocabulary, int] | None:
+        """The vocabulary :meth:`save` wrote to ``path`` and the model file's word count; None when
+        the file is missing or is not a vocabulary of ``size`` words (another model's, damaged)."""
+        try:
+            with np.load(path) as saved:
+                hashes, rows, frequent_rows = saved["hashes"], saved["rows"], saved["frequent_rows"]
+                words = saved["frequent_words"].tobytes().decode("utf-8", "surrogatepass")
+                words_in_file = int(saved["words_in_file"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile):
+            return None  # missing, not an npz file, damaged: read from the model's files instead
+        frequent_words = words.split(_WORD_SEPARATOR) if len(frequent_rows) else []
+        if not (
+            hashes.dtype == np.int64
+            and rows.dtype == np.int32
+            and frequent_rows.dtype == np.int32
+            and hashes.shape == rows.shape
+            and len(frequent_words) == len(frequent_rows)
+            and 0 < len(hashes) <= size <= words_in_file
+            and bool(np.all(hashes[1:] > hashes[:-1]))
+            and min(int(rows.min()), int(frequent_rows.min(initial=0))) >= 0
+            and max(int(rows.max()), int(frequent_rows.max(initial=0))) < size
+        ):
+            return None
+        frequent = dict(zip(frequent_words, frequent_rows.tolist(), strict=True))
+        return cls(hashes, rows, frequent), words_in_file
 
 
 class _StaticModel:
@@ -224,6 +281,7 @@ class _StaticModel:
 
 
 _MODELS: dict[tuple[str, int | None], _StaticModel] = {}
+_Read = TypeVar("_Read")
 _MODELS_LOCK = threading.Lock()
 
 
@@ -244,36 +302,68 @@ def _load_static_model(root: Path, max_vocab: int | None, cache: Path | None) ->
         if model is not None:
             return model
         try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            # The vocabulary file has one column, of non-null strings. Read as a plain file:
-            # pq.read_table's dataset layer kept ~40 MiB more of the process's memory.
-            words = pq.ParquetFile(root / _VOCAB_FILE, memory_map=True).read(use_threads=False).column(0)
             vectors = np.load(root / _VECTORS_FILE, mmap_mode="r")
+            size = len(vectors) if max_vocab is None else min(max_vocab, len(vectors))
+            vocab, words_in_file = _vocabulary(root, size, cache)
         except (OSError, ValueError, ImportError) as exc:
             raise EmbeddingError(f"cannot load the embedding model from {root}: {exc}") from exc
-        if vectors.ndim != 2 or vectors.shape[0] != len(words):
+        if vectors.ndim != 2 or vectors.shape[0] != words_in_file:
             raise EmbeddingError(
-                f"embedding model in {root} is inconsistent: {len(words)} words, vectors {vectors.shape}"
+                f"embedding model in {root} is inconsistent: {words_in_file} words, vectors {vectors.shape}"
             )
-        size = len(words) if max_vocab is None else min(max_vocab, len(words))
-        table = _weighted_table(root, vectors, size, cache)
-        # A slice of the words at a time as Python strings: the 400 000 never live at once.
-        hashes = np.concatenate(
-            [
-                _hashes(words.slice(start, min(_WORDS_AT_ONCE, size - start)).to_pylist())
-                for start in range(0, size, _WORDS_AT_ONCE)
-            ]
-        )
-        # Read again rather than kept from the first slices: strings kept among the freed ones held
-        # 5 MiB more of Python's memory (bench/model_memory.py: 26 against 21 MiB anonymous).
-        frequent = [str(word) for word in words.slice(0, min(FREQUENT_WORDS, size)).to_pylist()]
-        del words
-        pa.default_memory_pool().release_unused()  # what reading the file took, back to the system
-        model = _StaticModel(_Vocabulary(hashes, frequent), table)
+        model = _StaticModel(vocab, _weighted_table(root, vectors, size, cache))
         _MODELS[key] = model
         return model
+
+
+def _vocabulary(root: Path, size: int, cache: Path | None) -> tuple[_Vocabulary, int]:
+    """The vocabulary of the table's first ``size`` words and the model file's word count: read
+    from the ``cache`` directory when it holds them, else from the model's Parquet file (and cached
+    there when it can be). From the cache, pyarrow is not even imported: ~0.2 s and ~30 MiB of
+    resident memory less at every start (bench/model_memory.py)."""
+    path = (
+        None if cache is None else cache / f"{_VOCAB_CACHE_PREFIX}{size}-{_source_key(root, _VOCAB_FILE)}.npz"
+    )
+    if path is not None and (cached := _Vocabulary.load(path, size)) is not None:
+        return cached
+    vocab, words_in_file = _read_vocabulary(root, size)
+    if path is not None:
+        try:
+            _write_atomically(
+                path,
+                lambda out: vocab.save(out, words_in_file),
+                f"{_VOCAB_CACHE_PREFIX}{size}-*.npz",
+                read_back=lambda _: None,  # the vocabulary is in memory already
+            )
+        except (OSError, ValueError) as exc:
+            # Info, not a warning: the table's warning follows for the same directory, unless it
+            # was this file alone (a disk that filled up in between).
+            log.info("embedding model: cannot cache the vocabulary in %s (%s)", path.parent, exc)
+    return vocab, words_in_file
+
+
+def _read_vocabulary(root: Path, size: int) -> tuple[_Vocabulary, int]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # The vocabulary file has one column, of non-null strings. Read as a plain file:
+    # pq.read_table's dataset layer kept ~40 MiB more of the process's memory.
+    words = pq.ParquetFile(root / _VOCAB_FILE, memory_map=True).read(use_threads=False).column(0)
+    size = min(size, len(words))
+    # A slice of the words at a time as Python strings: the 400 000 never live at once.
+    hashes = np.concatenate(
+        [
+            _hashes(cast(list[str], words.slice(start, min(_WORDS_AT_ONCE, size - start)).to_pylist()))
+            for start in range(0, size, _WORDS_AT_ONCE)
+        ]
+    )
+    # Read again rather than kept from the first slices: strings kept among the freed ones held
+    # 5 MiB more of Python's memory (bench/model_memory.py: 26 against 21 MiB anonymous).
+    frequent = [str(word) for word in words.slice(0, min(FREQUENT_WORDS, size)).to_pylist()]
+    words_in_file = len(words)
+    del words
+    pa.default_memory_pool().release_unused()  # what reading the file took, back to the system
+    return _Vocabulary.of_words(hashes, frequent), words_in_file
 
 
 def _weighted_table(root: Path, vectors: np.ndarray, size: int, cache: Path | None) -> np.ndarray:
@@ -284,11 +374,10 @@ def _weighted_table(root: Path, vectors: np.ndarray, size: int, cache: Path | No
     and the table built in memory is 76 MiB of the process's own. Mapped from the cache, it is
     file pages instead: only the rows read are resident (mostly the frequent words, at the start),
     the kernel can drop them under pressure, and every process mapping the file shares them."""
-    path = None if cache is None else cache / f"{_CACHE_PREFIX}{size}-{_source_key(root)}.npy"
+    path = None if cache is None else cache / f"{_CACHE_PREFIX}{size}-{_source_key(root, _VECTORS_FILE)}.npy"
     if path is not None:
         with contextlib.suppress(OSError, ValueError):
-            # A plain array over the mapping: np.memmap's own indexing adds ~7 µs to every gather.
-            cached = np.load(path, mmap_mode="r").view(np.ndarray)
+            cached = _mapped(path)
             if _is_weighted_table(cached, vectors, size):
                 return cached
     table = np.array(vectors[:size], dtype=np.float32, order="C")
@@ -297,27 +386,36 @@ def _weighted_table(root: Path, vectors: np.ndarray, size: int, cache: Path | No
         problem = "no home directory to cache it in"
     else:
         try:
-            return _written(table, path, f"{_CACHE_PREFIX}{size}-*.npy")
+            return _write_atomically(
+                path, lambda out: np.save(out, table), f"{_CACHE_PREFIX}{size}-*.npy", read_back=_mapped
+            )
         except (OSError, ValueError) as exc:
             problem = f"cannot write the cache in {path.parent} ({exc})"
     log.warning(
-        "embedding model: %s; the vector table stays in this process's memory (%.0f MiB): "
-        "set evals.model_cache_dir to a writable directory",
+        "embedding model: %s; the vector table stays in this process's memory (%.0f MiB) and "
+        "the vocabulary is read from the model's files at every start: set evals.model_cache_dir "
+        "to a writable directory",
         problem,
         table.nbytes / 2**20,
     )
     return table
 
 
-def _source_key(root: Path) -> str:
-    """What names the vectors a cached table was made from: the model package's version and the
-    file's size. Not the file's time: image layers keep whole seconds, and builds may rewrite it
-    (a cached table is checked against the vectors anyway, _is_weighted_table)."""
+def _mapped(path: Path | str) -> np.ndarray:
+    # A plain array over the mapping: np.memmap's own indexing adds ~7 µs to every gather.
+    return np.load(path, mmap_mode="r").view(np.ndarray)
+
+
+def _source_key(root: Path, name: str) -> str:
+    """What names the model file ``name`` a cached table or vocabulary was made from: the model
+    package's version and the file's size. Not the file's time: image layers keep whole seconds,
+    and builds may rewrite it (a cached table is checked against the vectors anyway,
+    _is_weighted_table)."""
     try:
         version = importlib.metadata.version(MODEL_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
         version = "unpackaged"
-    return f"{version}-{(root / _VECTORS_FILE).stat().st_size}"
+    return f"{version}-{(root / name).stat().st_size}"
 
 
 def _sif_weights(start: int, stop: int, vocabulary_size: int) -> np.ndarray:
@@ -348,9 +446,11 @@ def _is_weighted_table(cached: np.ndarray, vectors: np.ndarray, size: int) -> bo
     return True
 
 
-def _written(table: np.ndarray, path: Path, replaced: str) -> np.ndarray:
-    """``table`` written to ``path`` (whole or not at all, whoever else writes it meanwhile) and
-    mapped from there; the other files matching ``replaced`` (tables of other sources) removed."""
+def _write_atomically(
+    path: Path, save: Callable[[BinaryIO], None], replaced: str, read_back: Callable[[str], _Read]
+) -> _Read:
+    """What ``save`` writes, put at ``path`` whole or not at all (whoever else writes it meanwhile),
+    and ``read_back`` from it; the other files matching ``replaced`` (of other sources) removed."""
     cache = path.parent
     cache.mkdir(parents=True, exist_ok=True)
     for stale in cache.glob(replaced):
@@ -361,17 +461,17 @@ def _written(table: np.ndarray, path: Path, replaced: str) -> np.ndarray:
     try:
         os.fchmod(descriptor, 0o644)  # not mkstemp's 0600: an image's build user is not its runtime's
         with os.fdopen(descriptor, "wb") as out:
-            np.save(out, table)
+            save(out)
             out.flush()
             os.fsync(out.fileno())
-        # Mapped before the rename: another process may replace the name, never this mapping.
-        mapped = np.load(partial, mmap_mode="r").view(np.ndarray)
+        # Read back before the rename: another process may replace the name, never this mapping.
+        result = read_back(partial)
         os.replace(partial, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(partial)
         raise
-    return mapped
+    return result
 
 
 def resolved_model_cache_dir(configured: str | Path = "") -> Path | None:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import math
 import mmap
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +40,7 @@ from otelsignals.evals.embeddings import (
     default_embedder,
     resolved_model_cache_dir,
     tokenize,
+    word_hash,
 )
 from otelsignals.model import Message, Role
 from otelsignals.pipeline.analyzer import Analyzer
@@ -150,16 +154,47 @@ WORDS = ["the", "refund", "order", "the", "café", "naïve", "ok"]
         ([], []),
     ],
 )
-def test_vocabulary_finds_each_token_s_row(frequent: int, tokens: list[str], rows: list[int]) -> None:
-    vocabulary = _Vocabulary(_hashes(WORDS), WORDS[:frequent])
+def test_vocabulary_finds_each_token_s_row(
+    frequent: int, tokens: list[str], rows: list[int], tmp_path: Path
+) -> None:
+    vocabulary = _Vocabulary.of_words(_hashes(WORDS), WORDS[:frequent])
     assert len(vocabulary) == 6  # distinct words
     assert vocabulary.rows_of(tokens) == rows
+    # Saved to the model cache and loaded back: the same rows.
+    saved = io.BytesIO()
+    vocabulary.save(saved, words_in_file=len(WORDS))
+    path = tmp_path / "vocabulary.npz"
+    path.write_bytes(saved.getvalue())
+    loaded = _Vocabulary.load(path, size=len(WORDS))
+    assert loaded is not None and loaded[1] == len(WORDS)
+    assert loaded[0].rows_of(tokens) == rows
 
 
 def test_vocabulary_misses_a_token_hashed_past_every_word() -> None:
     # The search lands past the table's end: still a miss, not an IndexError.
-    vocabulary = _Vocabulary(np.array([hash("beyond") - 2, hash("beyond") - 1]), [])
+    hashes = np.array([word_hash("beyond") - 2, word_hash("beyond") - 1])
+    vocabulary = _Vocabulary(hashes, np.array([0, 1], dtype=np.int32), {})
     assert vocabulary.rows_of(["beyond"]) == [-1]
+
+
+def test_word_hashes_are_the_same_in_every_process_and_tell_the_shipped_words_apart() -> None:
+    # The hashed vocabulary is cached on disk: its hash must not be Python's per-process hash().
+    probe = "from otelsignals.evals.embeddings import word_hash; print(word_hash('refund'))"
+    values = {
+        subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
+    assert values == {str(word_hash("refund"))}
+    import pyarrow.parquet as pq
+
+    words = pq.ParquetFile(_model_root() / VOCABULARY).read().column(0).to_pylist()
+    assert len(np.unique(_hashes(words))) == len(set(words)) == len(words)  # no two words share one
 
 
 VECTORS = "glove_6B_50d_emb.npy"
@@ -245,9 +280,10 @@ def test_the_weighted_table_is_mapped_from_the_model_cache(
     written = _load_afresh(monkeypatch, cache)
     assert _is_mapped(written)
     np.testing.assert_array_equal(written, in_memory)
-    (path,) = cache.glob("*5000*")  # the other install's and the partial file are gone
+    (path,) = cache.glob("*sif-v1-5000*")  # the other install's and the partial file are gone
     assert path.name.startswith("glove-6b-50d-sif-v1-5000-") and other_size.exists()
-    assert sorted(p.name for p in cache.iterdir()) == sorted([path.name, other_size.name])
+    (vocabulary,) = cache.glob("glove-6b-50d-vocab-v1-5000-*.npz")
+    assert sorted(p.name for p in cache.iterdir()) == sorted([path.name, other_size.name, vocabulary.name])
     assert path.stat().st_mode & 0o777 == 0o644  # readable by a runtime user other than the builder
     written_at = path.stat().st_mtime_ns
 
@@ -261,6 +297,38 @@ def test_the_weighted_table_is_mapped_from_the_model_cache(
         rebuilt = _load_afresh(monkeypatch, cache)
         assert _is_mapped(rebuilt)
         np.testing.assert_array_equal(rebuilt, in_memory)
+
+
+LOAD_IN_A_NEW_PROCESS = """
+import sys
+from otelsignals.evals.embeddings import StaticEmbedder
+rows = StaticEmbedder(max_vocab=5000, model_cache_dir=sys.argv[1]).embed(sys.argv[2:])
+print("pyarrow" in sys.modules, rows.tobytes().hex())
+"""
+
+
+def test_the_vocabulary_is_read_from_the_model_cache_without_pyarrow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = ["Your refund was issued yesterday", "reconciliation of the ledger failed", "qzx"]
+
+    def in_a_new_process() -> tuple[str, str]:
+        run = [sys.executable, "-c", LOAD_IN_A_NEW_PROCESS, str(tmp_path), *texts]
+        used_pyarrow, rows = subprocess.run(run, check=True, capture_output=True, text=True).stdout.split()
+        return used_pyarrow, rows
+
+    monkeypatch.setattr(embeddings, "_MODELS", {})
+    expected = StaticEmbedder(max_vocab=5000, model_cache_dir=tmp_path).embed(texts).tobytes().hex()
+    (vocabulary,) = tmp_path.glob("glove-6b-50d-vocab-v1-5000-*.npz")
+    assert in_a_new_process() == ("False", expected)  # the vocabulary from the cache: no Parquet read
+
+    another_model = io.BytesIO()  # a well-formed vocabulary, of other words
+    _Vocabulary.of_words(_hashes(WORDS), WORDS).save(another_model, words_in_file=len(WORDS))
+    damaged_files = [b"", vocabulary.read_bytes()[:-100], b"PK" + bytes(200), another_model.getvalue()]
+    for damaged in damaged_files:  # empty, cut short, not a zip, another model's
+        vocabulary.write_bytes(damaged)
+        assert in_a_new_process() == ("True", expected)  # read from the model's files again
+        assert vocabulary.read_bytes() != damaged  # and cached again
 
 
 def test_the_cached_table_survives_a_new_file_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
