@@ -32,7 +32,7 @@ import tempfile
 import threading
 import zipfile
 from collections.abc import Callable, Sequence
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, TypeVar, cast, runtime_checkable
 
@@ -216,18 +216,23 @@ class _Vocabulary:
         frequent = self._frequent.get
         rows = [frequent(token, -1) for token in tokens]
         others = [position for position, row in enumerate(rows) if row < 0]
-        if others:  # a few tokens: one search, then a look at each (cheaper than more array calls)
-            hashes = [word_hash(tokens[position]) for position in others]
-            table_hashes, table_rows, last = self._hashes, self._rows, len(self._hashes) - 1
-            for position, wanted, at in zip(
-                others, hashes, np.searchsorted(table_hashes, hashes).tolist(), strict=True
-            ):
-                if at <= last and table_hashes[at] == wanted:
-                    rows[position] = int(table_rows[at])
+        if others:
+            for position, row in zip(others, self._rows_by_hash([tokens[p] for p in others]), strict=True):
+                rows[position] = row
         return rows
 
-    def save(self, out: BinaryIO, words_in_file: int) -> None:
-        """Written for :meth:`load` (``words_in_file``: the model file's word count)."""
+    def _rows_by_hash(self, tokens: Sequence[str]) -> list[int]:
+        # A few tokens: one search, then a look at each (cheaper than more array calls).
+        hashes = [word_hash(token) for token in tokens]
+        table_hashes, table_rows, last = self._hashes, self._rows, len(self._hashes) - 1
+        return [
+            int(table_rows[at]) if at <= last and table_hashes[at] == wanted else -1
+            for wanted, at in zip(hashes, np.searchsorted(table_hashes, hashes).tolist(), strict=True)
+        ]
+
+    def save(self, out: BinaryIO, size: int, words_in_file: int, source: int) -> None:
+        """Written for :meth:`load`: the vocabulary of the first ``size`` of the ``words_in_file``
+        words of the file whose :func:`file_hash` is ``source``."""
         if any(_WORD_SEPARATOR in word for word in self._frequent):
             raise ValueError("a word holds the vocabulary cache's separator")
         words = _WORD_SEPARATOR.join(self._frequent).encode("utf-8", "surrogatepass")
@@ -237,35 +242,40 @@ class _Vocabulary:
             rows=self._rows,
             frequent_words=np.frombuffer(words, dtype=np.uint8),
             frequent_rows=np.fromiter(self._frequent.values(), dtype=np.int32, count=len(self._frequent)),
-            words_in_file=np.array(words_in_file, dtype=np.int64),
+            header=np.array([size, words_in_file, source - (1 << 63)], dtype=np.int64),
         )
 
     @classmethod
-    def load(cls, path: Path, size: int) -> tuple[_Vocabulary, int] | None:
-        """The vocabulary :meth:`save` wrote to ``path`` and the model file's word count; None when
-        the file is missing or is not a vocabulary of ``size`` words (another model's, damaged)."""
+    def load(cls, path: Path, size: int, source: int) -> tuple[_Vocabulary, int] | None:
+        """What :meth:`save` wrote to ``path`` for ``size`` words of the file hashed ``source``, and
+        that file's word count; None when the file is missing, damaged, or of another vocabulary."""
         try:
             with np.load(path) as saved:
                 hashes, rows, frequent_rows = saved["hashes"], saved["rows"], saved["frequent_rows"]
                 words = saved["frequent_words"].tobytes().decode("utf-8", "surrogatepass")
-                words_in_file = int(saved["words_in_file"])
+                saved_size, words_in_file, saved_source = saved["header"].tolist()
         except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile):
             return None  # missing, not an npz file, damaged: read from the model's files instead
         frequent_words = words.split(_WORD_SEPARATOR) if len(frequent_rows) else []
         if not (
-            hashes.dtype == np.int64
-            and rows.dtype == np.int32
-            and frequent_rows.dtype == np.int32
-            and hashes.shape == rows.shape
+            (saved_size, saved_source) == (size, source - (1 << 63))
+            and (hashes.dtype, rows.dtype, frequent_rows.dtype) == (np.int64, np.int32, np.int32)
+            and hashes.ndim == rows.ndim == frequent_rows.ndim == 1
+            and 0 < len(hashes) == len(rows) <= size <= words_in_file
             and len(frequent_words) == len(frequent_rows)
-            and 0 < len(hashes) <= size <= words_in_file
             and bool(np.all(hashes[1:] > hashes[:-1]))
-            and min(int(rows.min()), int(frequent_rows.min(initial=0))) >= 0
-            and max(int(rows.max()), int(frequent_rows.max(initial=0))) < size
+            and 0 <= int(rows.min()) <= int(rows.max()) < size
+            and 0 <= int(frequent_rows.min(initial=0)) <= int(frequent_rows.max(initial=0)) < size
         ):
             return None
-        frequent = dict(zip(frequent_words, frequent_rows.tolist(), strict=True))
-        return cls(hashes, rows, frequent), words_in_file
+        vocabulary = cls(hashes, rows, dict(zip(frequent_words, frequent_rows.tolist(), strict=True)))
+        # The dict and the arrays describe the same words: the first and last 64 frequent ones are
+        # found by their hash at their row.
+        frequent = vocabulary._frequent
+        sample = dict([*islice(frequent.items(), 64), *islice(reversed(frequent.items()), 64)])
+        if vocabulary._rows_by_hash(list(sample)) != list(sample.values()):
+            return None
+        return vocabulary, words_in_file
 
 
 class _StaticModel:
@@ -281,7 +291,6 @@ class _StaticModel:
 
 
 _MODELS: dict[tuple[str, int | None], _StaticModel] = {}
-_Read = TypeVar("_Read")
 _MODELS_LOCK = threading.Lock()
 
 
@@ -318,21 +327,20 @@ def _load_static_model(root: Path, max_vocab: int | None, cache: Path | None) ->
 
 def _vocabulary(root: Path, size: int, cache: Path | None) -> tuple[_Vocabulary, int]:
     """The vocabulary of the table's first ``size`` words and the model file's word count: read
-    from the ``cache`` directory when it holds them, else from the model's Parquet file (and cached
-    there when it can be). From the cache, pyarrow is not even imported: ~0.2 s and ~30 MiB of
-    resident memory less at every start (bench/model_memory.py)."""
-    path = (
-        None if cache is None else cache / f"{_VOCAB_CACHE_PREFIX}{size}-{_source_key(root, _VOCAB_FILE)}.npz"
-    )
-    if path is not None and (cached := _Vocabulary.load(path, size)) is not None:
+    from the ``cache`` directory when it holds them for this very file (its hash, 2–3 ms), else from
+    the model's Parquet file (and cached there when it can be). From the cache, pyarrow is not even
+    imported: ~0.15 s and ~40 MiB of resident memory less at every start (bench/model_memory.py)."""
+    path, others = _cache_file(cache, _VOCAB_CACHE_PREFIX, size, root, _VOCAB_FILE, ".npz")
+    source = file_hash(root / _VOCAB_FILE)
+    if path is not None and (cached := _Vocabulary.load(path, size, source)) is not None:
         return cached
     vocab, words_in_file = _read_vocabulary(root, size)
     if path is not None:
         try:
             _write_atomically(
                 path,
-                lambda out: vocab.save(out, words_in_file),
-                f"{_VOCAB_CACHE_PREFIX}{size}-*.npz",
+                lambda out: vocab.save(out, size, words_in_file, source),
+                others,
                 read_back=lambda _: None,  # the vocabulary is in memory already
             )
         except (OSError, ValueError) as exc:
@@ -340,6 +348,27 @@ def _vocabulary(root: Path, size: int, cache: Path | None) -> tuple[_Vocabulary,
             # was this file alone (a disk that filled up in between).
             log.info("embedding model: cannot cache the vocabulary in %s (%s)", path.parent, exc)
     return vocab, words_in_file
+
+
+def file_hash(path: Path) -> int:
+    """xxh3-64 of a file's bytes, read 64 KiB at a time: one buffer of the whole file (3.6 MB)
+    raised glibc's mmap threshold to its size when freed, and the process then kept 5 MiB more
+    (bench/model_memory.py)."""
+    hasher = xxhash.xxh3_64()
+    buffer = bytearray(1 << 16)
+    with path.open("rb", buffering=0) as file:
+        while read := file.readinto(buffer):
+            hasher.update(memoryview(buffer)[:read])
+    return hasher.intdigest()
+
+
+def _cache_file(
+    cache: Path | None, prefix: str, size: int, root: Path, source: str, suffix: str
+) -> tuple[Path | None, str]:
+    """Where the cache keeps what is made of the first ``size`` rows of the model file ``source``
+    (None without a cache directory), and the pattern of the same files made from other sources."""
+    name = f"{prefix}{size}-{_source_key(root, source)}{suffix}"
+    return (None if cache is None else cache / name), f"{prefix}{size}-*{suffix}"
 
 
 def _read_vocabulary(root: Path, size: int) -> tuple[_Vocabulary, int]:
@@ -374,7 +403,7 @@ def _weighted_table(root: Path, vectors: np.ndarray, size: int, cache: Path | No
     and the table built in memory is 76 MiB of the process's own. Mapped from the cache, it is
     file pages instead: only the rows read are resident (mostly the frequent words, at the start),
     the kernel can drop them under pressure, and every process mapping the file shares them."""
-    path = None if cache is None else cache / f"{_CACHE_PREFIX}{size}-{_source_key(root, _VECTORS_FILE)}.npy"
+    path, others = _cache_file(cache, _CACHE_PREFIX, size, root, _VECTORS_FILE, ".npy")
     if path is not None:
         with contextlib.suppress(OSError, ValueError):
             cached = _mapped(path)
@@ -386,9 +415,7 @@ def _weighted_table(root: Path, vectors: np.ndarray, size: int, cache: Path | No
         problem = "no home directory to cache it in"
     else:
         try:
-            return _write_atomically(
-                path, lambda out: np.save(out, table), f"{_CACHE_PREFIX}{size}-*.npy", read_back=_mapped
-            )
+            return _write_atomically(path, lambda out: np.save(out, table), others, read_back=_mapped)
         except (OSError, ValueError) as exc:
             problem = f"cannot write the cache in {path.parent} ({exc})"
     log.warning(
@@ -446,6 +473,9 @@ def _is_weighted_table(cached: np.ndarray, vectors: np.ndarray, size: int) -> bo
     return True
 
 
+_Read = TypeVar("_Read")
+
+
 def _write_atomically(
     path: Path, save: Callable[[BinaryIO], None], replaced: str, read_back: Callable[[str], _Read]
 ) -> _Read:
@@ -475,9 +505,10 @@ def _write_atomically(
 
 
 def resolved_model_cache_dir(configured: str | Path = "") -> Path | None:
-    """Where the SIF-weighted vector table is cached: ``configured`` (``evals.model_cache_dir``),
-    else ``$XDG_CACHE_HOME/otelsignals``, else ``~/.cache/otelsignals``; None without a home
-    directory (the table is then held in memory)."""
+    """Where the SIF-weighted vector table and the hashed vocabulary are cached: ``configured``
+    (``evals.model_cache_dir``), else ``$XDG_CACHE_HOME/otelsignals``, else
+    ``~/.cache/otelsignals``; None without a home directory (the table is then held in memory, and
+    the vocabulary read from the model's file at every start)."""
     if configured:
         return Path(configured).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME", "")
@@ -569,7 +600,7 @@ _DEFAULT_LOCK = threading.Lock()
 
 def default_embedder(model_cache_dir: str | Path = "") -> StaticEmbedder:
     """The process-wide :class:`StaticEmbedder` (one model load, one cache). The model cache
-    directory is the first call's (it decides only where the table is mapped from)."""
+    directory is the first call's (it decides only where the table and vocabulary are read from)."""
     global _DEFAULT
     with _DEFAULT_LOCK:
         if _DEFAULT is None:

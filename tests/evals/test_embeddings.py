@@ -161,13 +161,66 @@ def test_vocabulary_finds_each_token_s_row(
     assert len(vocabulary) == 6  # distinct words
     assert vocabulary.rows_of(tokens) == rows
     # Saved to the model cache and loaded back: the same rows.
-    saved = io.BytesIO()
-    vocabulary.save(saved, words_in_file=len(WORDS))
     path = tmp_path / "vocabulary.npz"
-    path.write_bytes(saved.getvalue())
-    loaded = _Vocabulary.load(path, size=len(WORDS))
+    path.write_bytes(_saved(vocabulary))
+    loaded = _Vocabulary.load(path, len(WORDS), SOURCE)
     assert loaded is not None and loaded[1] == len(WORDS)
     assert loaded[0].rows_of(tokens) == rows
+
+
+SOURCE = 0xFEED_FACE_CAFE_BEEF  # the hash of the file the words were read from (made up here)
+
+
+def _saved(vocabulary: _Vocabulary, size: int = len(WORDS), source: int = SOURCE) -> bytes:
+    out = io.BytesIO()
+    vocabulary.save(out, size, len(WORDS), source)
+    return out.getvalue()
+
+
+def _reversed(values: np.ndarray) -> np.ndarray:
+    return values[::-1].copy()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda a: a, id="control: unchanged, it loads"),
+        pytest.param(lambda a: a.update(header=a["header"] + [1, 0, 0]), id="of another size"),
+        pytest.param(lambda a: a.update(header=a["header"] + [0, 0, 1]), id="of another file"),
+        pytest.param(lambda a: a.pop("rows"), id="an array missing"),
+        pytest.param(lambda a: a.update(hashes=_reversed(a["hashes"])), id="hashes out of order"),
+        pytest.param(lambda a: a.update(hashes=a["hashes"].astype(np.float64)), id="hashes of another type"),
+        pytest.param(
+            lambda a: a.update(hashes=a["hashes"].reshape(2, 3), rows=a["rows"].reshape(2, 3)), id="2-d"
+        ),
+        pytest.param(lambda a: a.update(hashes=np.array(5), rows=np.array(0, dtype=np.int32)), id="0-d"),
+        pytest.param(lambda a: a.update(rows=a["rows"][:-1]), id="fewer rows than hashes"),
+        pytest.param(lambda a: a["rows"].__setitem__(0, len(WORDS)), id="a row past the table"),
+        pytest.param(lambda a: a["rows"].__setitem__(0, -1), id="a negative row"),
+        pytest.param(
+            lambda a: a.update(frequent_rows=_reversed(a["frequent_rows"])), id="frequent rows shuffled"
+        ),
+        pytest.param(lambda a: a["frequent_rows"].__setitem__(0, 99), id="a frequent row past the table"),
+        pytest.param(
+            lambda a: a.update(frequent_rows=a["frequent_rows"][:-1]), id="a frequent word without row"
+        ),
+    ],
+)
+def test_a_cached_vocabulary_is_used_only_when_it_is_this_one(
+    change: Callable[[dict[str, np.ndarray]], object], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    with np.load(io.BytesIO(_saved(_Vocabulary.of_words(_hashes(WORDS), WORDS)))) as saved:
+        arrays = {name: saved[name] for name in saved.files}
+    change(arrays)
+    changed = io.BytesIO()
+    np.savez(changed, **arrays)
+    path = tmp_path / "vocabulary.npz"
+    path.write_bytes(changed.getvalue())
+    loaded = _Vocabulary.load(path, len(WORDS), SOURCE)
+    if request.node.callspec.id.startswith("control"):
+        assert loaded is not None and loaded[0].rows_of(["refund", "ok", "qzx"]) == [1, 6, -1]
+    else:
+        assert loaded is None
 
 
 def test_vocabulary_misses_a_token_hashed_past_every_word() -> None:
@@ -322,9 +375,8 @@ def test_the_vocabulary_is_read_from_the_model_cache_without_pyarrow(
     (vocabulary,) = tmp_path.glob("glove-6b-50d-vocab-v1-5000-*.npz")
     assert in_a_new_process() == ("False", expected)  # the vocabulary from the cache: no Parquet read
 
-    another_model = io.BytesIO()  # a well-formed vocabulary, of other words
-    _Vocabulary.of_words(_hashes(WORDS), WORDS).save(another_model, words_in_file=len(WORDS))
-    damaged_files = [b"", vocabulary.read_bytes()[:-100], b"PK" + bytes(200), another_model.getvalue()]
+    another_model = _saved(_Vocabulary.of_words(_hashes(WORDS), WORDS), size=5000)  # of other words
+    damaged_files = [b"", vocabulary.read_bytes()[:-100], b"PK" + bytes(200), another_model]
     for damaged in damaged_files:  # empty, cut short, not a zip, another model's
         vocabulary.write_bytes(damaged)
         assert in_a_new_process() == ("True", expected)  # read from the model's files again
