@@ -28,6 +28,7 @@ from otelsignals.conventions.base import SpanReading, SpanView, ToolExecution
 from otelsignals.conventions.memory import ConversationMemory, adopt_in
 from otelsignals.evals.trace_metrics import DEFAULT_LOOP_WINDOW, ComparableOutput
 from otelsignals.model import (
+    NO_TOOL_CALLS,
     Conversation,
     LlmCall,
     Message,
@@ -171,6 +172,8 @@ class SharedValues:
                 kept_calls = _latest(self._calls, fingerprint(message), calls)
                 if kept_calls is not calls and _same_calls(kept_calls, calls):
                     message.tool_calls = kept_calls
+            elif calls is not NO_TOOL_CALLS:  # a reader's empty list: the one all messages share
+                message.tool_calls = NO_TOOL_CALLS
 
 
 def _same_calls(kept: list[ToolCall], calls: list[ToolCall]) -> bool:

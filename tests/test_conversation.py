@@ -15,7 +15,7 @@ from otelsignals.conversation import (
     apply_trace,
     conversation_key,
 )
-from otelsignals.model import LlmCall, Message, Role, ToolCall, ToolResult
+from otelsignals.model import NO_TOOL_CALLS, LlmCall, Message, Role, ToolCall, ToolResult
 
 _ids = itertools.count(1)
 
@@ -684,3 +684,25 @@ def test_a_recent_list_keeps_its_latest_items_as_a_bounded_deque_does():
 
     for copied in (copy.copy(recent), copy.deepcopy(recent), pickle.loads(pickle.dumps(recent))):
         assert type(copied) is RecentList and copied == [8, 10] and copied.maxlen == 3
+
+
+def test_messages_without_tool_calls_share_one_empty_list_that_cannot_grow() -> None:
+    state = ConversationState.new("c1")
+    answers = [assistant("One moment."), assistant("Checking.", ToolCall("lookup", {}))]
+    apply_trace(state, b"t1", [chat(1, [user("Where is my refund?")], answers)])
+    kept = state.conversation.messages
+    assert [m.tool_calls for m in kept] == [[], [], [ToolCall("lookup", {})]]
+    # A reader's own empty list (assistant() gives one) is swapped for the shared one.
+    assert kept[0].tool_calls is kept[1].tool_calls is NO_TOOL_CALLS
+    assert kept[2].tool_calls is not NO_TOOL_CALLS
+    assert Message(Role.USER, "hi").tool_calls is NO_TOOL_CALLS and NO_TOOL_CALLS == []
+    for grow in (
+        lambda calls: calls.append(ToolCall("x")),
+        lambda calls: calls.extend([ToolCall("x")]),
+        lambda calls: calls.insert(0, ToolCall("x")),
+        lambda calls: calls.__iadd__([ToolCall("x")]),
+        lambda calls: calls.__setitem__(slice(0, 0), [ToolCall("x")]),
+    ):
+        with pytest.raises(TypeError, match="assign a new list"):
+            grow(kept[0].tool_calls)
+    assert NO_TOOL_CALLS == [] and kept[0].tool_calls == []

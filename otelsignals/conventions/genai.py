@@ -45,7 +45,7 @@ from otelsignals.conventions.base import (
     tool_definitions,
 )
 from otelsignals.conventions.decoding import Utf8Text
-from otelsignals.model import Message, Role, ToolCall, ToolResult
+from otelsignals.model import NO_TOOL_CALLS, Message, Role, ToolCall, ToolResult
 
 # The tools a model call was offered (OTel GenAI semantic conventions), a JSON list.
 TOOL_DEFINITIONS = "gen_ai.tool.definitions"
@@ -290,7 +290,9 @@ class MessageBuilder:
             return
         content = "\n".join(self._texts) if self._texts else None
         self.messages.append(
-            Message(self._role, content=content, tool_calls=self._calls, span_id=self.span_id)
+            Message(
+                self._role, content=content, tool_calls=self._calls or NO_TOOL_CALLS, span_id=self.span_id
+            )
         )
         self._role, self._texts, self._calls = None, [], []
 

@@ -93,7 +93,7 @@ def _body_messages(items: list[Any], span_id: bytes, default_role: Role = Role.U
                 id=text_value(item.get("call_id")) or text_value(item.get("id")),
             )
             if messages and messages[-1].role is Role.ASSISTANT:
-                messages[-1].tool_calls.append(call)
+                messages[-1].tool_calls = [*messages[-1].tool_calls, call]
             else:
                 messages.append(Message(role=Role.ASSISTANT, tool_calls=[call], span_id=span_id))
         elif item_type == "function_call_output":  # Responses API: the tool's result
