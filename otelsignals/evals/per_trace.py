@@ -57,4 +57,10 @@ def trace_signals(
             if previous_outputs:
                 values["loop_detection"] = loop_detection_between(output, previous_outputs).score
                 sources["loop_detection"] = "embedding"
-    return TraceSignals(trace_id, sources=sources, **values), output
+    shared_sources = _SOURCES.setdefault(tuple(sources.items()), sources)
+    return TraceSignals(trace_id, sources=shared_sources, **values), output
+
+
+# The few distinct ``sources`` a trace's signals have, one dict each for every trace (a dict of
+# its own was ~180 bytes a trace kept; nothing changes a TraceSignals' sources in place).
+_SOURCES: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}

@@ -90,8 +90,19 @@ def detect_dragging(ctx: DetectionContext) -> list[SignalInstance]:
 class Answer(NamedTuple):
     """An assistant message as the repetition rule compares it."""
 
-    text: str  # comparable_text
-    sentences: tuple[str, ...]  # its first MAX_SENTENCES sentences, normalised the same way
+    text: str  # its words, normalised, joined by single spaces
+    # Where each of its first MAX_SENTENCES sentences ends in ``text`` (each starts one space after
+    # the previous one's end): slices made when compared, rather than a second copy of the words
+    # kept for each of a conversation's latest answers.
+    sentence_ends: tuple[int, ...]
+
+    @property
+    def sentences(self) -> list[str]:
+        text, start, sentences = self.text, 0, []
+        for end in self.sentence_ends:
+            sentences.append(text[start:end])
+            start = end + 1
+        return sentences
 
 
 def comparable_answer(text: str) -> Answer:
@@ -99,11 +110,13 @@ def comparable_answer(text: str) -> Answer:
     # Only the words and their sentences: no phrase scan, spelling correction or quoting (which only
     # marks tokens quoted: the norms and sentence starts are tokenise()'s).
     tokens = tokens_of(unify(text[:COMPARE_CHARS]))
-    spans = sentence_spans(tokens)
-    sentences = tuple(" ".join(t.norm for t in tokens[a:b]) for a, b in spans)
-    if not spans or spans[-1][1] == len(tokens):  # every sentence read: the text is their join
-        return Answer(" ".join(sentences), sentences)
-    return Answer(" ".join(t.norm for t in tokens), sentences)
+    norms = [t.norm for t in tokens]
+    ends: list[int] = []
+    end = -1  # where the previous sentence ended: the next one starts one space after
+    for first, last in sentence_spans(tokens):  # consecutive, from the first word
+        end += 1 + sum(map(len, norms[first:last])) + (last - first - 1)
+        ends.append(end)
+    return Answer(" ".join(norms), tuple(ends))
 
 
 KEPT_ANSWERS = REPETITION_WINDOW + 1  # the latest answer and the window it is compared with
@@ -164,10 +177,14 @@ def most_similar(answer: Answer, recent: Sequence[tuple[int, Answer]]) -> tuple[
     if len(text) < REPETITION_MIN_CHARS:
         return None
     best: tuple[int, float, str] | None = None
+    # One sentence: the whole-answer comparisons decide.
+    sentences = answer.sentences if len(answer.sentence_ends) >= 2 else None
     for index, earlier in recent:
         if len(earlier.text) < REPETITION_MIN_CHARS:
             continue
-        found = _whole_or_contained(text, earlier.text) or _repeated_sentences(answer, earlier)
+        found = _whole_or_contained(text, earlier.text) or (
+            _repeated_sentences(sentences, earlier) if sentences else None
+        )
         if found and (best is None or found[0] > best[1]):
             best = (index, *found)
     return best
@@ -181,22 +198,24 @@ def _whole_or_contained(text: str, earlier: str) -> tuple[float, str] | None:
     return (ratio, "contained") if ratio else None
 
 
-def _repeated_sentences(answer: Answer, earlier: Answer) -> tuple[float, str] | None:
-    """(mean ratio of the repeated sentences, "repeated_sentences") when repeated sentences make up
-    REPETITION_SENTENCE_SHARE of the new answer and REPETITION_SENTENCE_MIN_CHARS characters."""
-    if len(answer.sentences) < 2:
-        return None  # one sentence: the whole-answer comparisons decide
-    total = sum(len(sentence) for sentence in answer.sentences)
+def _repeated_sentences(sentences: list[str], earlier: Answer) -> tuple[float, str] | None:
+    """(mean ratio of the repeated sentences, "repeated_sentences") when repeated ``sentences`` (of
+    the new answer) make up REPETITION_SENTENCE_SHARE of it and REPETITION_SENTENCE_MIN_CHARS
+    characters."""
+    earlier_sentences: list[str] | None = None  # sliced when first needed
+    total = sum(map(len, sentences))
     needed = max(REPETITION_SENTENCE_MIN_CHARS, REPETITION_SENTENCE_SHARE * total)
     repeated, weighted, left = 0, 0.0, total
-    for sentence in answer.sentences:
+    for sentence in sentences:
         if repeated + left < needed:
             return None  # the rest cannot make up the share any more
         left -= len(sentence)
         if len(sentence) < REPETITION_MIN_CHARS:
             continue  # a short stock sentence never counts as repeated content
+        if earlier_sentences is None:
+            earlier_sentences = earlier.sentences
         match = process.extractOne(
-            sentence, earlier.sentences, scorer=fuzz.ratio, score_cutoff=REPETITION_SENTENCE_SIMILARITY
+            sentence, earlier_sentences, scorer=fuzz.ratio, score_cutoff=REPETITION_SENTENCE_SIMILARITY
         )
         if match is not None:
             ratio = match[1]

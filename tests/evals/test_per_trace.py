@@ -150,3 +150,16 @@ def test_window_and_trace_index_of_prepared_outputs() -> None:
     )
     with pytest.raises(ValueError, match="window"):
         loop_detection_between(prepared[0], prepared[1:], window=0)
+
+
+def test_traces_with_the_same_sources_share_one_dict() -> None:
+    embedder = CountingEmbedder()
+    turn = [Message(Role.USER, "Where is my parcel?"), Message(Role.ASSISTANT, "It left the depot.")]
+    first, output = trace_signals("t1", turn, [], [], embedder)
+    second, _ = trace_signals("t2", turn, [], [output] if output else [], embedder)
+    third, _ = trace_signals("t3", turn, [], [], embedder)
+    assert first.sources is third.sources  # the same signals from the same sources: one dict
+    assert first.sources == {"confidence": "proxy", "coherence": "embedding"}
+    # Near-miss: one more signal (loop detection against the first answer) is another dict.
+    assert second.sources is not first.sources and second.sources["loop_detection"] == "embedding"
+    assert first.sources == {"confidence": "proxy", "coherence": "embedding"}  # left as it was

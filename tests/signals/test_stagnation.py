@@ -11,6 +11,7 @@ from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.stagnation import (
     REPETITION_CONTAINED_SIMILARITY,
     REPETITION_SIMILARITY,
+    comparable_answer,
     efficiency,
     partial_ratio_bound,
 )
@@ -334,3 +335,26 @@ def test_partial_ratio_bound_holds(texts: tuple[str, str]) -> None:
     assert fuzz.partial_ratio(short, long) <= bound + 1e-9
     if bound < REPETITION_CONTAINED_SIMILARITY:
         assert fuzz.partial_ratio(short, long, score_cutoff=REPETITION_CONTAINED_SIMILARITY) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "words", "sentences"),
+    [
+        ("Done. The refund is issued!", "done the refund is issued", ["done", "the refund is issued"]),
+        ("One sentence, with a clause", "one sentence with a clause", ["one sentence with a clause"]),
+        ("first line\nsecond line", "first line second line", ["first line", "second line"]),
+        ("", "", []),
+        ("...!?", "", []),  # no word: no sentence
+        ("Great 👍 thanks", "great thumbsup thanks", ["great thumbsup thanks"]),
+        # Past MAX_SENTENCES (12): every word kept, the first 12 sentences compared.
+        (
+            " ".join(f"S{n} x." for n in range(14)),
+            " ".join(f"s{n} x" for n in range(14)),
+            [f"s{n} x" for n in range(12)],
+        ),
+    ],
+)
+def test_an_answer_s_sentences_are_slices_of_its_words(text: str, words: str, sentences: list[str]) -> None:
+    answer = comparable_answer(text)
+    assert answer.text == words
+    assert answer.sentences == sentences
