@@ -314,7 +314,11 @@ class ConversationState:
             if call.id:
                 self.tool_names[call.id] = call.name
         self.unanswered.extend(message.tool_calls)
+        if message.finish_reason:  # "stop", "tool_calls": one object each, not one per message
+            message.finish_reason = _shared_name(message.finish_reason)
         result = message.tool_result
+        if result is not None and result.name:
+            result.name = _shared_name(result.name)
         if result is not None and message.role is Role.TOOL:
             self._pair(result)
         if message.content and message.role in (Role.USER, Role.ASSISTANT):
@@ -614,8 +618,8 @@ def _leading_system_prompts(messages: list[Message]) -> int:
     return count
 
 
-# One string per model or tool name for every conversation: bounded, since names come from the
-# spans (sys.intern would do, but interned strings are never freed on Python 3.12).
+# One string per model or tool name and finish reason for every conversation: bounded, since names
+# come from the spans (sys.intern would do, but interned strings are never freed on Python 3.12).
 _NAMES: dict[str, str] = {}
 _NAMES_KEPT = 1024
 _NAME_CHARACTERS = 256
@@ -695,8 +699,12 @@ def _copy_of(message: Message) -> Message:
     if result is not None:
         result_text = result.content
         copied_result = dataclasses.replace(result, content=own_text if result_text == text else result_text)
+    calls = message.tool_calls
     return dataclasses.replace(
-        message, content=own_text, tool_calls=list(message.tool_calls), tool_result=copied_result
+        message,
+        content=own_text,
+        tool_calls=list(calls) if calls else NO_TOOL_CALLS,
+        tool_result=copied_result,
     )
 
 

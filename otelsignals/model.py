@@ -55,8 +55,9 @@ class ToolResult:
 
 class _NoToolCalls(list[ToolCall]):
     """The one empty tool-call list that every message without tool calls shares: a list of its
-    own costs 56 bytes a message, 1 MiB of the real development set's session state. It cannot
-    grow (a message given calls later is given a new list)."""
+    own costs 56 bytes a message, 1 MiB of the real development set's session state. Its methods
+    that add refuse (a message given calls later is given a new list); C code that writes a list
+    directly (heapq) is not stopped, and none is used on messages."""
 
     __slots__ = ()
 
@@ -65,6 +66,9 @@ class _NoToolCalls(list[ToolCall]):
 
     # What would add to it; removing and reordering change nothing in an empty list.
     append = extend = insert = __setitem__ = __iadd__ = __imul__ = _refuse
+
+    def __reduce__(self) -> str:
+        return "NO_TOOL_CALLS"  # copied or unpickled: the same shared list
 
 
 NO_TOOL_CALLS: list[ToolCall] = _NoToolCalls()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy as copying
 import itertools
+import pickle
 
 import pytest
 from hypothesis import given, settings
@@ -706,3 +708,20 @@ def test_messages_without_tool_calls_share_one_empty_list_that_cannot_grow() -> 
         with pytest.raises(TypeError, match="assign a new list"):
             grow(kept[0].tool_calls)
     assert NO_TOOL_CALLS == [] and kept[0].tool_calls == []
+    # Copied or unpickled, a message keeps the shared list.
+    assert copying.deepcopy(kept[0]).tool_calls is NO_TOOL_CALLS
+    assert pickle.loads(pickle.dumps(kept[0])).tool_calls is NO_TOOL_CALLS
+
+
+def test_finish_reasons_and_result_names_are_one_object_per_value() -> None:
+    # Each span's JSON gives its own strings; a conversation keeps one per message.
+    state = ConversationState.new("c1")
+    for turn in range(3):
+        answer = Message(Role.ASSISTANT, f"Answer {turn}.", finish_reason="".join(["st", "op"]))
+        looked_up = ToolResult(call_id=f"c{turn}", name="".join(["look", "up"]))
+        result = Message(Role.TOOL, "ok", tool_result=looked_up)
+        apply_trace(state, f"t{turn}".encode(), [chat(turn, [user(f"Question {turn}?")], [result, answer])])
+    messages = state.conversation.messages
+    reasons = {id(m.finish_reason) for m in messages if m.finish_reason}
+    names = {id(m.tool_result.name) for m in messages if m.tool_result is not None}
+    assert len(reasons) == 1 and len(names) == 1

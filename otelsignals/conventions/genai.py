@@ -23,7 +23,6 @@ and Pydantic AI readers, which reuse parts of these shapes.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Mapping
 from itertools import compress
 from typing import Any
@@ -114,16 +113,7 @@ id_of = text_value  # a tool-call id as text
 
 
 def name_of(value: Any) -> str | None:
-    """A tool's name or a finish reason: the non-empty string, as one object per distinct value.
-    Parsed JSON gives each occurrence a string of its own, and a conversation keeps one per
-    message and per call ("stop", "tool_calls", its few tools' names): 0.5 of the real development
-    set's 30.2 MiB of state were such copies (bench/session_memory.py)."""
-    if not isinstance(value, str) or not value:
-        return None
-    return sys.intern(value) if type(value) is str and len(value) <= _INTERNED_NAME_CHARACTERS else value
-
-
-_INTERNED_NAME_CHARACTERS = 128  # a name, not text: longer strings are left as they are
+    return value if isinstance(value, str) and value else None
 
 
 def arguments_of(value: Any) -> Any:

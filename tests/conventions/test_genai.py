@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from otelsignals.conventions.genai import GENAI_READER
-from otelsignals.model import Role
+from otelsignals.model import NO_TOOL_CALLS, Role
 from tests.conventions.spans import ERROR, SPAN_ID, make_span
 
 # Shapes from open-telemetry/semantic-conventions docs/gen-ai/gen-ai-input-messages.json,
@@ -646,32 +646,9 @@ def test_the_tools_a_call_was_offered_are_read() -> None:
     assert plain is not None and plain.tool_definitions == []
 
 
-def _answer(finish_reason: object, tool_name: object) -> list[dict[str, object]]:
-    call = {"type": "tool_call", "id": "call_1", "name": tool_name, "arguments": "{}"}
-    return [{"role": "assistant", "parts": [call], "finish_reason": finish_reason}]
-
-
-def test_tool_names_and_finish_reasons_are_one_object_per_value() -> None:
-    # Each span's JSON gives its own strings; a conversation keeps one per message and call.
-    readings = [
-        GENAI_READER.read(
-            make_span({**CHAT, "gen_ai.output.messages": json.dumps(_answer("tool_call", name))})
-        )
-        for name in ("get_weather", "get_weather", "x" * 129, "x" * 129)
-    ]
-    messages = [reading.output_messages[0] for reading in readings if reading is not None]
-    assert len({id(m.finish_reason) for m in messages}) == 1 and messages[0].finish_reason == "tool_call"
-    names = [m.tool_calls[0].name for m in messages]
-    assert names[0] is names[1] and names[0] == "get_weather"
-    # Near-misses: a string too long to be a name is left as it came (equal, not shared).
-    assert names[2] == names[3] and names[2] is not names[3]
-
-
-def test_names_that_are_not_strings_are_not_names() -> None:
-    for finish_reason, tool_name in ((7, ""), ("", None), (None, ["get_weather"])):
-        reading = GENAI_READER.read(
-            make_span({**CHAT, "gen_ai.output.messages": json.dumps(_answer(finish_reason, tool_name))})
-        )
-        assert reading is not None
-        (message,) = reading.output_messages
-        assert message.finish_reason is None and message.tool_calls[0].name == ""
+def test_messages_without_tool_calls_share_the_empty_list() -> None:
+    reading = GENAI_READER.read(make_span({**CHAT, "gen_ai.input.messages": json.dumps(INPUT)}))
+    assert reading is not None
+    user, call, result, answer, follow_up = reading.input_messages
+    assert all(m.tool_calls is NO_TOOL_CALLS for m in (user, result, answer, follow_up))
+    assert call.tool_calls is not NO_TOOL_CALLS and len(call.tool_calls) == 1
