@@ -232,7 +232,7 @@ class _Vocabulary:
 
     def save(self, out: BinaryIO, size: int, words_in_file: int, source: int) -> None:
         """Written for :meth:`load`: the vocabulary of the first ``size`` of the ``words_in_file``
-        words of the file whose :func:`file_hash` is ``source``."""
+        words of the file whose :func:`_file_hash` is ``source``."""
         if any(_WORD_SEPARATOR in word for word in self._frequent):
             raise ValueError("a word holds the vocabulary cache's separator")
         words = _WORD_SEPARATOR.join(self._frequent).encode("utf-8", "surrogatepass")
@@ -331,26 +331,27 @@ def _vocabulary(root: Path, size: int, cache: Path | None) -> tuple[_Vocabulary,
     the model's Parquet file (and cached there when it can be). From the cache, pyarrow is not even
     imported: ~0.15 s and ~40 MiB of resident memory less at every start (bench/model_memory.py)."""
     path, others = _cache_file(cache, _VOCAB_CACHE_PREFIX, size, root, _VOCAB_FILE, ".npz")
-    source = file_hash(root / _VOCAB_FILE)
-    if path is not None and (cached := _Vocabulary.load(path, size, source)) is not None:
+    if path is None:
+        return _read_vocabulary(root, size)
+    source = _file_hash(root / _VOCAB_FILE)
+    if (cached := _Vocabulary.load(path, size, source)) is not None:
         return cached
     vocab, words_in_file = _read_vocabulary(root, size)
-    if path is not None:
-        try:
-            _write_atomically(
-                path,
-                lambda out: vocab.save(out, size, words_in_file, source),
-                others,
-                read_back=lambda _: None,  # the vocabulary is in memory already
-            )
-        except (OSError, ValueError) as exc:
-            # Info, not a warning: the table's warning follows for the same directory, unless it
-            # was this file alone (a disk that filled up in between).
-            log.info("embedding model: cannot cache the vocabulary in %s (%s)", path.parent, exc)
+    try:
+        _write_atomically(
+            path,
+            lambda out: vocab.save(out, size, words_in_file, source),
+            others,
+            read_back=lambda _: None,  # the vocabulary is in memory already
+        )
+    except (OSError, ValueError) as exc:
+        # Info, not a warning: the table's warning follows for the same directory, unless it was
+        # this file alone (a disk that filled up in between).
+        log.info("embedding model: cannot cache the vocabulary in %s (%s)", path.parent, exc)
     return vocab, words_in_file
 
 
-def file_hash(path: Path) -> int:
+def _file_hash(path: Path) -> int:
     """xxh3-64 of a file's bytes, read 64 KiB at a time: one buffer of the whole file (3.6 MB)
     raised glibc's mmap threshold to its size when freed, and the process then kept 5 MiB more
     (bench/model_memory.py)."""
