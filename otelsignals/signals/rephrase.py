@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from rapidfuzz import fuzz
 
@@ -267,12 +267,23 @@ def _keys(tokens: list[Token], a: int, b: int) -> frozenset[str]:
     return frozenset(_key(t.norm) for t in tokens[a:b] if t.norm not in _KEY_STOP and not t.quoted)
 
 
-def sentence_keys(ctx: DetectionContext, text: str) -> tuple[tuple[frozenset[str], bool, bool], ...]:
-    """Per sentence: its key words, whether it cannot be restated by the restatement rule (a question,
-    or no request word), and whether it is a request at all (a request word, or a question asking the
-    agent to act)."""
+class KeptSentence(NamedTuple):
+    """A sentence of a user message as the detector's memory keeps it between calls."""
+
+    # Its key words, sorted: as a frozenset, a few words took 216-728 bytes (the largest part of
+    # this detector's memory); the rules make a set of them only where they compare.
+    keys: tuple[str, ...]
+    not_restatable: bool  # a question, or no request word: the restatement rule skips it
+    request: bool  # a request word, or a question asking the agent to act
+
+
+KeptMessage = tuple[int, tuple[KeptSentence, ...]]  # a user message's absolute index, its sentences
+
+
+def sentence_keys(ctx: DetectionContext, text: str) -> tuple[KeptSentence, ...]:
+    """The sentences of ``text`` as :class:`KeptSentence` records."""
     return tuple(
-        (unit.keys, unit.asks or not unit.wants, unit.wants or unit.asks_for)
+        KeptSentence(tuple(sorted(unit.keys)), unit.asks or not unit.wants, unit.wants or unit.asks_for)
         for unit in _units(ctx, text, clauses=False)
     )
 
@@ -295,7 +306,7 @@ def _requests(tokens: list[Token], k: int) -> bool:
 
 
 def _restatement_instance(
-    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, keys: Sequence[tuple[int, Any]]
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, keys: Sequence[KeptMessage]
 ) -> SignalInstance | None:
     """A request clause restating an earlier sentence of the user's. Its sentence must be short too: a
     sentence with more than RESTATE_MAX_KEYS key words of its own (words of the agent's last answer it
@@ -314,8 +325,10 @@ def _restatement_instance(
             if len(unit.sentence - answer) > RESTATE_MAX_KEYS:
                 continue
         for earlier_index, earlier in keys:
-            for before, *_ in earlier:
-                shared = _restates(unit.keys, before)
+            for sentence in earlier:
+                if unit.keys.isdisjoint(sentence.keys):
+                    continue  # nothing shared: not a restatement (the set is made only otherwise)
+                shared = _restates(unit.keys, frozenset(sentence.keys))
                 if shared:
                     metadata = {
                         "pattern": "restatement",
@@ -369,12 +382,15 @@ _REJECTION_WORDS = _REJECTIONS | word_set("misalignment", "insistence", "rejecti
 _REFUSALS = word_sequences("misalignment", "insistence", "refusals")
 
 
-def _is_task(sentences: tuple[tuple[frozenset[str], bool, bool], ...]) -> bool:
+def _is_task(sentences: tuple[KeptSentence, ...]) -> bool:
     """A request with at least two key words beyond the request words: what the conversation is for."""
-    return any(request and len(keys - _GENERIC_KEYS) >= 2 for keys, _, request in sentences)
+    return any(
+        sentence.request and sum(key not in _GENERIC_KEYS for key in sentence.keys) >= 2
+        for sentence in sentences
+    )
 
 
-def _task(ctx: DetectionContext) -> list[tuple[int, Any]]:
+def _task(ctx: DetectionContext) -> list[KeptMessage]:
     """[(index, sentence keys)] of the conversation's first request (remembered; seeded once from the
     first SEED_LOOKBACK messages when the memory is new)."""
     if _TASK not in ctx.memory:
@@ -410,12 +426,12 @@ def _insists(text: str, analysis: TextAnalysis) -> bool:
 
 
 def _insistence_instance(
-    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, earlier: list[tuple[int, Any]]
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, earlier: list[KeptMessage]
 ) -> SignalInstance | None:
     tokens = analysis.scan.tokens
     if not tokens or _accepts(tokens) or analysis.hits.get(tx.CORRECTION):
         return None
-    requests = [(at, keys) for at, sentences in earlier for keys, _, request in sentences if request]
+    requests = [(at, frozenset(s.keys)) for at, sentences in earlier for s in sentences if s.request]
     if not requests:
         return None
     answer: frozenset[str] | None = None  # read lazily, as is whether the message insists
@@ -457,7 +473,7 @@ REASK_CONFIDENCE = 0.6
 
 
 def _reask_instance(
-    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, earlier: list[tuple[int, Any]]
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, earlier: list[KeptMessage]
 ) -> SignalInstance | None:
     if not earlier or analysis.hits.get(tx.ESCALATION) or analysis.hits.get(tx.QUIT):
         return None
@@ -474,7 +490,9 @@ def _reask_instance(
     for unit in units:
         wanted = unit.keys - _GENERIC_KEYS
         for at, sentences in earlier:
-            shared = next((wanted & keys for keys, *_ in sentences if wanted & keys), None)
+            shared = next(
+                (wanted.intersection(s.keys) for s in sentences if not wanted.isdisjoint(s.keys)), None
+            )
             if shared:
                 metadata = {
                     "pattern": "asked_again",
