@@ -33,6 +33,7 @@ from otelsignals.model import (
     LlmCall,
     Message,
     RecentList,
+    RecentSet,
     Role,
     SignalInstance,
     ToolCall,
@@ -57,6 +58,14 @@ RECENT_SIGNALS = 500
 # later calls (the latest this many): a recent-text cache lets go of a text some turns later.
 COMPACTION_RETRIES = 64
 MAX_TOOLS_KEPT = 256  # tool definitions kept per conversation (the first ones seen)
+# What grows with every trace rather than with the messages kept, bounded like them: the latest model
+# calls and trace ids (a trace-level eval run reaches back as far as RECENT_SIGNALS traces), and the
+# span ids already merged, remembered to drop a span delivered again (an exporter's retry comes within
+# seconds; at least this many ids, at most twice as many). A conversation of thousands of turns kept
+# them all before: ~1.5 KB a turn of the agent workload that no message trimming gave back.
+RECENT_MODEL_CALLS = RECENT_SIGNALS
+RECENT_TRACE_IDS = RECENT_SIGNALS
+SEEN_SPANS_KEPT = 1024
 # SPEC §7: who the agent is.
 AGENT_ID_ATTRIBUTES = ("gen_ai.agent.id", "gen_ai.agent.name")
 # The agent of a conversation none of whose spans names one (no agent attribute, no service.name):
@@ -240,7 +249,7 @@ class ConversationState:
     body_positions: dict[int, int | list[int]] = field(default_factory=dict)
     body_trimmed: int = 0  # body messages dropped from the front by trim()
     first_body_fingerprint: int | None = None  # of the conversation's very first body message
-    seen_spans: set[bytes] = field(default_factory=set)
+    seen_spans: RecentSet[bytes] = field(default_factory=lambda: RecentSet(SEEN_SPANS_KEPT))
     tool_names: dict[str, str] = field(default_factory=dict)  # tool call id -> tool name
     provisional: list[Message] = field(default_factory=list)  # tool results no snapshot has placed yet
     unanswered: RecentList[ToolCall] = field(default_factory=lambda: RecentList(64))  # calls awaiting results
@@ -486,6 +495,7 @@ def apply_trace(
     state.seen_spans.update(view.span_id for view, _ in fresh)
     if trace_id not in conversation.trace_ids:
         conversation.trace_ids.append(trace_id)
+        del conversation.trace_ids[:-RECENT_TRACE_IDS]
 
     model_calls = [(v, r) for v, r in fresh if r.llm_call is not None]
     speaking = [(v, r) for v, r in fresh if r.input_messages or r.output_messages]
@@ -526,6 +536,7 @@ def apply_trace(
         if call.model is not None:
             call.model = _shared_name(call.model)
     conversation.llm_calls.extend(llm_calls)
+    del conversation.llm_calls[:-RECENT_MODEL_CALLS]
     if fresh:
         conversation.content_captured = state.has_content
     # The span that carries this trace's conversation: its latest model call that had content,

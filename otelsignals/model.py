@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NoReturn, SupportsIndex, TypeVar
+from typing import Any, Generic, NoReturn, SupportsIndex, TypeVar
 
 
 class Role(StrEnum):
@@ -210,3 +210,40 @@ class RecentList(list[T]):
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt with its bound first, then its items (a list's default gives the items first).
         return (RecentList, (self.maxlen,), None, iter(self))
+
+
+class RecentSet(Generic[T]):
+    """A set that remembers at least its latest ``capacity`` additions and at most twice as many:
+    two generations, the older forgotten whole when the newer one fills. O(1) per operation, where
+    forgetting one item at a time would need an order kept beside the set."""
+
+    __slots__ = ("_newer", "_older", "capacity")
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
+        self._newer: set[T] = set()
+        self._older: set[T] | None = None  # until the newer one first fills
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._newer or (self._older is not None and item in self._older)
+
+    def __len__(self) -> int:
+        return len(self._newer) + (len(self._older) if self._older is not None else 0)
+
+    def add(self, item: T) -> None:
+        if self._older is not None and item in self._older:
+            self._older.discard(item)  # moves to the newer generation: the two stay disjoint
+        elif len(self._newer) >= self.capacity and item not in self._newer:
+            self._older, self._newer = self._newer, set()
+        self._newer.add(item)
+
+    def update(self, items: Iterable[T]) -> None:
+        for item in items:
+            self.add(item)
+
+    def discard(self, item: T) -> None:
+        self._newer.discard(item)
+        if self._older is not None:
+            self._older.discard(item)

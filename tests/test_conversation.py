@@ -152,6 +152,52 @@ def test_out_of_order_and_duplicated_spans_give_the_clean_result():
     assert texts(messy) == texts(clean)
 
 
+def test_what_grows_with_each_trace_is_bounded_and_a_retried_span_still_dropped(monkeypatch):
+    from otelsignals import conversation as conversation_module
+
+    monkeypatch.setattr(conversation_module, "RECENT_MODEL_CALLS", 4)
+    monkeypatch.setattr(conversation_module, "RECENT_TRACE_IDS", 3)
+    state = ConversationState.new("c")
+    state.seen_spans = conversation_module.RecentSet(5)
+    history: list[Message] = []
+    sent = []
+    for turn in range(12):
+        history = [*history, user(f"question {turn}")]
+        span = chat(turn, history, [assistant(f"answer {turn}")])
+        sent.append(span)
+        apply_trace(state, f"t{turn}".encode(), [span])
+        history = [*history, assistant(f"answer {turn}")]
+    conversation = state.conversation
+    assert [call.span_id for call in conversation.llm_calls] == [s.span_id for s, _ in sent[-4:]]
+    assert conversation.trace_ids == [b"t9", b"t10", b"t11"]
+    assert 5 <= len(state.seen_spans) <= 10
+    # a client's retry of the latest trace adds nothing; neither do the model calls it carried
+    kept = texts(state)
+    update = apply_trace(state, b"t11", [sent[-1]])
+    assert texts(state) == kept and update.llm_calls == [] and len(conversation.llm_calls) == 4
+
+
+def test_a_recent_set_remembers_at_least_its_latest_additions_and_at_most_twice_as_many():
+    from otelsignals.model import RecentSet
+
+    seen: RecentSet[int] = RecentSet(3)
+    for item in range(10):
+        seen.add(item)
+        assert all(latest in seen for latest in range(max(0, item - 2), item + 1))
+        assert len(seen) <= 6
+    assert 0 not in seen and 3 not in seen
+    seen.add(7)  # known already: moved to the newer generation, not counted twice
+    assert len(seen) == len({i for i in range(10) if i in seen})
+    seen.discard(8)
+    assert 8 not in seen and 9 in seen
+    seen.update([20, 21])
+    assert {20, 21, 9} <= {i for i in (*range(10), 20, 21) if i in seen}
+    with pytest.raises(ValueError):
+        RecentSet(0)
+    for copied in (copying.copy(seen), copying.deepcopy(seen), pickle.loads(pickle.dumps(seen))):
+        assert 21 in copied and 8 not in copied and len(copied) == len(seen)
+
+
 def test_tool_span_failure_is_attached_to_the_tool_result_in_the_history():
     call = ToolCall("reset_password", {"user": "kim"}, id="call_1")
     state = ConversationState.new("c1")
