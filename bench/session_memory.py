@@ -30,6 +30,15 @@ The CPU one trace's byte accounting costs (``SessionStore.resize`` after a messa
 conversation of each size, µs per resize (2,000 resizes, the conversation growing by one message
 each). Only the full count every 16 resizes (sessions.FULL_RECOUNT_EVERY) grows with the
 conversation's length (issue 16: "O(new text)").
+
+    .venv/bin/python bench/session_memory.py --long 1000,5000
+
+What a long conversation keeps beyond its messages: one conversation state takes the given numbers
+of turns (each a trace of three model calls, one user question and three short answers, and seven
+other spans), merged as the pipeline merges them and trimmed to ``sessions.max_messages`` (the
+default); the deep size of each part of the state of 1 KiB or more, in KiB, after each number of
+turns (the merge alone: no detectors run). A part that grows from column to column grows with the
+conversation's length, which message trimming does not bound.
 """
 
 from __future__ import annotations
@@ -356,6 +365,50 @@ def resize_cost(sizes: list[int], resizes: int = 2000) -> str:
     return "\n".join(lines)
 
 
+def long_conversation(sizes: list[int]) -> str:
+    from otelsignals.config import SessionsConfig
+    from otelsignals.conventions.base import SpanReading, SpanView
+    from otelsignals.conversation import ConversationState, apply_trace
+    from otelsignals.model import LlmCall, Message, Role
+
+    max_messages = SessionsConfig().max_messages
+    state = ConversationState.new("long")
+    span_numbers = iter(range(1, 1 << 62))
+    columns: list[dict[str, int]] = []
+    for turn in range(max(sizes)):
+        trace_id = turn.to_bytes(16, "big")
+        readings = []
+        for step in range(10):
+            span_id = next(span_numbers).to_bytes(8, "big")
+            start = turn * 1_000 + step
+            view = SpanView(trace_id, span_id, start_time_unix_nano=start, end_time_unix_nano=start + 1)
+            if step < 3:  # a model call: the first carries the user's question
+                call = LlmCall(span_id, trace_id, "gpt-4o", input_tokens=900, output_tokens=60)
+                asked = [Message(Role.USER, f"question {turn}")] if step == 0 else []
+                reading = SpanReading(
+                    "bench", asked, [Message(Role.ASSISTANT, f"answer {turn}.{step}")], llm_call=call
+                )
+            else:
+                reading = SpanReading("bench", [], [])
+            readings.append((view, reading))
+        apply_trace(state, trace_id, readings)
+        state.trim(max_messages)
+        if turn + 1 in sizes:
+            seen: set[int] = set()
+            columns.append({part: deep_size(value, seen) for part, value in parts_of(state)})
+    largest = {part: max(column.get(part, 0) for column in columns) for part in columns[-1]}
+    parts = sorted((part for part in largest if largest[part] >= 1024), key=lambda part: -largest[part])
+    lines = [
+        "| part of the state | " + " | ".join(f"KiB after {size:,} turns" for size in sorted(sizes)) + " |",
+        "|---|" + "---|" * len(sizes),
+    ]
+    for part in parts:
+        lines.append(
+            f"| {part} | " + " | ".join(f"{column.get(part, 0) / 1024:,.1f}" for column in columns) + " |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workload-conversations", type=int, default=60)
@@ -365,7 +418,11 @@ def main() -> None:
     parser.add_argument("--resident", help="workload sizes, e.g. 100,300: resident memory per conversation")
     parser.add_argument("--resident-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--resize", help="conversation sizes, e.g. 100,1000,3000: CPU per resize")
+    parser.add_argument("--long", help="turns, e.g. 1000,5000: what one long conversation keeps, by part")
     args = parser.parse_args()
+    if args.long:
+        print(long_conversation([int(size) for size in args.long.split(",")]))
+        return
     if args.resize:
         print(resize_cost([int(size) for size in args.resize.split(",")]))
         return
