@@ -58,12 +58,13 @@ RECENT_SIGNALS = 500
 # later calls (the latest this many): a recent-text cache lets go of a text some turns later.
 COMPACTION_RETRIES = 64
 MAX_TOOLS_KEPT = 256  # tool definitions kept per conversation (the first ones seen)
-# What grows with every trace rather than with the messages kept, bounded like them: the latest model
-# calls and trace ids (a trace-level eval run reaches back as far as RECENT_SIGNALS traces), and the
-# span ids already merged, remembered to drop a span delivered again (an exporter's retry comes within
-# seconds; at least this many ids, at most twice as many). A conversation of thousands of turns kept
-# them all before: ~1.5 KB a turn of the agent workload that no message trimming gave back.
-RECENT_MODEL_CALLS = RECENT_SIGNALS
+# What grows with every trace rather than with the messages kept, bounded: the latest model calls (the
+# admin API shows the last 100), the latest trace ids (as far back as a trace-level eval run reaches:
+# trace_message_ends), and the span ids already merged, remembered to drop a span delivered again (an
+# exporter's retry comes within seconds; at least this many ids, at most twice as many: a span
+# delivered again after that many newer ones is merged again, its model call counted twice). A
+# conversation of thousands of turns kept them all before, and no message trimming gave them back.
+RECENT_MODEL_CALLS = 500
 RECENT_TRACE_IDS = RECENT_SIGNALS
 SEEN_SPANS_KEPT = 1024
 # SPEC §7: who the agent is.
@@ -494,6 +495,7 @@ def apply_trace(
     fresh = [(view, reading) for view, reading in _ordered(readings) if view.span_id not in state.seen_spans]
     state.seen_spans.update(view.span_id for view, _ in fresh)
     if trace_id not in conversation.trace_ids:
+        # (a late part of a trace older than the latest RECENT_TRACE_IDS comes back in as the latest)
         conversation.trace_ids.append(trace_id)
         del conversation.trace_ids[:-RECENT_TRACE_IDS]
 

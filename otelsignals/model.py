@@ -131,7 +131,8 @@ class LlmCall:
 
 @dataclass(slots=True)
 class Conversation:
-    """Messages of one conversation key, in order, with the model calls that produced them."""
+    """Messages of one conversation key, in order, with the model calls that produced them (the
+    pipeline keeps the latest RECENT_MODEL_CALLS of those, and of the trace ids)."""
 
     key: str
     messages: list[Message] = field(default_factory=list)
@@ -233,10 +234,12 @@ class RecentSet(Generic[T]):
         return len(self._newer) + (len(self._older) if self._older is not None else 0)
 
     def add(self, item: T) -> None:
-        if self._older is not None and item in self._older:
-            self._older.discard(item)  # moves to the newer generation: the two stay disjoint
-        elif len(self._newer) >= self.capacity and item not in self._newer:
+        if item in self._newer:
+            return
+        if len(self._newer) >= self.capacity:
             self._older, self._newer = self._newer, set()
+        elif self._older is not None:
+            self._older.discard(item)  # moves to the newer generation: the two stay disjoint
         self._newer.add(item)
 
     def update(self, items: Iterable[T]) -> None:

@@ -194,6 +194,15 @@ def test_a_recent_set_remembers_at_least_its_latest_additions_and_at_most_twice_
     assert {20, 21, 9} <= {i for i in (*range(10), 20, 21) if i in seen}
     with pytest.raises(ValueError):
         RecentSet(0)
+    # items added again, from either generation, never take it past twice its capacity
+    again: RecentSet[int] = RecentSet(3)
+    added: list[int] = []
+    for step in range(20):
+        for item in (100 + step, *range(100, 100 + step)):
+            again.add(item)
+            added.append(item)
+            assert len(again) <= 6 and len(again) == sum(1 for i in range(100, 121) if i in again)
+            assert all(latest in again for latest in added[-3:])
     for copied in (copying.copy(seen), copying.deepcopy(seen), pickle.loads(pickle.dumps(seen))):
         assert 21 in copied and 8 not in copied and len(copied) == len(seen)
 

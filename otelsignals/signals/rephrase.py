@@ -273,7 +273,6 @@ class KeptSentence(NamedTuple):
     # Its key words, sorted: as a frozenset, a few words took 216-728 bytes (the largest part of
     # this detector's memory); the rules make a set of them only where they compare.
     keys: tuple[str, ...]
-    not_restatable: bool  # a question, or no request word: the restatement rule skips it
     request: bool  # a request word, or a question asking the agent to act
 
 
@@ -283,7 +282,7 @@ KeptMessage = tuple[int, tuple[KeptSentence, ...]]  # a user message's absolute 
 def sentence_keys(ctx: DetectionContext, text: str) -> tuple[KeptSentence, ...]:
     """The sentences of ``text`` as :class:`KeptSentence` records."""
     return tuple(
-        KeptSentence(tuple(sorted(unit.keys)), unit.asks or not unit.wants, unit.wants or unit.asks_for)
+        KeptSentence(tuple(sorted(unit.keys)), unit.wants or unit.asks_for)
         for unit in _units(ctx, text, clauses=False)
     )
 
@@ -431,7 +430,7 @@ def _insistence_instance(
     tokens = analysis.scan.tokens
     if not tokens or _accepts(tokens) or analysis.hits.get(tx.CORRECTION):
         return None
-    requests = [(at, frozenset(s.keys)) for at, sentences in earlier for s in sentences if s.request]
+    requests = [(at, s.keys) for at, sentences in earlier for s in sentences if s.request]
     if not requests:
         return None
     answer: frozenset[str] | None = None  # read lazily, as is whether the message insists
@@ -441,7 +440,7 @@ def _insistence_instance(
         if not wanted or len(wanted) > RESTATE_MAX_KEYS or unit.progress:
             continue
         for at, before in requests:
-            shared = wanted & before
+            shared = wanted.intersection(before)
             if not shared or len(shared) < RESTATE_SHARE * len(wanted):
                 continue
             if not (unit.wants or unit.asks_for or unit.lead in shared):
