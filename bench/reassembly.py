@@ -14,6 +14,14 @@ Prints per convention:
   any span it takes in; the assembly itself parses only what a span adds to its conversation);
 - the same-run baseline of turn 80 with every span parsed and decoded whole (conventions/decoding.py
   off), which is what the cost of a turn would grow like without it.
+
+    python bench/reassembly.py --calls-in-one-trace 10,50,200
+
+One trace of an agent that makes that many model calls (an agent run exported as one trace), merged
+into a new conversation (``conversation.apply_trace``, best of ``--repeat``): each call's history
+resends the previous one's messages as the history cache hands them out (the same objects) plus the
+previous answer and its tool result read anew. Prints ms per trace and µs per call: what grows
+faster than the calls is what one call's merge costs per earlier call of its trace.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -151,13 +160,62 @@ def turn_costs(traces: list[ReleasedTrace], repeat: int) -> dict[str, float]:
     return {name: min(values) for name, values in samples.items()}
 
 
+def one_trace_readings(calls: int) -> list[tuple[Any, Any]]:
+    from otelsignals.conventions.base import SpanReading, SpanView
+    from otelsignals.model import LlmCall, Message, Role, ToolCall, ToolResult
+
+    trace_id = b"\x01" * 16
+    history = [
+        Message(Role.SYSTEM, "You are a coding agent working in the user's repository. " * 8),
+        Message(Role.USER, "The date parsing test fails since yesterday; find out why and fix it. " * 3),
+    ]
+    readings = []
+    for call in range(calls):
+        span_id = (call + 1).to_bytes(8, "big")
+        tool_call = ToolCall("read_file", {"path": f"src/module_{call}.py"}, id=f"call_{call}")
+        answer = Message(
+            Role.ASSISTANT,
+            f"Step {call}: reading the next module to see where the parsing goes wrong. " * 3,
+            tool_calls=[tool_call],
+        )
+        view = SpanView(trace_id, span_id, start_time_unix_nano=call * 10, end_time_unix_nano=call * 10 + 5)
+        readings.append((view, SpanReading("bench", list(history), [answer], llm_call=LlmCall(span_id))))
+        result = f"module {call}:\n" + "def parse(value):\n    return value\n" * 20
+        history = [
+            *history,
+            Message(Role.ASSISTANT, answer.content, tool_calls=[tool_call]),  # read anew, its text shared
+            Message(Role.TOOL, result, tool_result=ToolResult(call_id=f"call_{call}", content=result)),
+        ]
+    return readings
+
+
+def calls_in_one_trace(sizes: list[int], repeat: int) -> str:
+    from otelsignals.conversation import ConversationState, apply_trace
+
+    lines = ["| model calls in the trace | ms per trace | µs per call |", "|---|---|---|"]
+    for calls in sizes:
+        best = float("inf")
+        for _ in range(repeat):
+            readings = one_trace_readings(calls)
+            state = ConversationState.new("bench")
+            started = time.thread_time()
+            apply_trace(state, b"\x01" * 16, readings)
+            best = min(best, time.thread_time() - started)
+        lines.append(f"| {calls:,} | {best * 1e3:,.1f} | {best / calls * 1e6:,.0f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--calls-in-one-trace", help="model calls, e.g. 10,50,200: one trace's merge")
     args = parser.parse_args()
+    if args.calls_in_one_trace:
+        print(calls_in_one_trace([int(n) for n in args.calls_in_one_trace.split(",")], args.repeat))
+        return
     print(
         f"conversation reassembly ({args.turns}-turn conversations; cost of turn N = best of {args.repeat})"
     )

@@ -512,10 +512,11 @@ def apply_trace(
         for view, reading in sorted(speaking, key=lambda pair: pair[0].span_id in enclosing)
         if not (view.span_id in enclosing and reading.input_messages)
     ]
-    for position, (_, reading) in enumerate(merged):
-        # The later calls' histories were read before this one is merged: they hold its copies too.
-        later = [later_reading.input_messages for _, later_reading in merged[position + 1 :]]
-        inserted_front += _merge_snapshot(state, reading.input_messages, reading.output_messages, later)
+    adopted = _TraceAdoptions()
+    for _, reading in merged:
+        # Read before the earlier calls were merged, the history holds their copies too.
+        adopted.catch_up(reading.input_messages)
+        inserted_front += _merge_snapshot(state, reading.input_messages, reading.output_messages, adopted)
     start += inserted_front
     with_content = [(v, r) for v, r in model_calls if r.input_messages or r.output_messages]
 
@@ -648,10 +649,10 @@ def _shared_name(name: str) -> str:
 
 
 def _merge_snapshot(
-    state: ConversationState, inputs: list[Message], outputs: list[Message], later: list[list[Message]]
+    state: ConversationState, inputs: list[Message], outputs: list[Message], adopted: _TraceAdoptions
 ) -> int:
     """Append the part of a snapshot (a call's history and answer) the conversation does not hold
-    yet; ``later`` are the histories of the trace's calls merged after it. Returns 1 when a system
+    yet; ``adopted`` gathers the trace's adoptions for the histories merged after it. Returns 1 when a system
     prompt was put in front of messages already held (their indices moved by one), else 0."""
     split, read_from = _split_inputs(state, inputs)
     system = split.system or next((m for m in outputs if m.role is Role.SYSTEM), None)
@@ -696,7 +697,7 @@ def _merge_snapshot(
             if earliest is not None:
                 adopted_from = min(adopted_from, held_from + earliest)
         if counterparts:
-            _adopt(state, counterparts, inputs, adopted_from, later)
+            _adopt(state, counterparts, inputs, adopted_from, adopted)
     return inserted_front
 
 
@@ -782,7 +783,7 @@ def _adopt(
     counterparts: dict[int, Message],
     inputs: list[Message],
     adopted_from: int,
-    later: list[list[Message]],
+    adopted: _TraceAdoptions,
 ) -> None:
     """Replace a history's copies by the conversation's own messages (``counterparts``: by the
     copy's id) wherever the next histories are read from or compared with: the history cache, the
@@ -797,12 +798,35 @@ def _adopt(
     lead = _leading_system_prompts(inputs)
     end = len(inputs)
     state.decoder_memory.histories.adopt(counterparts, adopted_from, end)
-    for history in later:
-        adopt_in(history, counterparts, adopted_from, end + _leading_system_prompts(history))
+    adopted.add(counterparts, adopted_from, end)
     last = state.last_inputs
     if last is not None:
         adopt_in(last.messages, counterparts, adopted_from + lead, end)
         adopt_in(last.body, counterparts, adopted_from, len(last.body))
+
+
+class _TraceAdoptions:
+    """The copies one trace's merges replaced so far, for the histories of its later calls, read
+    before any was merged: each is caught up once, just before its own merge, with every replacement
+    over the positions they spanned, rather than once per earlier merge (a trace of N model calls
+    would adopt into N²/2 histories, and agents make hundreds of calls in one trace)."""
+
+    __slots__ = ("end", "replacements", "start")
+
+    def __init__(self) -> None:
+        self.replacements: dict[int, Message] = {}
+        self.start = self.end = 0
+
+    def add(self, counterparts: dict[int, Message], start: int, end: int) -> None:
+        if not self.replacements:
+            self.start, self.end = start, end
+        else:
+            self.start, self.end = min(self.start, start), max(self.end, end)
+        self.replacements.update(counterparts)
+
+    def catch_up(self, history: list[Message]) -> None:
+        if self.replacements:
+            adopt_in(history, self.replacements, self.start, self.end + _leading_system_prompts(history))
 
 
 def _first_new(state: ConversationState, snapshot: list[int]) -> int:
