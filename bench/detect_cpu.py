@@ -18,7 +18,9 @@ decoding, reading the messages, merging them into the conversation), ``--stage m
 agent metrics (``Analyzer._record_trace``); the digest is still of the signals found, which depend on
 every message read, and a second digest is printed of every trace's agent metrics (``TraceSignals``).
 ``--embedding-cache 0`` runs the trace metrics with an embedding cache that never hits, as with
-thousands of open conversations.
+thousands of open conversations. ``--real``: the 473 real agent conversations of
+../shared/data/agent-trajectories (to_otlp.py, traces in time order) instead of the workload, a
+turn being one of their traces.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import io
 import pstats
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,11 +115,20 @@ def main() -> None:
         help="texts the embedder's LRU keeps (default: the shipped size); 0 costs what a cache that "
         "misses costs, as it does once thousands of conversations are open",
     )
+    parser.add_argument("--real", action="store_true", help="the real conversations, not the workload")
     args = parser.parse_args()
 
-    bodies = [
-        turn.body for turn in agent_workload.build_workload(args.conversations, args.active, args.seed).turns
-    ]
+    if args.real:
+        from gc_pauses import real_traces
+
+        real: list[ReleasedTrace] | None = real_traces()
+        bodies: list[bytes] = []
+    else:
+        real = None
+        bodies = [
+            turn.body
+            for turn in agent_workload.build_workload(args.conversations, args.active, args.seed).turns
+        ]
     config = load_config(None, environ={})
     original: Callable[..., Any] = analysis_module.detect
     spent_by_detector: dict[str, float] = {}
@@ -196,16 +207,24 @@ def main() -> None:
         if args.embedding_cache is not None:
             analyzer.embedder.cache = LRUCache(args.embedding_cache)  # type: ignore[attr-defined]
         analyzer.embedder.embed(["warm up"])
-    for body in bodies:
-        assembler.add(split_request(ExportTraceServiceRequest.FromString(body)).records)
-        for trace in released:
+
+    def assembled() -> Iterator[list[ReleasedTrace]]:
+        """Each request assembled as the receiver would (the workload's traces come whole)."""
+        for body in bodies:
+            assembler.add(split_request(ExportTraceServiceRequest.FromString(body)).records)
+            yield released
+            released.clear()
+
+    batches = ([trace] for trace in real) if real is not None else assembled()
+    turns = 0
+    for batch in batches:
+        turns += 1
+        for trace in batch:
             analyzer.process(trace)
-        released.clear()
     analysis_module.detect = original
     if method:
         setattr(Analyzer, method, original_method)
 
-    turns = len(bodies)
     per_turn = spent / turns * 1e6
     print(f"{turns:,} turns: {args.stage} {per_turn:,.0f} µs CPU per turn, {signals:,} signals, ", end="")
     print(f"digest {digest.hexdigest()}; compacted texts read back: {expansions():,}")
