@@ -14,6 +14,8 @@ satisfaction stays neutral (50), because nothing says the user was served well.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -95,20 +97,33 @@ class Score:
 def turn_counts(conversation: Conversation) -> tuple[int, int]:
     """(user turns, user + assistant turns). An assistant turn is an answer with text: a message
     that only calls tools is the agent working, not a turn of the conversation."""
-    # Turns in the part trimmed away to bound memory still count.
-    user, assistant = conversation.trimmed_user_turns, conversation.trimmed_assistant_turns
-    for message in conversation.messages:
-        if message.role is Role.USER:
-            user += 1
-        elif message.role is Role.ASSISTANT and stored_message_text(message):  # compacted: never empty
-            assistant += 1
-    return user, user + assistant
+    return _counts(conversation)[:2]
 
 
 def tool_outcomes(conversation: Conversation) -> tuple[bool, bool]:
     """(any tool used, every tool result succeeded)."""
-    results = [m.tool_result for m in conversation.messages if m.role is Role.TOOL and m.tool_result]
-    return bool(results), all(not r.is_error for r in results)
+    return _counts(conversation)[2:]
+
+
+_ROLE = operator.attrgetter("role")
+_TOOL_RESULT = operator.attrgetter("tool_result")
+_IS_ERROR = operator.attrgetter("is_error")
+
+
+def _counts(conversation: Conversation) -> tuple[int, int, bool, bool]:
+    """:func:`turn_counts`, then :func:`tool_outcomes`. Every turn scores the whole conversation,
+    up to thousands of messages: each pass over them runs in C (map, count, compress, filter)."""
+    messages = conversation.messages
+    roles = list(map(_ROLE, messages))
+    # Turns in the part trimmed away to bound memory still count.
+    user = conversation.trimmed_user_turns + roles.count(Role.USER)
+    answers = itertools.compress(messages, map(Role.ASSISTANT.__eq__, roles))
+    # (compacted text is never empty: the stored text says whether there is any without expanding it)
+    assistant = conversation.trimmed_assistant_turns + sum(map(bool, map(stored_message_text, answers)))
+    results = list(
+        filter(None, map(_TOOL_RESULT, itertools.compress(messages, map(Role.TOOL.__eq__, roles))))
+    )
+    return user, user + assistant, bool(results), not any(map(_IS_ERROR, results))
 
 
 def score(
@@ -118,10 +133,10 @@ def score(
     leaf_counts = Counter(leaf_counts)
     counts = dict.fromkeys(CATEGORIES, 0)
     for leaf, n in leaf_counts.items():
-        counts[category_of(leaf)] = counts.get(category_of(leaf), 0) + n
-    user_turns, turn_count = turn_counts(conversation)
+        category = category_of(leaf)
+        counts[category] = counts.get(category, 0) + n
+    user_turns, turn_count, tools_used, tools_ok = _counts(conversation)
     eff = efficiency(user_turns, baseline)
-    tools_used, tools_ok = tool_outcomes(conversation)
     quality_score = _quality_score(counts, leaf_counts, user_turns, eff, tools_used and tools_ok)
     quality = bucket(quality_score)
     flagged = (

@@ -135,3 +135,41 @@ def test_turn_count_is_user_plus_assistant_answers():
     ]
     result = score(Conversation("c", messages), {})
     assert (result.user_turns, result.turn_count) == (1, 2)
+
+
+def test_turns_and_tool_outcomes_count_what_each_message_says():
+    from otelsignals.compaction import compact
+    from otelsignals.scoring import tool_outcomes, turn_counts
+
+    long_answer = "The refund was approved and will reach your card within five working days. " * 2
+    answers = [
+        Message(Role.ASSISTANT, long_answer),
+        Message(Role.ASSISTANT, ""),
+        Message(Role.ASSISTANT, None),
+    ]
+    compact(answers[0])  # compacted text is counted without being expanded
+    base = [
+        Message(Role.SYSTEM, "be nice"),
+        Message(Role.USER, "refund please"),
+        *answers,
+        Message(Role.TOOL, "no result object"),  # a tool message without a result: no tool outcome
+        Message(Role.TOOL, "{}", tool_result=ToolResult(name="refund")),
+    ]
+    failed = Message(Role.TOOL, "boom", tool_result=ToolResult(name="refund", is_error=True))
+    cases = [
+        (base, (1, 2), (True, True)),
+        ([*base, failed], (1, 2), (True, False)),
+        ([m for m in base if m.role is not Role.TOOL], (1, 2), (False, True)),
+        ([m for m in base if m.tool_result is None], (1, 2), (False, True)),
+        ([], (0, 0), (False, True)),
+    ]
+    for messages, (users, turns), outcomes in cases:
+        conversation = Conversation("c", messages, trimmed_user_turns=2, trimmed_assistant_turns=3)
+        assert turn_counts(conversation) == (users + 2, turns + 5)  # the trimmed turns still count
+        assert tool_outcomes(conversation) == outcomes
+        result = score(conversation, {})
+        assert (result.user_turns, result.turn_count, result.tools_used) == (
+            users + 2,
+            turns + 5,
+            outcomes[0],
+        )
