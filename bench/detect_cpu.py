@@ -17,6 +17,8 @@ trimmed ones included), to show what still grows with the history (issue 16: "O(
 decoding, reading the messages, merging them into the conversation), ``--stage metrics`` the per-trace
 agent metrics (``Analyzer._record_trace``); the digest is still of the signals found, which depend on
 every message read, and a second digest is printed of every trace's agent metrics (``TraceSignals``).
+``--stage score`` measures the conversation's score and triage priority after each trace
+(``analysis.score`` and ``analysis.rank``) and prints a digest of every priority.
 ``--embedding-cache 0`` runs the trace metrics with an embedding cache that never hits, as with
 thousands of open conversations. ``--real``: the 473 real agent conversations of
 ../shared/data/agent-trajectories (to_otlp.py, traces in time order) instead of the workload, a
@@ -108,7 +110,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sizes", action="store_true")
     parser.add_argument("--by-length", action="store_true")
-    parser.add_argument("--stage", choices=("detect", "read", "metrics"), default="detect")
+    parser.add_argument("--stage", choices=("detect", "read", "metrics", "score"), default="detect")
     parser.add_argument(
         "--embedding-cache",
         type=int,
@@ -167,6 +169,8 @@ def main() -> None:
     def conversation_of(values: tuple[Any, ...]) -> Conversation | None:
         """The conversation a stage's call worked on, from its arguments or its result."""
         for value in values:
+            if isinstance(value, Conversation):
+                return value
             if isinstance(value, DetectionContext | ConversationState):
                 return value.conversation
             if isinstance(value, TraceUpdate):
@@ -180,6 +184,23 @@ def main() -> None:
     original_method = getattr(Analyzer, method) if method else None
     if method:
         setattr(Analyzer, method, measured(original_method))
+
+    # --stage score: the conversation's score and triage priority after each trace (analysis.score
+    # and analysis.rank), and a digest of every priority with its terms and reasons.
+    ranking = {name: getattr(analysis_module, name) for name in ("score", "rank")}
+    priorities = hashlib.blake2b(digest_size=8)
+
+    def rank(*args: Any) -> Any:
+        result = measured_rank(*args)
+        priorities.update(
+            orjson.dumps([result.value, result.terms, result.reasons], option=orjson.OPT_SORT_KEYS)
+        )
+        return result
+
+    measured_rank = measured(ranking["rank"]) if args.stage == "score" else ranking["rank"]
+    analysis_module.rank = rank
+    if args.stage == "score":
+        analysis_module.score = measured(ranking["score"])
 
     def detect(context: DetectionContext, disabled: frozenset[str] = frozenset()) -> Any:
         nonlocal signals
@@ -222,12 +243,16 @@ def main() -> None:
         for trace in batch:
             analyzer.process(trace)
     analysis_module.detect = original
+    for name, function in ranking.items():
+        setattr(analysis_module, name, function)
     if method:
         setattr(Analyzer, method, original_method)
 
     per_turn = spent / turns * 1e6
     print(f"{turns:,} turns: {args.stage} {per_turn:,.0f} µs CPU per turn, {signals:,} signals, ", end="")
     print(f"digest {digest.hexdigest()}; compacted texts read back: {expansions():,}")
+    if args.stage == "score":
+        print(f"{turns:,} priorities (score, terms, reasons): digest {priorities.hexdigest()}")
     if args.stage == "metrics":
         for state in analyzer.sessions:
             keep_trace_metrics(state)
