@@ -18,11 +18,12 @@ decoding, reading the messages, merging them into the conversation), ``--stage m
 agent metrics (``Analyzer._record_trace``); the digest is still of the signals found, which depend on
 every message read, and a second digest is printed of every trace's agent metrics (``TraceSignals``).
 ``--stage score`` measures the conversation's score and triage priority after each trace
-(``analysis.score`` and ``analysis.rank``) and prints a digest of every priority.
+(``analysis.score`` and ``analysis.rank``) and prints a digest of every priority (with
+``--by-length`` each of the two calls is bucketed: µs per call there, not per turn).
 ``--embedding-cache 0`` runs the trace metrics with an embedding cache that never hits, as with
 thousands of open conversations. ``--real``: the 473 real agent conversations of
 ../shared/data/agent-trajectories (to_otlp.py, traces in time order) instead of the workload, a
-turn being one of their traces.
+turn being one of their traces (``--conversations``, ``--active`` and ``--seed`` are the workload's).
 """
 
 from __future__ import annotations

@@ -42,12 +42,13 @@ DATA = ROOT.parent / "shared" / "data" / "agent-trajectories"
 
 
 def real_traces() -> list[ReleasedTrace]:
-    out = Path(tempfile.mkdtemp(prefix="gc-pauses-"))
-    subprocess.run(
-        [sys.executable, str(DATA / "to_otlp.py"), "--out", str(out)], check=True, capture_output=True
-    )
-    paths = sorted(out.rglob("*.binpb"))
-    return traces_in_time_order(request for path in paths for request in read_requests(path))
+    with tempfile.TemporaryDirectory(prefix="gc-pauses-") as directory:
+        out = Path(directory)
+        subprocess.run(
+            [sys.executable, str(DATA / "to_otlp.py"), "--out", str(out)], check=True, capture_output=True
+        )
+        paths = sorted(out.rglob("*.binpb"))
+        return traces_in_time_order(request for path in paths for request in read_requests(path))
 
 
 def open_conversations(traces: list[ReleasedTrace], count: int) -> Analyzer:

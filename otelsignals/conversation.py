@@ -25,7 +25,7 @@ import orjson
 
 from otelsignals.compaction import Outcome, compact, content_length, stored_message_text
 from otelsignals.conventions.base import SpanReading, SpanView, ToolExecution
-from otelsignals.conventions.memory import ConversationMemory, adopt_in
+from otelsignals.conventions.memory import ConversationMemory, HistoryCache, adopt_in
 from otelsignals.evals.trace_metrics import DEFAULT_LOOP_WINDOW, ComparableOutput
 from otelsignals.model import (
     NO_TOOL_CALLS,
@@ -512,10 +512,12 @@ def apply_trace(
         for view, reading in sorted(speaking, key=lambda pair: pair[0].span_id in enclosing)
         if not (view.span_id in enclosing and reading.input_messages)
     ]
-    adopted = _TraceAdoptions()
-    for _, reading in merged:
-        # Read before the earlier calls were merged, the history holds their copies too.
-        adopted.catch_up(reading.input_messages)
+    # Read before the earlier calls were merged, each history holds their copies too.
+    adopted = _TraceAdoptions(
+        [reading.input_messages for _, reading in merged], state.decoder_memory.histories
+    )
+    for number, (_, reading) in enumerate(merged):
+        adopted.catch_up(number)
         inserted_front += _merge_snapshot(state, reading.input_messages, reading.output_messages, adopted)
     start += inserted_front
     with_content = [(v, r) for v, r in model_calls if r.input_messages or r.output_messages]
@@ -787,8 +789,8 @@ def _adopt(
 ) -> None:
     """Replace a history's copies by the conversation's own messages (``counterparts``: by the
     copy's id) wherever the next histories are read from or compared with: the history cache, the
-    latest split and the ``later`` histories of this trace. A copy would otherwise keep the text
-    alive, and the conversation's message could never be compacted.
+    latest split, and (through ``adopted``) the histories of this trace's later calls. A copy would
+    otherwise keep the text alive, and the conversation's message could never be compacted.
 
     The copies are the split body's messages from ``adopted_from`` on; in a list of messages they sit
     after its leading system prompts (a reader may read those from an attribute of their own, into the
@@ -806,27 +808,81 @@ def _adopt(
 
 
 class _TraceAdoptions:
-    """The copies one trace's merges replaced so far, for the histories of its later calls, read
-    before any was merged: each is caught up once, just before its own merge, with every replacement
-    over the positions they spanned, rather than once per earlier merge (a trace of N model calls
-    would adopt into N²/2 histories, and agents make hundreds of calls in one trace)."""
+    """What one trace's merges replaced so far, for the histories of its later calls. Those were read
+    before any merge and hold the same copies, so each merge used to replace them in every later
+    history: N²/2 passes for N model calls, and agents make hundreds of calls in one trace. Now each
+    later history catches up once, just before its own merge, with exactly what every earlier merge
+    would have done to it: at each position a merge spanned, that merge's replacement, in merge order
+    (a merge may replace a message an earlier one put there). Only positions some merge spanned are
+    looked at, and only a message some merge replaced is followed further.
 
-    __slots__ = ("end", "replacements", "start")
+    A history that something else also changes meanwhile (the history cache remembers it, or another
+    call's reading is the same list) is still adopted at each merge, as before, so that the two
+    kinds of change keep their order. Messages are known by id: every key is a message that an
+    earlier merge's history holds (the trace's readings keep them until the trace is merged) or the
+    conversation holds, so no id is reused by another object meanwhile."""
 
-    def __init__(self) -> None:
-        self.replacements: dict[int, Message] = {}
-        self.start = self.end = 0
+    __slots__ = ("_current", "_eager", "_histories", "_merges", "_merges_of", "_spans")
+
+    def __init__(self, histories: list[list[Message]], cache: HistoryCache) -> None:
+        self._histories = histories  # the trace's calls' histories, in merge order
+        counted = Counter(map(id, histories))
+        self._eager = [counted[id(history)] > 1 or cache.holds(history) for history in histories]
+        self._current = 0  # the history being merged
+        self._merges: list[tuple[int, int, dict[int, Message]]] = []  # (start, end, counterparts)
+        self._merges_of: dict[int, list[int]] = {}  # a message's id -> the merges that replaced it
+        self._spans: list[tuple[int, int]] = []  # the positions the merges spanned: sorted, disjoint
 
     def add(self, counterparts: dict[int, Message], start: int, end: int) -> None:
-        if not self.replacements:
-            self.start, self.end = start, end
-        else:
-            self.start, self.end = min(self.start, start), max(self.end, end)
-        self.replacements.update(counterparts)
+        """One merge's replacements (by the copy's id), at the positions ``start`` to ``end`` of a
+        history (and its own leading system prompts): what :func:`adopt_in` would be given."""
+        for later in range(self._current + 1, len(self._histories)):
+            if self._eager[later]:
+                history = self._histories[later]
+                adopt_in(history, counterparts, start, end + _leading_system_prompts(history))
+        number = len(self._merges)
+        self._merges.append((start, end, counterparts))
+        self._spans = _united(self._spans, max(0, start), end)
+        for key in counterparts:
+            self._merges_of.setdefault(key, []).append(number)
 
-    def catch_up(self, history: list[Message]) -> None:
-        if self.replacements:
-            adopt_in(history, self.replacements, self.start, self.end + _leading_system_prompts(history))
+    def catch_up(self, current: int) -> None:
+        """The history of the ``current`` call (in merge order), about to be merged, caught up."""
+        self._current = current
+        if not self._merges or self._eager[current]:
+            return
+        history = self._histories[current]
+        lead, size, merges, merges_of = (
+            _leading_system_prompts(history),
+            len(history),
+            self._merges,
+            self._merges_of,
+        )
+        looked = 0  # positions below were looked at
+        for start, end in self._spans:
+            for position in range(max(start, looked), min(end + lead, size)):
+                message = history[position]
+                numbers = merges_of.get(id(message))
+                after = -1  # the latest merge that replaced the message here
+                while numbers is not None:
+                    for number in numbers:
+                        if number > after and merges[number][0] <= position < merges[number][1] + lead:
+                            message, after = merges[number][2][id(message)], number
+                            break
+                    else:
+                        break  # no later merge spanning this position replaced this message
+                    numbers = merges_of.get(id(message))
+                history[position] = message
+            looked = max(looked, end + lead)
+
+
+def _united(spans: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
+    """The sorted, disjoint ``spans`` and [start, end), as sorted, disjoint spans."""
+    kept = [(a, b) for a, b in spans if b < start or a > end]  # neither overlapping nor touching
+    joined = [(a, b) for a, b in spans if not (b < start or a > end)]
+    start = min([start, *(a for a, _ in joined)])
+    end = max([end, *(b for _, b in joined)])
+    return sorted([*kept, (start, end)])
 
 
 def _first_new(state: ConversationState, snapshot: list[int]) -> int:

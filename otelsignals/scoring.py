@@ -112,17 +112,16 @@ _IS_ERROR = operator.attrgetter("is_error")
 
 def _counts(conversation: Conversation) -> tuple[int, int, bool, bool]:
     """:func:`turn_counts`, then :func:`tool_outcomes`. Every turn scores the whole conversation,
-    up to thousands of messages: each pass over them runs in C (map, count, compress, filter)."""
+    up to thousands of messages: each pass over them runs in C (map, compress, filter)."""
     messages = conversation.messages
     roles = list(map(_ROLE, messages))
     # Turns in the part trimmed away to bound memory still count.
-    user = conversation.trimmed_user_turns + roles.count(Role.USER)
-    answers = itertools.compress(messages, map(Role.ASSISTANT.__eq__, roles))
+    user = conversation.trimmed_user_turns + sum(map(operator.is_, roles, itertools.repeat(Role.USER)))
+    answers = itertools.compress(messages, map(operator.is_, roles, itertools.repeat(Role.ASSISTANT)))
     # (compacted text is never empty: the stored text says whether there is any without expanding it)
     assistant = conversation.trimmed_assistant_turns + sum(map(bool, map(stored_message_text, answers)))
-    results = list(
-        filter(None, map(_TOOL_RESULT, itertools.compress(messages, map(Role.TOOL.__eq__, roles))))
-    )
+    tools = itertools.compress(messages, map(operator.is_, roles, itertools.repeat(Role.TOOL)))
+    results = list(filter(None, map(_TOOL_RESULT, tools)))
     return user, user + assistant, bool(results), not any(map(_IS_ERROR, results))
 
 

@@ -138,16 +138,18 @@ def test_turn_count_is_user_plus_assistant_answers():
 
 
 def test_turns_and_tool_outcomes_count_what_each_message_says():
-    from otelsignals.compaction import compact
+    from otelsignals.compaction import Outcome, compact, expansions
     from otelsignals.scoring import tool_outcomes, turn_counts
 
-    long_answer = "The refund was approved and will reach your card within five working days. " * 2
+    sentence = "The refund was approved and will reach your card within five working days."
+    # (a text of its own, held by the message alone: a constant or a variable would hold it too)
     answers = [
-        Message(Role.ASSISTANT, long_answer),
+        Message(Role.ASSISTANT, " ".join([sentence] * 2)),
         Message(Role.ASSISTANT, ""),
         Message(Role.ASSISTANT, None),
     ]
-    compact(answers[0])  # compacted text is counted without being expanded
+    assert compact(answers[0]) is Outcome.COMPACTED  # counted without being expanded (checked below)
+    expanded = expansions()
     base = [
         Message(Role.SYSTEM, "be nice"),
         Message(Role.USER, "refund please"),
@@ -168,8 +170,6 @@ def test_turns_and_tool_outcomes_count_what_each_message_says():
         assert turn_counts(conversation) == (users + 2, turns + 5)  # the trimmed turns still count
         assert tool_outcomes(conversation) == outcomes
         result = score(conversation, {})
-        assert (result.user_turns, result.turn_count, result.tools_used) == (
-            users + 2,
-            turns + 5,
-            outcomes[0],
-        )
+        assert (result.user_turns, result.turn_count) == (users + 2, turns + 5)
+        assert result.tools_used is outcomes[0]
+    assert expansions() == expanded

@@ -146,6 +146,13 @@ class HistoryCache:
             branch.add(raw, build(raw))
         return list(branch.messages)
 
+    def holds(self, messages: list[Message]) -> bool:
+        """Whether ``messages`` is the very list of a history remembered here (which :meth:`adopt`
+        changes)."""
+        return any(messages is h.messages for remembered in self._last.values() for h in remembered) or any(
+            messages is branch.messages for branches in self._indexed.values() for branch in branches
+        )
+
     def adopt(self, replacements: Mapping[int, Message], start: int, end: int) -> None:
         """Hand back ``replacements[id(message)]`` instead of ``message`` from now on, at the
         positions ``start`` to ``end`` of every history remembered, and as many from its end (the
