@@ -31,7 +31,7 @@ def assistant(text: str) -> dict[str, Any]:
 def chat(
     state: ConversationState,
     history: list[dict[str, Any]],
-    answer: str,
+    answer: str | dict[str, Any],
     system: str | None = None,
     limits: TextLimits | None = None,
 ) -> tuple[SpanView, SpanReading]:
@@ -40,7 +40,9 @@ def chat(
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.input.messages": orjson.dumps(history).decode(),
-        "gen_ai.output.messages": orjson.dumps([assistant(answer)]).decode(),
+        "gen_ai.output.messages": orjson.dumps(
+            [assistant(answer) if isinstance(answer, str) else answer]
+        ).decode(),
     }
     if system is not None:
         attributes["gen_ai.system_instructions"] = orjson.dumps(
@@ -169,3 +171,43 @@ def test_later_calls_of_a_trace_read_with_or_without_a_system_prompt_still_exten
     )
     assert state.last_inputs is not None and state.last_inputs.body is split_before.body  # extended
     assert [m.role.value for m in state.conversation.messages] == ["system"] + ["user", "assistant"] * 3
+
+
+def test_a_sub_agent_repeating_the_users_text_leaves_the_main_history_on_its_own_messages():
+    """One trace: a sub-agent's calls and the main agent's, the user's long text said twice. A
+    sub-agent merge pairs the user's earlier message with the newer one that reads the same; that
+    holds at the sub-agent history's positions only, and the main agent's later history, caught up
+    before its own merge, keeps the conversation's messages at its own positions."""
+
+    def tool_call(call_id: str) -> dict[str, Any]:
+        return {"role": "assistant", "parts": [{"type": "tool_call", "id": call_id, "name": "search"}]}
+
+    def tool_result(call_id: str, text: str) -> dict[str, Any]:
+        return {"role": "tool", "parts": [{"type": "tool_call_response", "id": call_id, "response": text}]}
+
+    state = ConversationState.new("c")
+    again = "continue" + DETAILS  # the same long text said twice by the user
+    main = [
+        user("question 0" + DETAILS),
+        tool_call("c0"),
+        tool_result("c0", "r0" + DETAILS),
+        assistant("the order shipped" + DETAILS),
+        user("question 1" + DETAILS),
+        user(again),
+        tool_call("c2"),
+        tool_result("c2", "r2" + DETAILS),
+    ]
+    sub = [user("sub task" + DETAILS), assistant("the order shipped" + DETAILS), user(again)]
+    apply_trace(state, b"t1", [chat(state, [user("sub task" + DETAILS)], "the order shipped" + DETAILS)])
+    apply_trace(state, b"t2", [chat(state, main, "ok" + DETAILS)])
+    calls = [
+        chat(state, sub, "ok" + DETAILS),
+        chat(state, [*main[4:], assistant("ok" + DETAILS), user(again)], tool_call("c4")),
+        chat(state, sub, "no results" + DETAILS),
+        chat(state, main, tool_call("c5")),  # the main agent, its whole history
+    ]
+    apply_trace(state, b"t3", calls)
+    held = positions_held(state, calls[-1][1].input_messages)
+    assert held == list(range(2, 2 + len(main)))  # each slot: the conversation's message there
+    messages = state.conversation.messages
+    assert len({id(message) for message in messages}) == len(messages)
