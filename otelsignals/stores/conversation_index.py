@@ -16,7 +16,6 @@ the stored bytes fit the bound.
 from __future__ import annotations
 
 import base64
-import os
 import sqlite3
 import threading
 import time
@@ -25,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
+from otelsignals.stores import sqlite_files
 
 # sort name -> (SQL expression, descending). A missing priority sorts below every real one.
 SORTS: dict[str, tuple[str, bool]] = {
@@ -459,14 +460,7 @@ def open_index(url: str, busy_timeout_s: float = 30.0) -> ConversationIndex:
     if scheme == "sqlite":
         if not url.startswith("sqlite:///"):
             raise ValueError(f"a SQLite index URL is sqlite:///<path>, not {url!r}")
-        path = url[len("sqlite:///") :]
-        if path != ":memory:":
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-        if path != ":memory:":
-            conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")  # safe against process crashes in WAL mode
+        conn = sqlite_files.connect(url[len("sqlite:///") :], busy_timeout_s)
         for statement in _SCHEMA:
             conn.execute(statement)
         return ConversationIndex(conn, "?", "instr({column}, {param}) > 0")

@@ -12,13 +12,11 @@ concurrent writers queue on ``busy_timeout`` instead of failing on a lock upgrad
 
 from __future__ import annotations
 
-import os
-import sqlite3
 import time
 from collections.abc import Sequence
 
 from otelsignals.reputation import Evaluation
-from otelsignals.stores import DEFAULT_WINDOW
+from otelsignals.stores import DEFAULT_WINDOW, sqlite_files
 from otelsignals.stores.sql import (
     DOCUMENT_KEYS_QUERY,
     DOCUMENTS_INDEX,
@@ -71,18 +69,7 @@ class SqliteStore(SqlWindowStore):
 
     def __init__(self, path: str, *, window_size: int = DEFAULT_WINDOW, busy_timeout_s: float = 30.0) -> None:
         self.path = path
-        if path != ":memory:":
-            parent = os.path.dirname(os.path.abspath(path))
-            os.makedirs(parent, exist_ok=True)
-        super().__init__(
-            sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False),
-            window_size,
-        )
-        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-        if path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode = WAL")
-        # In WAL mode NORMAL is safe against application crashes (a power loss may lose the last commits).
-        self._conn.execute("PRAGMA synchronous = NORMAL")
+        super().__init__(sqlite_files.connect(path, busy_timeout_s), window_size)
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
