@@ -818,9 +818,11 @@ class _TraceAdoptions:
 
     A history that something else also changes meanwhile (the history cache remembers it, or another
     call's reading is the same list) is still adopted at each merge, as before, so that the two
-    kinds of change keep their order. Messages are known by id: every key is a message that an
-    earlier merge's history holds (the trace's readings keep them until the trace is merged) or the
-    conversation holds, so no id is reused by another object meanwhile."""
+    kinds of change keep their order. Messages are known by id, and a key's message may be gone by a
+    later catch-up (the history cache's adoption frees copies), its id then free for another object.
+    That cannot mislead the replay: a merge's keys are compared only with a history's messages as
+    read or as put there by earlier merges, all alive together with the keys during that merge, so
+    no two of them share an id."""
 
     __slots__ = ("_current", "_eager", "_histories", "_merges", "_merges_of", "_spans")
 

@@ -23,17 +23,23 @@ def connect(path: str, busy_timeout_s: float) -> sqlite3.Connection:
     if path != ":memory:":
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
-    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-    if path != ":memory:":
-        deadline = time.monotonic() + busy_timeout_s
-        while True:
-            try:
-                conn.execute("PRAGMA journal_mode = WAL")
-                break
-            except sqlite3.OperationalError as error:
-                if "locked" not in str(error) or time.monotonic() >= deadline:
-                    conn.close()
-                    raise
-                time.sleep(_WAL_RETRY_S)
-    conn.execute("PRAGMA synchronous = NORMAL")
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        if path != ":memory:":
+            _use_wal(conn, time.monotonic() + busy_timeout_s)
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except BaseException:
+        conn.close()
+        raise
     return conn
+
+
+def _use_wal(conn: sqlite3.Connection, deadline: float) -> None:
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+            time.sleep(_WAL_RETRY_S)
