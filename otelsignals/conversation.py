@@ -854,12 +854,8 @@ class _TraceAdoptions:
         if not self._merges or self._eager[current]:
             return
         history = self._histories[current]
-        lead, size, merges, merges_of = (
-            _leading_system_prompts(history),
-            len(history),
-            self._merges,
-            self._merges_of,
-        )
+        lead, size = _leading_system_prompts(history), len(history)
+        merges, merges_of = self._merges, self._merges_of
         looked = 0  # positions below were looked at
         for start, end in self._spans:
             for position in range(max(start, looked), min(end + lead, size)):
