@@ -35,6 +35,7 @@ from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, DetectorSpec
 from otelsignals.signals.matching import PhraseGroup, PhraseMatcher, snippet
+from otelsignals.signals.word_lists import strings
 
 CONF_TOOL = 0.95
 CONF_ANNOUNCEMENT = 0.85
@@ -87,16 +88,16 @@ def parse_library(data: Mapping[str, Any]) -> HandoffLibrary:
     tools, said = data["tool_names"], data["announcements"]
     group = PhraseGroup(
         name="announcement",
-        phrases=tuple(said["phrases"]),
-        exclude=tuple(said.get("exclude", ())),
+        phrases=strings(said["phrases"], "announcements: phrases"),
+        exclude=strings(said.get("exclude"), "announcements: exclude"),
     )
     return HandoffLibrary(
-        verbs=frozenset(str(word).lower() for word in tools["verbs"]),
-        people=frozenset(str(word).lower() for word in tools["people"]),
+        verbs=frozenset(word.lower() for word in strings(tools["verbs"], "tool_names: verbs")),
+        people=frozenset(word.lower() for word in strings(tools["people"], "tool_names: people")),
         announcements=PhraseMatcher([group]),
         data=data,
         announcement_stems=_any_of(said.get("requires", ())),
-        stem_words=tuple(str(word) for word in said.get("requires_words", ())),
+        stem_words=strings(said.get("requires_words"), "announcements: requires_words"),
     )
 
 

@@ -246,11 +246,11 @@ class PhraseMatcher:
         trailers: Iterable[str] = (),
     ) -> None:
         self.groups: tuple[PhraseGroup, ...] = tuple(groups)
-        self.negators = frozenset(word for negator in negators for word in phrase_tokens(str(negator))[0])
-        self.lead_ins = frozenset(word for lead in lead_ins for word in phrase_tokens(str(lead))[0])
+        self.negators = frozenset(word for negator in negators for word in phrase_tokens(negator)[0])
+        self.lead_ins = frozenset(word for lead in lead_ins for word in phrase_tokens(lead)[0])
         # trailers may be two words ("thank you"): kept as token tuples, longest tried first
         self.trailers = sorted(
-            {tuple(phrase_tokens(str(trailer))[0]) for trailer in trailers} - {()}, key=len, reverse=True
+            {tuple(phrase_tokens(trailer)[0]) for trailer in trailers} - {()}, key=len, reverse=True
         )
         self._automaton = ahocorasick.Automaton(ahocorasick.STORE_ANY, ahocorasick.KEY_STRING)
         self._whole: dict[str, list[tuple[int, str]]] = {}

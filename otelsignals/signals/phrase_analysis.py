@@ -64,7 +64,7 @@ from otelsignals.signals.matching import (
     phrase_tokens,
 )
 from otelsignals.signals.tokens import Token, tokenise
-from otelsignals.signals.word_lists import phrase_file, word_set
+from otelsignals.signals.word_lists import phrase_file, strings, word_set
 
 FUZZY_PENALTY = 0.15
 WHOLE_MESSAGE_BONUS = 0.05
@@ -155,12 +155,12 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             raise ValueError(f"phrase group {name!r}: confidence {confidence} outside [0, 1]")
         group = PhraseGroup(
             name=name,
-            phrases=tuple(entry.get("phrases", ())),
+            phrases=strings(entry.get("phrases"), f"phrase group {name!r}: phrases"),
             negation=entry.get("negation", "respect") == "respect",
             confidence=confidence,
-            exclude=tuple(entry.get("exclude", ())),
-            whole_message=tuple(entry.get("whole_message", ())),
-            starts_with=tuple(entry.get("starts_with", ())),
+            exclude=strings(entry.get("exclude"), f"phrase group {name!r}: exclude"),
+            whole_message=strings(entry.get("whole_message"), f"phrase group {name!r}: whole_message"),
+            starts_with=strings(entry.get("starts_with"), f"phrase group {name!r}: starts_with"),
         )
         specs[name] = GroupSpec(
             group,
@@ -177,15 +177,19 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             tuple(entry.get("opening_positives", ())),
             tuple(entry.get("opening_near_misses", ())),
         )
+    negators = strings(data["negators"], "negators") if "negators" in data else tuple(DEFAULT_NEGATORS)
+    protected_words = strings(data.get("protected_words"), "protected_words")
     matcher = PhraseMatcher(
         (spec.group for spec in specs.values()),
-        negators=data.get("negators", DEFAULT_NEGATORS),
-        protected_words=data.get("protected_words", ()),
-        lead_ins=data.get("lead_ins", ()),
-        trailers=data.get("trailers", ()),
+        negators=negators,
+        protected_words=protected_words,
+        lead_ins=strings(data.get("lead_ins"), "lead_ins"),
+        trailers=strings(data.get("trailers"), "trailers"),
     )
     praise = frozenset(
-        word for phrase in data.get("praise_words", ()) for word in phrase_tokens(str(phrase))[0]
+        word
+        for phrase in strings(data.get("praise_words"), "praise_words")
+        for word in phrase_tokens(phrase)[0]
     )
     cue_groups: list[PhraseGroup] = []
     examples: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
@@ -195,17 +199,17 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
         cue_groups.append(
             PhraseGroup(
                 name=name,
-                phrases=tuple(entry.get("phrases", ())),
+                phrases=strings(entry.get("phrases"), f"cue list {name!r}: phrases"),
                 negation=entry.get("negation", "respect") == "respect",
-                exclude=tuple(entry.get("exclude", ())),
+                exclude=strings(entry.get("exclude"), f"cue list {name!r}: exclude"),
             )
         )
         examples[name] = (tuple(entry.get("positives", ())), tuple(entry.get("near_misses", ())))
     cues = (
         PhraseMatcher(
             cue_groups,
-            negators=data.get("negators", DEFAULT_NEGATORS),
-            protected_words=data.get("protected_words", ()),
+            negators=negators,
+            protected_words=protected_words,
         )
         if cue_groups
         else None

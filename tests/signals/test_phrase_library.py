@@ -89,6 +89,40 @@ def test_bad_library_data_is_rejected(mutation: dict, message: str) -> None:
         parse_library(data)
 
 
+# What YAML makes of unquoted yes/no/on/off (booleans) and of numbers, in every list of words.
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        (("lead_ins",), ["ok", True], "lead_ins must be a list of strings"),
+        (("trailers",), [False], "trailers must be"),
+        (("praise_words",), ["great", 1], "praise_words must be"),
+        (("negators",), ["not", False], "negators must be"),
+        (("protected_words",), "ok", "protected_words must be"),
+        (("groups", "gratitude", "phrases"), ["thanks", True], "'gratitude': phrases must be"),
+        (("groups", "gratitude", "exclude"), [False], "'gratitude': exclude must be"),
+        (("groups", "confirmation", "whole_message"), [True], "'confirmation': whole_message must be"),
+        (("groups", "gratitude", "starts_with"), [3], "'gratitude': starts_with must be"),
+        (("cues", "third_party", "phrases"), ["courier", None], "'third_party': phrases must be"),
+    ],
+)
+def test_a_word_list_entry_that_is_no_string_is_rejected(where: tuple[str, ...], value: object, message: str) -> None:
+    data = library_data()
+    parent = data
+    for key in where[:-1]:
+        parent = parent[key]
+    parent[where[-1]] = value
+    with pytest.raises(ValueError, match=message):
+        parse_library(data)
+
+
+def test_the_shipped_lists_are_strings_and_parse_as_words() -> None:
+    """Every lead-in is a word of its own (an unquoted ``yes`` once became the word "true")."""
+    data = library_data()
+    assert all(isinstance(word, str) for word in data["lead_ins"])
+    assert "yes" in phrase_library().matcher.lead_ins
+    assert "true" not in phrase_library().matcher.lead_ins
+
+
 DICTIONARY = Path("/usr/share/dict/words")
 TYPO_TARGETS = {"manger", "prefect"}  # real but rare words, far likelier typos of phrase words
 

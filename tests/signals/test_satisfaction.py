@@ -73,6 +73,7 @@ CONFIRMATION_POSITIVES = [
     opened((U, "ok great, thank you")),  # a lead-in before "^great$"
     opened((U, "awesome thanks")),  # a trailer after it
     opened((U, "yeah perfect")),
+    opened((U, "yes perfect")),  # "yes" is a lead-in like "yeah" (YAML once read it as a boolean)
     opened((U, "the 9:40 one is perfect, I'll take it")),
     opened((U, "thanks, that explains the extra charge")),
     opened((U, "yep, the USB-C cable is the one I needed")),
@@ -96,6 +97,8 @@ CONFIRMATION_NEAR_MISSES = [
     opened((U, "Does that explain the fee?")),
     opened((U, "fair enough but the fee is still wrong")),
     opened((U, "great, now it's even worse")),  # sarcasm: a complaint in the same message
+    opened((U, "yes great, but it still doesn't compile")),  # a lead-in, then a complaint
+    opened((U, "yes, the great wall")),  # "great" is not the whole reply after the lead-in
 ]
 
 
