@@ -69,19 +69,25 @@ def word_sequences(category: str, name: str, key: str) -> tuple[tuple[str, ...],
     return tuple(tuple(entry.split()) for entry in value)
 
 
-def strings(value: Any, where: str) -> tuple[str, ...]:
-    """A YAML list of phrases or words (absent: empty), every entry a string: YAML reads ``yes``,
-    ``no``, ``on`` and ``off`` written unquoted as booleans, and ``str()`` of one ("True") would
-    silently stand for another word."""
+def strings(value: Any, where: str, *, numbers: bool = False) -> tuple[str, ...]:
+    """A YAML list of phrases or words (absent: empty), every entry a string, or with ``numbers`` an
+    integer read as its text (status codes). YAML reads ``yes``, ``no``, ``on`` and ``off`` written
+    unquoted as booleans, and ``str()`` of one ("True") would silently stand for another word."""
     if value is None:
         return ()
     entries = value if isinstance(value, list | tuple) else [value]
-    wrong = [entry for entry in entries if not isinstance(entry, str)]
+    wrong = [
+        entry
+        for entry in entries
+        if not (
+            isinstance(entry, str) or (numbers and isinstance(entry, int) and not isinstance(entry, bool))
+        )
+    ]
     if wrong or entries is not value:
         raise ValueError(
             f"{where} must be a list of strings (quote yes, no, on and off); got {wrong or value!r}"
         )
-    return tuple(entries)
+    return tuple(map(str, entries))
 
 
 def canonical_forms(category: str, name: str, key: str) -> dict[str, str]:

@@ -138,6 +138,20 @@ def test_loader_refuses_a_phrase_in_two_groups(tmp_path: Path) -> None:
         load_library(path)
 
 
+@pytest.mark.parametrize(("entry", "loads"), [(429, True), ("429", True), (True, False), (None, False)])
+def test_loader_reads_codes_as_text_and_refuses_a_boolean(tmp_path: Path, entry: object, loads: bool) -> None:
+    """An unquoted ``yes``/``off`` is a boolean to YAML: refused, where a number is a code's text."""
+    data = yaml.safe_load(errors.PHRASES_FILE.read_text(encoding="utf-8"))
+    data["groups"]["rate_limit"]["error_codes"].append(entry)
+    path = tmp_path / "errors.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    if loads:
+        load_library(path)
+    else:
+        with pytest.raises(ValueError, match=r"rate_limit\.error_codes must be a list of strings"):
+            load_library(path)
+
+
 def test_loader_refuses_a_missing_group(tmp_path: Path) -> None:
     data = yaml.safe_load(errors.PHRASES_FILE.read_text(encoding="utf-8"))
     del data["groups"]["network"]

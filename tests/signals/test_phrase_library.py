@@ -105,7 +105,9 @@ def test_bad_library_data_is_rejected(mutation: dict, message: str) -> None:
         (("cues", "third_party", "phrases"), ["courier", None], "'third_party': phrases must be"),
     ],
 )
-def test_a_word_list_entry_that_is_no_string_is_rejected(where: tuple[str, ...], value: object, message: str) -> None:
+def test_a_word_list_entry_that_is_no_string_is_rejected(
+    where: tuple[str, ...], value: object, message: str
+) -> None:
     data = library_data()
     parent = data
     for key in where[:-1]:

@@ -113,6 +113,26 @@ def test_a_list_that_is_not_words_is_rejected(
         read("category", "rule", "words")
 
 
+@pytest.mark.parametrize(
+    ("value", "numbers", "read"),
+    [
+        (None, False, ()),
+        (["a b", "c"], False, ("a b", "c")),
+        ([404, "timeout"], True, ("404", "timeout")),
+        ([404], False, None),  # a number where words are expected
+        ([True], True, None),  # a boolean is no number here (YAML's yes / on)
+        (["ok", False], False, None),
+        ("ok", False, None),  # one string is not a list of them
+    ],
+)
+def test_strings_reads_lists_of_strings_only(value: Any, numbers: bool, read: tuple[str, ...] | None) -> None:
+    if read is None:
+        with pytest.raises(ValueError, match="where must be a list of strings"):
+            word_lists.strings(value, "where", numbers=numbers)
+    else:
+        assert word_lists.strings(value, "where", numbers=numbers) == read
+
+
 def test_an_unknown_rule_is_rejected() -> None:
     with pytest.raises(ValueError, match="has no rule 'nope'"):
         word_set("misalignment", "nope", "words")

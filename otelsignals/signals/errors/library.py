@@ -19,6 +19,7 @@ from typing import Any
 import ahocorasick
 import yaml
 
+from otelsignals.signals import word_lists
 from otelsignals.signals.taxonomy import (
     API_ERROR,
     AUTH_MISUSE,
@@ -124,13 +125,9 @@ class ErrorLibrary:
                 yield start, entry
 
 
-def strings(value: Any, where: str) -> list[str]:
-    """A YAML list of strings (numbers read as their text); ValueError for anything else."""
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(item, str | int) for item in value):
-        raise ValueError(f"errors.yaml: {where} must be a list of strings")
-    return [str(item) for item in value]
+def strings(value: Any, where: str) -> tuple[str, ...]:
+    """A list of errors.yaml: strings, or numbers read as their text."""
+    return word_lists.strings(value, f"errors.yaml: {where}", numbers=True)
 
 
 def _camel_compound(name: str) -> bool:
