@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -19,8 +20,8 @@ from rapidfuzz.distance import LCSseq
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, DetectorSpec
-from otelsignals.signals.phrase_analysis import COMPARE_CHARS, recent_messages, sentence_spans
-from otelsignals.signals.tokens import tokens_of, unify
+from otelsignals.signals.phrase_analysis import COMPARE_CHARS, MAX_SENTENCES, recent_messages, sentence_spans
+from otelsignals.signals.tokens import Token, sentence_norms, tokens_of, unify
 
 # Repetition, over normalised text: repeated answers scored ratio ≥ 93.5; templated answers with other
 # data ("added milk" / "added eggs to your shopping list") ≤ 88.9.
@@ -109,7 +110,18 @@ def comparable_answer(text: str) -> Answer:
     """The first COMPARE_CHARS characters of an assistant message as the repetition rule compares them."""
     # Only the words and their sentences: no phrase scan, spelling correction or quoting (which only
     # marks tokens quoted: the norms and sentence starts are tokenise()'s).
-    tokens = tokens_of(unify(text[:COMPARE_CHARS]))
+    unified = unify(text[:COMPARE_CHARS])
+    sentences = sentence_norms(unified)
+    if sentences is None:
+        return _answer_of_tokens(tokens_of(unified))
+    # each sentence ends one character (a space) before the next one starts
+    ends = [
+        end - 1 for end in itertools.accumulate(len(sentence) + 1 for sentence in sentences[:MAX_SENTENCES])
+    ]
+    return Answer(" ".join(sentences), tuple(ends))
+
+
+def _answer_of_tokens(tokens: list[Token]) -> Answer:
     norms = [t.norm for t in tokens]
     ends: list[int] = []
     end = -1  # where the previous sentence ended: the next one starts one space after

@@ -8,21 +8,21 @@ the matcher and by every detector that reads words (``tokenise``).
 from __future__ import annotations
 
 import bisect
+import codecs
 from collections.abc import Sequence
 from typing import NamedTuple
 
 FAR = 1 << 62  # past any text position: (position, FAR) sorts after every span starting there
 
-# 1:1 character unification: offsets into the unified text are offsets into the original.
-_UNIFY = str.maketrans(
-    {
-        **dict.fromkeys("\u2018\u2019\u201a\u201b\u02bc\u00b4\u2032", "'"),
-        **dict.fromkeys("\u201c\u201d\u201e\u201f\u00ab\u00bb\u2033", '"'),
-        **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
-        **dict.fromkeys("\u00a0\u2007\u2009\u200a\u202f", " "),
-        "\u2026": ".",
-    }
-)
+# 1:1 character unification: offsets into the unified text are offsets into the original. Each
+# character becomes an ASCII one, so no replacement makes another's input.
+_UNIFY = {
+    **dict.fromkeys("\u2018\u2019\u201a\u201b\u02bc\u00b4\u2032", "'"),
+    **dict.fromkeys("\u201c\u201d\u201e\u201f\u00ab\u00bb\u2033", '"'),
+    **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
+    **dict.fromkeys("\u00a0\u2007\u2009\u200a\u202f", " "),
+    "\u2026": ".",
+}
 _SENTENCE_PUNCT = frozenset(".!?;")
 _CLAUSE_PUNCT = frozenset(',:()[]{}"`')
 _EDGE_PUNCT = ".!?;,:()[]{}\"'`*_~<>/\\|#@&%$^+=-"  # stripped around a word on the fast path
@@ -49,7 +49,14 @@ _new_token = tuple.__new__
 
 def unify(text: str) -> str:
     """Curly quotes, apostrophes and dashes made plain; same length as ``text``."""
-    return text.translate(_UNIFY)
+    if text.isascii():  # nothing to unify
+        return text
+    # A C-level search per character (and a replace for those present): str.translate looks every
+    # character of a non-ASCII text up in a dict, about 20 times slower.
+    for fancy, plain in _UNIFY.items():
+        if fancy in text:
+            text = text.replace(fancy, plain)
+    return text
 
 
 def normalise(text: str) -> str:
@@ -167,6 +174,57 @@ def _scan_word(
         tokens.append(Token("".join(chars).casefold(), offset + begin, offset + len(word), sentence, clause))
         sentence = clause = False
     return sentence, clause
+
+
+def _ascii_words_table() -> bytes:
+    """ASCII text as tokens_of reads it, one byte each: a letter or digit stands for itself in lower
+    case (casefold, for ASCII), an apostrophe is kept (dropped inside a word, a boundary elsewhere),
+    a sentence boundary becomes a newline, anything else separates words."""
+    table = bytearray(b" " * 256)
+    for code in range(128):
+        if chr(code).isalnum():
+            table[code] = ord(chr(code).lower())
+    table[ord("'")] = ord("'")
+    for char in ["\n", *_SENTENCE_PUNCT]:
+        table[ord(char)] = ord("\n")
+    return bytes(table)
+
+
+_ASCII_WORDS = _ascii_words_table()
+
+
+class _WordCharacter(Exception):
+    """A character outside ASCII that tokens_of reads as (part of) a word."""
+
+
+def _separators(error: UnicodeError) -> tuple[str, int]:
+    """Encoding error handler: a run of characters outside ASCII that only separate words (€, °, →)
+    becomes one space; a letter, digit or emoji word among them stops the encoding."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    run = error.object[error.start : error.end]
+    if any(char.isalnum() or char in EMOJI_WORDS for char in run):
+        raise _WordCharacter
+    return " ", error.end
+
+
+codecs.register_error("otelsignals.word-separators", _separators)
+
+
+def sentence_norms(unified: str) -> list[str] | None:
+    """The token norms of ``unified`` sentence by sentence, each sentence's joined by single spaces:
+    what tokens_of and its ``sentence_start`` flags give, in C-level passes over bytes instead of a
+    Token per word, for callers that need only the words and their sentences. None when a letter,
+    digit or emoji word outside ASCII is in the text: tokens_of reads those."""
+    try:
+        text = unified.encode("ascii", "otelsignals.word-separators").translate(_ASCII_WORDS)
+    except _WordCharacter:
+        return None
+    if b"'" in text:
+        # Two apostrophes in a row separate words; a single one goes ("don't" is "dont"; at a word's
+        # edge it stands beside a separator anyway). An odd run leaves one beside the spaces.
+        text = text.replace(b"''", b"  ").replace(b"'", b"")
+    return [b" ".join(words).decode("ascii") for words in map(bytes.split, text.split(b"\n")) if words]
 
 
 # --- quoting ---------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from otelsignals.signals.matching import (
     PhraseGroup,
@@ -12,7 +14,7 @@ from otelsignals.signals.matching import (
     snippet,
 )
 from otelsignals.signals.phrase_analysis import phrase_library
-from otelsignals.signals.tokens import normalise, tokenise, unify
+from otelsignals.signals.tokens import _UNIFY, normalise, tokenise, unify
 
 GROUPS = (
     PhraseGroup("gratitude", ("thanks", "thank you", "much appreciated"), exclude=("thanks to",)),
@@ -40,6 +42,32 @@ def test_unify_keeps_length_and_plain_characters() -> None:
     text = "It\u2019s \u201cdone\u201d \u2014 really\u2026"
     assert unify(text) == 'It\'s "done" - really.'
     assert len(unify(text)) == len(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "unified"),
+    [
+        ("\u2018a\u2019 \u201ab\u201b \u02bcc\u00b4 d\u2032", "'a' 'b' 'c' d'"),
+        ("\u201ca\u201d \u201eb\u201f \u00abc\u00bb d\u2033", '"a" "b" "c" d"'),
+        ("a\u2010b\u2011c\u2012d\u2013e\u2014f\u2015g\u2212h", "a-b-c-d-e-f-g-h"),
+        ("a\u00a0b\u2007c\u2009d\u200ae\u202ff", "a b c d e f"),
+        ("wait\u2026", "wait."),
+        # near misses: other non-ASCII characters stay as they are
+        (
+            "caf\u00e9 \u00fcber \u00df \u2192 \u2022 \u2018\U0001f44d",
+            "caf\u00e9 \u00fcber \u00df \u2192 \u2022 '\U0001f44d",
+        ),
+        ("\u3002\uff01 \u00b7 \u2033\u2034", '\u3002\uff01 \u00b7 "\u2034'),
+        ("plain ASCII, untouched.", "plain ASCII, untouched."),
+    ],
+)
+def test_unify_maps_each_fancy_character_and_only_those(text: str, unified: str) -> None:
+    assert unify(text) == unified
+
+
+@given(st.text(alphabet=st.one_of(st.characters(), st.sampled_from(sorted(_UNIFY))), max_size=60))
+def test_unify_is_a_one_to_one_character_translation(text: str) -> None:
+    assert unify(text) == text.translate(str.maketrans(_UNIFY))
 
 
 def test_normalise_casefolds_and_drops_apostrophes_and_punctuation() -> None:

@@ -8,13 +8,16 @@ from hypothesis import strategies as st
 from rapidfuzz import fuzz
 
 from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.phrase_analysis import COMPARE_CHARS, sentence_spans
 from otelsignals.signals.stagnation import (
     REPETITION_CONTAINED_SIMILARITY,
     REPETITION_SIMILARITY,
+    Answer,
     comparable_answer,
     efficiency,
     partial_ratio_bound,
 )
+from otelsignals.signals.tokens import tokens_of, unify
 from tests.signals.conversations import (
     INTERACTION_DETECTORS,
     A,
@@ -346,6 +349,28 @@ def test_partial_ratio_bound_holds(texts: tuple[str, str]) -> None:
         ("", "", []),
         ("...!?", "", []),  # no word: no sentence
         ("Great 👍 thanks", "great thumbsup thanks", ["great thumbsup thanks"]),
+        ("Great👍 thanks", "great thumbsup thanks", ["great", "thumbsup thanks"]),  # glued: tokens_of's flag
+        # apostrophes: dropped inside a word, a boundary at its edge or two in a row
+        (
+            "Don't stop, it's 'fine' - dogs' toys",
+            "dont stop its fine dogs toys",
+            ["dont stop its fine dogs toys"],
+        ),
+        ("rock'n'roll a''b '''c", "rocknroll a b c", ["rocknroll a b c"]),
+        ("it'\n's", "it s", ["it", "s"]),
+        # every sentence mark splits, inside a word too; other punctuation only separates words
+        ("3.5 mm; e.g. this?Yes", "3 5 mm e g this yes", ["3", "5 mm", "e", "g", "this", "yes"]),
+        (
+            "27\u00b0C, \u20ac4.90 \u2192 ok\u2028fine",
+            "27 c 4 90 ok fine",
+            ["27 c 4", "90 ok fine"],
+        ),  # symbols separate
+        ("snake_case/path-name#1", "snake case path name 1", ["snake case path name 1"]),
+        (
+            "Caf\u00e9 na\u00efve \u2014 \u00fcber",
+            "caf\u00e9 na\u00efve \u00fcber",
+            ["caf\u00e9 na\u00efve \u00fcber"],
+        ),
         # Past MAX_SENTENCES (12): every word kept, the first 12 sentences compared.
         (
             " ".join(f"S{n} x." for n in range(14)),
@@ -358,3 +383,37 @@ def test_an_answer_s_sentences_are_slices_of_its_words(text: str, words: str, se
     answer = comparable_answer(text)
     assert answer.text == words
     assert answer.sentences == sentences
+
+
+def answer_from_tokens(text: str) -> Answer:
+    """comparable_answer as tokens_of and sentence_spans define it, one Token per word."""
+    tokens = tokens_of(unify(text[:COMPARE_CHARS]))
+    norms = [t.norm for t in tokens]
+    ends, end = [], -1
+    for first, last in sentence_spans(tokens):
+        end += len(" ".join(norms[first:last])) + 1
+        ends.append(end)
+    return Answer(" ".join(norms), tuple(ends))
+
+
+# Answers made of pieces the byte path treats specially (apostrophes alone, doubled and inside words,
+# sentence marks, what unify makes ASCII), any ASCII character, symbols outside ASCII (separators) and
+# letters, digits and emoji words outside it (tokens_of's path).
+_ANSWER_TEXT = st.lists(
+    st.one_of(
+        st.sampled_from(["a", "Z9", "don't", "'", "''", "'''", " ", "\n", ".", ";", "?!", "-", "_", "e.g."]),
+        st.sampled_from(
+            ["\u2019", "\u2014", "\u2026", "\u201c", "\u00a0", "\u20ac", "\u00b0", "\u2192", "\u2028"]
+        ),
+        st.characters(max_codepoint=127),
+        st.sampled_from(["\u00e9", "\u00df", "\u0130", "\u2167", "\u0301", "\U0001f44d", "\U0001f600"]),
+    ),
+    max_size=40,
+).map("".join)
+
+
+@settings(max_examples=3000)
+@given(_ANSWER_TEXT)
+def test_an_answer_reads_as_its_tokens_do(text: str) -> None:
+    """The byte path of ASCII answers (tokens.sentence_norms) gives tokens_of's words and sentences."""
+    assert comparable_answer(text) == answer_from_tokens(text)
