@@ -96,12 +96,12 @@ def parse_library(data: Mapping[str, Any]) -> HandoffLibrary:
         people=frozenset(word.lower() for word in strings(tools["people"], "tool_names: people")),
         announcements=PhraseMatcher([group]),
         data=data,
-        announcement_stems=_any_of(said.get("requires", ())),
+        announcement_stems=_any_of(strings(said.get("requires"), "announcements: requires")),
         stem_words=strings(said.get("requires_words"), "announcements: requires_words"),
     )
 
 
-def _any_of(patterns: list[str]) -> re.Pattern[str] | None:
+def _any_of(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
 
 

@@ -193,32 +193,36 @@ def _ascii_words_table() -> bytes:
 _ASCII_WORDS = _ascii_words_table()
 
 
-class _WordCharacter(Exception):
-    """A character outside ASCII that tokens_of reads as (part of) a word."""
-
-
 def _separators(error: UnicodeError) -> tuple[str, int]:
     """Encoding error handler: a run of characters outside ASCII that only separate words (€, °, →)
-    becomes one space; a letter, digit or emoji word among them stops the encoding."""
+    becomes one space; a letter, digit or emoji word among them stops the encoding (the error)."""
     if not isinstance(error, UnicodeEncodeError):
         raise error
     run = error.object[error.start : error.end]
     if any(char.isalnum() or char in EMOJI_WORDS for char in run):
-        raise _WordCharacter
+        raise error
     return " ", error.end
 
 
 codecs.register_error("otelsignals.word-separators", _separators)
+# The handler is a Python call per run of characters outside ASCII: past this many such characters
+# the text goes to tokens_of, which costs the same whatever they are.
+SEPARATORS_OUTSIDE_ASCII = 32
 
 
 def sentence_norms(unified: str) -> list[str] | None:
     """The token norms of ``unified`` sentence by sentence, each sentence's joined by single spaces:
     what tokens_of and its ``sentence_start`` flags give, in C-level passes over bytes instead of a
     Token per word, for callers that need only the words and their sentences. None when a letter,
-    digit or emoji word outside ASCII is in the text: tokens_of reads those."""
+    digit or emoji word outside ASCII is in the text, or more than SEPARATORS_OUTSIDE_ASCII other
+    characters outside it: tokens_of reads those."""
+    if not unified.isascii() and (
+        len(unified) - len(unified.encode("ascii", "ignore")) > SEPARATORS_OUTSIDE_ASCII
+    ):
+        return None
     try:
         text = unified.encode("ascii", "otelsignals.word-separators").translate(_ASCII_WORDS)
-    except _WordCharacter:
+    except UnicodeEncodeError:
         return None
     if b"'" in text:
         # Two apostrophes in a row separate words; a single one goes ("don't" is "dont"; at a word's

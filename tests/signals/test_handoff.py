@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re._constants as re_constants  # type: ignore[import-not-found]  # the parser re uses
 import re._parser as re_parser  # type: ignore[import-not-found]
 
@@ -186,3 +187,21 @@ def test_every_pre_filter_pattern_holds_one_of_the_pre_filter_words() -> None:
     # The check itself: a word only inside an alternation is not mandatory.
     assert not any("transfer" in run for run in _mandatory_literals(r"(transfer|mov)\w*\W+you"))
     assert "transfer" in _mandatory_literals(r"(?:be|being)\W+transfer")
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("tool_names", "verbs"),
+        ("tool_names", "people"),
+        ("announcements", "phrases"),
+        ("announcements", "exclude"),
+        ("announcements", "requires"),
+        ("announcements", "requires_words"),
+    ],
+)
+def test_a_list_entry_yaml_reads_as_a_boolean_is_refused(section: str, key: str) -> None:
+    data = copy.deepcopy(handoff.library().data)
+    data[section][key] = [*(data[section].get(key) or []), True]  # an unquoted "yes" or "on"
+    with pytest.raises(ValueError, match=f"{section}: {key} must be a list of strings"):
+        handoff.parse_library(data)

@@ -236,7 +236,7 @@ def _read_groups(data: Any) -> dict[str, dict[str, Any]]:
 def _ambiguous_exceptions(data: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
     ambiguous: dict[str, tuple[str, ...]] = {}
     for name, alternatives in (data.get("ambiguous_exception_types") or {}).items():
-        options = tuple(strings(alternatives, f"ambiguous_exception_types.{name}"))
+        options = strings(alternatives, f"ambiguous_exception_types.{name}")
         if not options or set(options) - set(LEAF_OF_GROUP):
             raise ValueError(f"errors.yaml: bad alternatives for {name}")
         ambiguous[lookup_key(name)] = options
