@@ -75,19 +75,17 @@ def strings(value: Any, where: str, *, numbers: bool = False) -> tuple[str, ...]
     unquoted as booleans, and ``str()`` of one ("True") would silently stand for another word."""
     if value is None:
         return ()
-    entries = value if isinstance(value, list | tuple) else [value]
-    wrong = [
-        entry
-        for entry in entries
-        if not (
-            isinstance(entry, str) or (numbers and isinstance(entry, int) and not isinstance(entry, bool))
-        )
-    ]
-    if wrong or entries is not value:
-        raise ValueError(
-            f"{where} must be a list of strings (quote yes, no, on and off); got {wrong or value!r}"
-        )
-    return tuple(map(str, entries))
+    if isinstance(value, list | tuple):
+        wrong = [entry for entry in value if not (isinstance(entry, str) or (numbers and _integer(entry)))]
+        if not wrong:
+            return tuple(map(str, value))
+    else:
+        wrong = [value]
+    raise ValueError(f"{where} must be a list of strings (quote yes, no, on and off); got {wrong!r}")
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # True is an int to Python
 
 
 def canonical_forms(category: str, name: str, key: str) -> dict[str, str]:

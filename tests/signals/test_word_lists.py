@@ -123,6 +123,8 @@ def test_a_list_that_is_not_words_is_rejected(
         ([True], True, None),  # a boolean is no number here (YAML's yes / on)
         (["ok", False], False, None),
         ("ok", False, None),  # one string is not a list of them
+        ("", False, None),
+        (0, True, None),
     ],
 )
 def test_strings_reads_lists_of_strings_only(value: Any, numbers: bool, read: tuple[str, ...] | None) -> None:
