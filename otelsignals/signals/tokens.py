@@ -197,10 +197,12 @@ def _separators(error: UnicodeError) -> tuple[str, int]:
     """Encoding error handler: a run of characters outside ASCII that only separate words (€, °, →)
     becomes one space; a letter, digit or emoji word among them stops the encoding (the error)."""
     if not isinstance(error, UnicodeEncodeError):
-        raise error
+        raise TypeError(f"{error!r} is no encoding error")
     run = error.object[error.start : error.end]
     if any(char.isalnum() or char in EMOJI_WORDS for char in run):
-        raise error
+        # A new error: raising ``error``, held by this frame, would make a reference cycle
+        # (error → traceback → frame → error) that only the cyclic collector frees.
+        raise UnicodeEncodeError(error.encoding, error.object, error.start, error.end, "a word character")
     return " ", error.end
 
 

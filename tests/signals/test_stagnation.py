@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -419,3 +421,17 @@ _ANSWER_TEXT = st.lists(
 def test_an_answer_reads_as_its_tokens_do(text: str) -> None:
     """The byte path of ASCII answers (tokens.sentence_norms) gives tokens_of's words and sentences."""
     assert comparable_answer(text) == answer_from_tokens(text)
+
+
+def test_reading_answers_leaves_no_cyclic_garbage() -> None:
+    """Every path of comparable_answer (bytes, symbols outside ASCII, a letter that sends the text to
+    the tokeniser) is freed by reference counting: the collector is frozen in production (gc_policy)."""
+    texts = ["plain. two", "27\u00b0C \u20ac5", "caf\u00e9 \u20ac ok", "a\u20ac" * 40, "great\U0001f44d"]
+    gc.collect()
+    gc.disable()
+    try:
+        for text in texts * 20:
+            comparable_answer(text)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
