@@ -2,7 +2,7 @@
 
 A long conversation's old messages are read again only when someone asks for them (the admin API,
 a judge, an export): the detectors look back a bounded number of messages. Their text is then kept
-as zlib-compressed UTF-8 (a small fraction of a Python string's size on agent text, which often
+as Zstandard-compressed UTF-8 (a small fraction of a Python string's size on agent text, which often
 holds a character that makes CPython store every character in 4 bytes) and expanded on each read. The
 object stays the same one, only its class changes, so whoever holds it (the history index, a
 pending tool result) sees the same message; a plain message pays nothing for this.
@@ -11,11 +11,13 @@ pending tool result) sees the same message; a plain message pays nothing for thi
 from __future__ import annotations
 
 import struct
-import zlib
+import threading
 from collections.abc import Callable, Sequence
 from enum import Enum
 from sys import getrefcount, getsizeof
 from typing import Any
+
+import zstandard
 
 from otelsignals.model import Message, Role, ToolResult
 
@@ -26,6 +28,21 @@ COMPACT_MIN_CHARACTERS = 64  # shorter texts cost less kept as they are
 _LENGTH = struct.Struct("<I")
 _LENGTH_BYTES = _LENGTH.size
 _length_of: Callable[[bytes], tuple[int]] = _LENGTH.unpack_from
+# Zstandard at level 1, not zlib: a message is compacted once, and zlib's set-up (it allocates and
+# clears its tables on every call) made most of the cost of a short text: 46 against 15 µs for
+# about the same size (bench/RESULTS.md, 2026-11-29).
+_ZSTD_LEVEL = 1
+
+
+class _Codecs(threading.local):
+    """A compressor and a decompressor per thread: one is not to be used by two threads at once."""
+
+    def __init__(self) -> None:
+        self.compress = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress
+        self.decompress = zstandard.ZstdDecompressor().decompress
+
+
+_codecs = _Codecs()
 
 
 class _Expansions:
@@ -37,7 +54,7 @@ class _Expansions:
 def _expand(stored: bytes | str | None) -> str | None:
     if stored.__class__ is bytes:
         _Expansions.count += 1
-        return zlib.decompress(memoryview(stored)[_LENGTH_BYTES:]).decode("utf-8", "surrogatepass")
+        return _codecs.decompress(memoryview(stored)[_LENGTH_BYTES:]).decode("utf-8", "surrogatepass")
     return stored  # type: ignore[return-value]
 
 
@@ -146,7 +163,7 @@ def _packed(text: str | None) -> bytes | None:
     """``text`` compacted, when it is long and smaller so."""
     if text is None or len(text) < COMPACT_MIN_CHARACTERS:
         return None
-    packed = _LENGTH.pack(len(text)) + zlib.compress(text.encode("utf-8", "surrogatepass"), 1)
+    packed = _LENGTH.pack(len(text)) + _codecs.compress(text.encode("utf-8", "surrogatepass"))
     return packed if getsizeof(packed) < getsizeof(text) else None
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
 
 import pytest
+import zstandard
 
 from otelsignals.compaction import (
     COMPACT_MIN_CHARACTERS,
@@ -153,3 +155,26 @@ def test_tokens_are_built_with_every_field() -> None:
 
     token = tokens_of("Hello, world")[0]
     assert token == Token("hello", 0, 5, True, True) and len(token) == len(Token._fields)
+
+
+def test_threads_compacting_and_reading_at_once_each_get_their_own_texts_back() -> None:
+    """The compressor and decompressor are per thread: one shared by threads at once (each call lets
+    go of the GIL) mixes their texts up or raises."""
+    errors: list[str] = []
+
+    def work(worker: int) -> None:
+        for n in range(1_000):
+            text = f"worker {worker}, message {n}: " + (PROSE * 4)[: 100 + n]
+            message = Message(Role.USER, content=_fresh(text), span_id=b"s")
+            try:
+                if compact(message) is not Outcome.COMPACTED or message.content != text:
+                    errors.append(f"worker {worker}, message {n}: another text")
+            except zstandard.ZstdError as error:
+                errors.append(f"worker {worker}, message {n}: {error}")
+
+    threads = [threading.Thread(target=work, args=(worker,)) for worker in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
