@@ -160,6 +160,7 @@ def _embed_cached(
 
 _WORDS_AT_ONCE = 20_000
 FREQUENT_WORDS = 50_000  # looked up in a dict (~6 MiB): see _Vocabulary
+RARE_TOKENS_KEPT = 4_096  # the other tokens found lately, with their rows (~0.5 MiB)
 # Then the rows kept, the model package's version and the source file's size. The "v1" changes
 # with the weighting (the table) or with the word hash (the vocabulary).
 _CACHE_PREFIX = "glove-6b-50d-sif-v1-"
@@ -186,9 +187,14 @@ class _Vocabulary:
     Those words are told apart by their 64-bit hash alone. The shipped model's 400 000 words have
     400 000 distinct hashes (a test checks it), and an unknown token is taken for a word with
     probability ~2e-14 (it gets that word's row): like the resent histories compared by their xxh3
-    hash (conventions/memory.py), a risk far below any other."""
+    hash (conventions/memory.py), a risk far below any other.
 
-    __slots__ = ("_frequent", "_hashes", "_rows")
+    The other tokens found lately (a product's names, numbers, words outside the model) are kept
+    with their rows, found or not, up to RARE_TOKENS_KEPT, all forgotten at once beyond: agent
+    text repeats them (on the agent workload 989 distinct among 13,476), and each search of the
+    hashes from a cold cache cost more than the rest of the lookup."""
+
+    __slots__ = ("_frequent", "_hashes", "_rare", "_rows")
 
     def __init__(self, sorted_hashes: np.ndarray, rows: np.ndarray, frequent: dict[str, int]) -> None:
         """``sorted_hashes``: distinct :func:`word_hash` values, ascending, and ``rows`` the row of
@@ -196,6 +202,9 @@ class _Vocabulary:
         self._hashes = sorted_hashes
         self._rows = rows
         self._frequent = frequent
+        # Rare tokens seen lately → row (-1: not a word of the model). A plain dict: threads may
+        # share the vocabulary, and each get and set is atomic; a race only repeats a search.
+        self._rare: dict[str, int] = {}
 
     @classmethod
     def of_words(cls, hashes: np.ndarray, frequent_words: Sequence[str]) -> _Vocabulary:
@@ -214,11 +223,27 @@ class _Vocabulary:
     def rows_of(self, tokens: Sequence[str]) -> list[int]:
         """Each token's row, -1 for a token not in the vocabulary."""
         frequent = self._frequent.get
-        rows = [frequent(token, -1) for token in tokens]
-        others = [position for position, row in enumerate(rows) if row < 0]
-        if others:
-            for position, row in zip(others, self._rows_by_hash([tokens[p] for p in others]), strict=True):
+        rows = [frequent(token, -2) for token in tokens]  # -2: not a frequent word
+        others = [position for position, row in enumerate(rows) if row == -2]
+        if not others:
+            return rows
+        rare = self._rare
+        unknown = []
+        for position in others:
+            row = rare.get(tokens[position])
+            if row is None:
+                unknown.append(position)
+            else:
                 rows[position] = row
+        if unknown:
+            found = self._rows_by_hash([tokens[p] for p in unknown])
+            if len(rare) + len(unknown) > RARE_TOKENS_KEPT:
+                rare.clear()
+            room = RARE_TOKENS_KEPT - len(rare)
+            for kept, (position, row) in enumerate(zip(unknown, found, strict=True)):
+                rows[position] = row
+                if kept < room:
+                    rare[tokens[position]] = row
         return rows
 
     def _rows_by_hash(self, tokens: Sequence[str]) -> list[int]:

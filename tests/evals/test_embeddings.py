@@ -608,3 +608,29 @@ def test_the_analyzer_closes_its_remote_embeddings_endpoint(server: str) -> None
     analyzer.close()
     assert not any(thread.is_alive() for thread in started)
     analyzer.close()  # twice is harmless
+
+
+def test_rare_tokens_are_remembered_with_their_rows_and_the_memory_stays_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(embeddings, "RARE_TOKENS_KEPT", 3)
+    vocabulary = _Vocabulary.of_words(_hashes(WORDS), WORDS[:2])  # "the", "refund" in the dict
+    searched: list[list[str]] = []
+    search = _Vocabulary._rows_by_hash
+
+    def counted(self: _Vocabulary, tokens: list[str]) -> list[int]:
+        searched.append(list(tokens))
+        return search(self, tokens)
+
+    monkeypatch.setattr(_Vocabulary, "_rows_by_hash", counted)
+    assert vocabulary.rows_of(["order", "qzx", "the"]) == [2, -1, 0]
+    # Found again without a search, a miss as well as a word; the frequent word never searched.
+    assert vocabulary.rows_of(["qzx", "order", "refund"]) == [-1, 2, 1]
+    assert searched == [["order", "qzx"]]
+    # Past the bound, all forgotten at once: then searched again, with the right rows.
+    assert vocabulary.rows_of(["café", "naïve", "ok"]) == [4, 5, 6]
+    assert vocabulary.rows_of(["order", "ok"]) == [2, 6]
+    assert searched[1:] == [["café", "naïve", "ok"], ["order"]]
+    # One call with more new tokens than the bound keeps no more than the bound.
+    assert vocabulary.rows_of([f"unknown{n}" for n in range(10)]) == [-1] * 10
+    assert len(vocabulary._rare) <= 3
