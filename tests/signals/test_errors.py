@@ -20,8 +20,10 @@ from otelsignals.signals.errors import (
     empty_result_of,
     error_payload_of,
     load_library,
+    payload,
     tool_failure,
 )
+from otelsignals.signals.errors.payload import ErrorPayload
 
 DATA = yaml.safe_load(errors.PHRASES_FILE.read_text(encoding="utf-8"))
 GROUPS: dict[str, Any] = DATA["groups"]
@@ -573,3 +575,40 @@ def test_100kb_payloads_are_linear_time() -> None:
         classify_failure(None, None, f"{n} " + blob, payload)
         empty_result_of(" " * 100_000 + str(n))
     assert time.perf_counter() - started < 2.0
+
+
+def test_a_result_asked_both_questions_soon_is_parsed_once_and_never_answered_for_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parsed: list[str] = []
+    loads = payload.orjson.loads
+
+    def counted(text: str) -> Any:
+        parsed.append(text)
+        return loads(text)
+
+    monkeypatch.setattr(payload.orjson, "loads", counted)
+    monkeypatch.setattr(payload, "_recent_parses", ())
+    failed = '{"error": "rate limited", "results": []}'
+    assert content_is_error(failed) and empty_result_of(failed) == "empty_results"
+    assert parsed == [failed]
+    # Alternating texts, one of them the same length as the other: each its own answer, one parse.
+    empty, twin = '{"error": null, "results": []}', '{"error":"oops","results":[1]}'
+    assert len(empty) == len(twin)
+    for _ in range(2):
+        assert empty_result_of(empty) == "empty_results"
+        assert error_payload_of(empty) == ErrorPayload(None, (), (), False)
+        assert empty_result_of(twin) is None
+        # stripped, the same text as just parsed
+        assert error_payload_of(" " + twin) == ErrorPayload(None, ("oops",), ("oops",), True)
+    assert parsed == [failed, empty, twin]
+    # Not JSON: remembered as such; a text too long to ask whether it is empty is not kept at all.
+    broken = '{"error": "unterminated'
+    assert error_payload_of(broken) is None and empty_result_of(broken) is None
+    assert parsed[-1] == broken and parsed.count(broken) == 1
+    long = '{"error": "x", "pad": "' + "y" * payload.EMPTY_JSON_MAX_CHARS + '"}'
+    assert content_is_error(long) and long not in dict(payload._recent_parses)
+    # Only the latest few are kept.
+    others = [f'{{"results": [], "n": {n}}}' for n in range(payload._RECENT_PARSES)]
+    assert [empty_result_of(text) for text in [*others, empty]] == ["empty_results"] * (len(others) + 1)
+    assert parsed[-len(others) - 1 :] == [*others, empty]

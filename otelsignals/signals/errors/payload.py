@@ -73,13 +73,43 @@ def _code_word(value: object) -> TypeGuard[str]:
     return " " not in value.strip() and len(value) <= _MAX_CODE_CHARS
 
 
+class _NotJson:
+    """What :func:`_json_value` gives for text that is not JSON."""
+
+
+_NOT_JSON = _NotJson()
+# The latest texts parsed and their values: every tool result is asked whether it is an error and
+# whether it found nothing, by detectors that go through a trace's results one after another, and
+# each question parsed it (all 3,055 parsed results of the agent workload, twice, the second parse
+# at most 3 parses after the first). Only texts the second question parses are kept
+# (EMPTY_JSON_MAX_CHARS), not a megabyte and its objects. A value is only read, never changed. One
+# tuple, replaced whole: threads sharing it never see it change under them.
+_RECENT_PARSES = 4
+_recent_parses: tuple[tuple[str, Any], ...] = ()
+
+
+def _json_value(text: str) -> Any:
+    """``orjson.loads(text)``, or _NOT_JSON; a text parsed again soon after is parsed once."""
+    global _recent_parses
+    recent = _recent_parses
+    for parsed_text, value in recent:
+        if parsed_text == text:
+            return value
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        value = _NOT_JSON
+    if len(text) <= EMPTY_JSON_MAX_CHARS:
+        _recent_parses = ((text, value), *recent[: _RECENT_PARSES - 1])
+    return value
+
+
 def _parse_object(content: str) -> dict[str, Any] | None:
     stripped = content.strip()
     if not stripped.startswith("{") or len(stripped) > _PAYLOAD_PARSE_LIMIT:
         return None
-    try:
-        parsed = orjson.loads(stripped)
-    except orjson.JSONDecodeError:
+    parsed = _json_value(stripped)
+    if parsed is _NOT_JSON:
         parsed = None
         if len(stripped) <= _REPR_LIMIT and "'" in stripped:
             try:  # a Python dict printed with str(): {'error': 'Rate limit exceeded'}
@@ -282,10 +312,7 @@ def _empty_json(stripped: str) -> str | None:
     """How a JSON body says it found nothing ("empty", "empty_results"), else None."""
     if len(stripped) > EMPTY_JSON_MAX_CHARS:
         return None  # a body this large returned something
-    try:
-        parsed = orjson.loads(stripped)
-    except orjson.JSONDecodeError:
-        return None
+    parsed = _json_value(stripped)
     if isinstance(parsed, list):
         return "empty" if not parsed else None
     if isinstance(parsed, dict):
