@@ -159,7 +159,7 @@ def test_tokens_are_built_with_every_field() -> None:
 
 def test_threads_compacting_and_reading_at_once_each_get_their_own_texts_back() -> None:
     """The compressor and decompressor are per thread: one shared by threads at once (each call lets
-    go of the GIL) mixes their texts up or raises."""
+    go of the GIL) crashes the process or mixes texts up (zlib, before, was safe either way)."""
     errors: list[str] = []
 
     def work(worker: int) -> None:

@@ -160,7 +160,8 @@ def _embed_cached(
 
 _WORDS_AT_ONCE = 20_000
 FREQUENT_WORDS = 50_000  # looked up in a dict (~6 MiB): see _Vocabulary
-RARE_TOKENS_KEPT = 4_096  # the other tokens found lately, with their rows (~0.5 MiB)
+RARE_TOKENS_KEPT = 4_096  # the other tokens found lately, with their rows: see _Vocabulary
+RARE_TOKEN_MAX_CHARS = 32  # longer ones are searched each time (the model's longest word has 68)
 # Then the rows kept, the model package's version and the source file's size. The "v1" changes
 # with the weighting (the table) or with the word hash (the vocabulary).
 _CACHE_PREFIX = "glove-6b-50d-sif-v1-"
@@ -190,9 +191,10 @@ class _Vocabulary:
     hash (conventions/memory.py), a risk far below any other.
 
     The other tokens found lately (a product's names, numbers, words outside the model) are kept
-    with their rows, found or not, up to RARE_TOKENS_KEPT, all forgotten at once beyond: agent
-    text repeats them (on the agent workload 989 distinct among 13,476), and each search of the
-    hashes from a cold cache cost more than the rest of the lookup."""
+    with their rows, found or not, up to RARE_TOKENS_KEPT of at most RARE_TOKEN_MAX_CHARS
+    characters (~0.7 MiB at most), all forgotten at once beyond: agent text repeats them (on the
+    agent workload 989 distinct among 13,476), and each search of the hashes from a cold cache
+    cost more than the rest of the lookup."""
 
     __slots__ = ("_frequent", "_hashes", "_rare", "_rows")
 
@@ -203,7 +205,8 @@ class _Vocabulary:
         self._rows = rows
         self._frequent = frequent
         # Rare tokens seen lately → row (-1: not a word of the model). A plain dict: threads may
-        # share the vocabulary, and each get and set is atomic; a race only repeats a search.
+        # share the vocabulary, and each get and set is atomic; a race repeats a search, or lets
+        # the dict pass its bound by the few tokens other threads add between a check and a set.
         self._rare: dict[str, int] = {}
 
     @classmethod
@@ -224,26 +227,25 @@ class _Vocabulary:
         """Each token's row, -1 for a token not in the vocabulary."""
         frequent = self._frequent.get
         rows = [frequent(token, -2) for token in tokens]  # -2: not a frequent word
-        others = [position for position, row in enumerate(rows) if row == -2]
-        if not others:
+        if -2 not in rows:
             return rows
         rare = self._rare
-        unknown = []
-        for position in others:
-            row = rare.get(tokens[position])
-            if row is None:
-                unknown.append(position)
-            else:
-                rows[position] = row
+        unknown: dict[str, None] = {}  # the rare tokens not remembered, each once, in order
+        for position, row in enumerate(rows):
+            if row == -2:
+                remembered = rare.get(tokens[position])
+                if remembered is None:
+                    unknown[tokens[position]] = None
+                else:
+                    rows[position] = remembered
         if unknown:
-            found = self._rows_by_hash([tokens[p] for p in unknown])
-            if len(rare) + len(unknown) > RARE_TOKENS_KEPT:
+            searched = dict(zip(unknown, self._rows_by_hash(list(unknown)), strict=True))
+            if len(rare) + len(searched) > RARE_TOKENS_KEPT:
                 rare.clear()
-            room = RARE_TOKENS_KEPT - len(rare)
-            for kept, (position, row) in enumerate(zip(unknown, found, strict=True)):
-                rows[position] = row
-                if kept < room:
-                    rare[tokens[position]] = row
+            for token, row in searched.items():
+                if len(token) <= RARE_TOKEN_MAX_CHARS and len(rare) < RARE_TOKENS_KEPT:
+                    rare[token] = row
+            rows = [searched[tokens[position]] if row == -2 else row for position, row in enumerate(rows)]
         return rows
 
     def _rows_by_hash(self, tokens: Sequence[str]) -> list[int]:

@@ -631,6 +631,12 @@ def test_rare_tokens_are_remembered_with_their_rows_and_the_memory_stays_bounded
     assert vocabulary.rows_of(["café", "naïve", "ok"]) == [4, 5, 6]
     assert vocabulary.rows_of(["order", "ok"]) == [2, 6]
     assert searched[1:] == [["café", "naïve", "ok"], ["order"]]
-    # One call with more new tokens than the bound keeps no more than the bound.
-    assert vocabulary.rows_of([f"unknown{n}" for n in range(10)]) == [-1] * 10
-    assert len(vocabulary._rare) <= 3
+    # One call with more new tokens than the bound keeps no more than the bound; a token repeated
+    # in a call is searched once.
+    assert vocabulary.rows_of([f"unknown{n}" for n in range(10)] + ["unknown1"]) == [-1] * 11
+    assert len(vocabulary._rare) == 3 and searched[-1] == [f"unknown{n}" for n in range(10)]
+    # A token longer than RARE_TOKEN_MAX_CHARS is searched every time, never kept.
+    vocabulary._rare.clear()
+    long = "x" * (embeddings.RARE_TOKEN_MAX_CHARS + 1)
+    assert vocabulary.rows_of([long, "order"]) == [-1, 2]
+    assert vocabulary._rare == {"order": 2}
