@@ -187,7 +187,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     sets = {
-        "real": lambda: real_traces(),
+        "real": real_traces,
         "workload": lambda: workload_traces(args.workload_conversations, args.seed),
     }
     for name, traces in sets.items():

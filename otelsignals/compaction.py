@@ -29,7 +29,7 @@ _LENGTH = struct.Struct("<I")
 _LENGTH_BYTES = _LENGTH.size
 _length_of: Callable[[bytes], tuple[int]] = _LENGTH.unpack_from
 # Zstandard at level 1, not zlib: a message is compacted once, and zlib's set-up (it allocates and
-# clears its tables on every call) made most of the cost of a short text: 2.2-2.4x the time for
+# clears its tables on every call) made most of the cost of a short text: 2.1-2.5x the time for
 # 0.3-2 % fewer bytes kept (`python bench/reuse.py`).
 _ZSTD_LEVEL = 1
 
