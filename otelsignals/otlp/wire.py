@@ -52,6 +52,9 @@ class SpanRecord:
     data: bytes  # the serialized Span; replaced by the enricher when it adds attributes
     context: ScopeContext
     ingest_seq: int = 0  # the on-disk queue record this span came from (0 without one)
+    # False when the request it came in held no GenAI key prefix (Analyzer.mark_plain_spans): the
+    # analysis then does not search the span's own bytes for one.
+    may_carry_genai: bool = True
 
     @property
     def is_local_root(self) -> bool:
