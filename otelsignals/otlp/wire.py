@@ -52,8 +52,8 @@ class SpanRecord:
     data: bytes  # the serialized Span; replaced by the enricher when it adds attributes
     context: ScopeContext
     ingest_seq: int = 0  # the on-disk queue record this span came from (0 without one)
-    # False when the request it came in held no GenAI key prefix (Analyzer.mark_plain_spans): the
-    # analysis then does not search the span's own bytes for one.
+    # False when the request it was cut from held no GenAI key prefix (Analyzer.mark_plain_spans):
+    # the analysis then does not search the span's own bytes for one.
     may_carry_genai: bool = True
 
     @property
@@ -68,6 +68,9 @@ class SpanRecord:
 class SplitRequest:
     records: list[SpanRecord]
     invalid_spans: int  # spans without a valid trace or span id: refused via partial_success
+    # Every record's bytes are a slice of the request's: what the request's bytes lack, none of
+    # them holds (a span serialized again may differ in its framing).
+    cut_from_raw: bool = False
 
 
 def is_valid_id(value: bytes, size: int) -> bool:
@@ -128,7 +131,7 @@ def split_request(
                         ingest_seq,
                     )
                 )
-    return SplitRequest(records, invalid)
+    return SplitRequest(records, invalid, spans_in_order is not None)
 
 
 # ExportTraceServiceRequest.resource_spans, ResourceSpans.scope_spans and ScopeSpans.spans, each with

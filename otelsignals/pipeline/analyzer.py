@@ -26,7 +26,7 @@ from otelsignals.conversation import ConversationState, TraceUpdate, agent_id_of
 from otelsignals.evals.embeddings import Embedder, OpenAIEmbedder, default_embedder
 from otelsignals.evals.per_trace import trace_signals
 from otelsignals.limits import TextLimits, cap_reading
-from otelsignals.otlp.wire import ScopeContext, SpanRecord
+from otelsignals.otlp.wire import ScopeContext, SpanRecord, SplitRequest
 from otelsignals.pipeline.assembler import ReleasedTrace
 from otelsignals.pipeline.llm_endpoints import OpenAIEmbeddingsEndpoint
 from otelsignals.pipeline.log_events import LogEventBuffer
@@ -75,7 +75,8 @@ class Analyzer:
         )
         # What is usual per agent (conversation length, tool calls), for the triage priority.
         self.agent_baselines = AgentBaselines()
-        # Decodes and reads the GenAI spans; used on the analysis thread only, like the sessions.
+        # Decodes and reads the GenAI spans; used on the analysis thread only, like the sessions
+        # (but for mark_plain_spans, on the event loop, which only reads its markers).
         self.decoder = SpanDecoder()
         self._contexts: dict[ScopeContext, tuple[dict, str]] = {}
         self.log_events = LogEventBuffer(on_forget=telemetry.log_events.labels("forgotten").inc)
@@ -119,13 +120,14 @@ class Analyzer:
         telemetry.conversation_turns.observe(score.turn_count)
         return analysis
 
-    def mark_plain_spans(self, records: list[SpanRecord], request: bytes) -> None:
-        """Mark the span records of a request none of whose bytes holds a GenAI key prefix, so that
-        the analysis does not search each span again: four searches over a request of plain spans
-        instead of four per span, which took a sixth of the sidecar's CPU on plain traffic
-        (bench/RESULTS.md, 2026-11-29)."""
-        if not self.decoder.might_carry_genai(request):
-            for record in records:
+    def mark_plain_spans(self, split: SplitRequest, request: bytes) -> None:
+        """Mark the span records cut from a request none of whose bytes holds a GenAI key prefix, so
+        that the analysis does not search each span again: four searches over a request of plain
+        spans instead of four per span, which took a sixth of the sidecar's CPU on plain traffic
+        (bench/RESULTS.md, 2026-11-29). Runs on the event loop (it only reads the decoder's
+        markers); records serialized again rather than cut from ``request`` are left unmarked."""
+        if split.cut_from_raw and not self.decoder.might_carry_genai(request):
+            for record in split.records:
                 record.may_carry_genai = False
 
     def assemble(self, trace: ReleasedTrace) -> TraceUpdate | None:

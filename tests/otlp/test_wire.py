@@ -537,7 +537,8 @@ def test_a_request_the_walk_cannot_follow_is_split_from_its_parse() -> None:
     resource_spans = _field(2, _field(2, one))
     raw = b"\x8a\x00" + _varint(len(resource_spans)) + resource_spans
     request = ExportTraceServiceRequest.FromString(raw)
-    records = split_request(request, raw=raw).records
-    assert [r.data for r in records] == [
+    split = split_request(request, raw=raw)
+    assert [r.data for r in split.records] == [
         s.SerializeToString() for s in request.resource_spans[0].scope_spans[0].spans
     ]
+    assert not split.cut_from_raw  # what the request's bytes lack, these might hold

@@ -3,17 +3,21 @@ once, not span by span, and the spans of every other request are still read."""
 
 from __future__ import annotations
 
-from otelsignals.otlp.wire import SpanRecord, split_request
+from pathlib import Path
+
+from otelsignals.config_loading import load_config
+from otelsignals.otlp.wire import SpanRecord, SplitRequest, split_request
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.pipeline.assembler import ReleasedTrace
+from otelsignals.pipeline.service import Pipeline
 from otelsignals.telemetry import Telemetry
 from tests.support.clients import encode_spans, make_spans
 
 
-def _records(genai_every: int) -> tuple[list[SpanRecord], bytes]:
+def _split(genai_every: int) -> tuple[SplitRequest, bytes]:
     request = encode_spans(make_spans(3, 4, genai_every=genai_every))
     raw = request.SerializeToString()
-    return split_request(request, raw=raw).records, raw
+    return split_request(request, raw=raw), raw
 
 
 def _traces(records: list[SpanRecord]) -> list[ReleasedTrace]:
@@ -23,28 +27,60 @@ def _traces(records: list[SpanRecord]) -> list[ReleasedTrace]:
     return [ReleasedTrace(trace_id, spans, "complete", 0) for trace_id, spans in by_trace.items()]
 
 
-def test_a_request_of_plain_spans_marks_every_span_and_none_is_read() -> None:
-    analyzer = Analyzer(Telemetry())
-    records, raw = _records(genai_every=0)
-    analyzer.mark_plain_spans(records, raw)
-    assert records and not any(record.may_carry_genai for record in records)
-    assert [analyzer.assemble(trace) for trace in _traces(records)] == [None] * 3
+def test_a_request_of_plain_spans_marks_every_span() -> None:
+    split, raw = _split(genai_every=0)
+    assert split.cut_from_raw
+    Analyzer(Telemetry()).mark_plain_spans(split, raw)
+    assert split.records and not any(record.may_carry_genai for record in split.records)
 
 
 def test_a_request_with_one_genai_span_leaves_every_span_to_be_searched() -> None:
     analyzer = Analyzer(Telemetry())
-    records, raw = _records(genai_every=12)  # one chat span among 15
-    analyzer.mark_plain_spans(records, raw)
-    assert all(record.may_carry_genai for record in records)
-    updates = [analyzer.assemble(trace) for trace in _traces(records)]
+    split, raw = _split(genai_every=12)  # one chat span among 15
+    analyzer.mark_plain_spans(split, raw)
+    assert all(record.may_carry_genai for record in split.records)
+    updates = [analyzer.assemble(trace) for trace in _traces(split.records)]
     assert sum(update is not None for update in updates) == 1
+
+
+def test_spans_serialized_again_are_left_unmarked() -> None:
+    # A span serialized from the parse may differ from the request in its framing (a length
+    # written in more bytes than needed): what the request lacks, it might hold.
+    split, raw = _split(genai_every=0)
+    split.cut_from_raw = False
+    Analyzer(Telemetry()).mark_plain_spans(split, raw)
+    assert all(record.may_carry_genai for record in split.records)
 
 
 def test_a_marked_span_is_not_searched_again() -> None:
     # The mark is what the analysis goes by: a GenAI span marked plain (as no request could make it)
     # is not read.
     analyzer = Analyzer(Telemetry())
-    records, _ = _records(genai_every=12)
-    for record in records:
+    split, _ = _split(genai_every=12)
+    for record in split.records:
         record.may_carry_genai = False
-    assert [analyzer.assemble(trace) for trace in _traces(records)] == [None] * 3
+    assert [analyzer.assemble(trace) for trace in _traces(split.records)] == [None] * 3
+
+
+def test_the_pipeline_marks_what_it_takes_in(tmp_path: Path) -> None:
+    config = load_config(None, environ={})
+    config.store.directory = str(tmp_path)
+    pipeline = Pipeline(config)
+    taken: list[SpanRecord] = []
+    add = pipeline.assembler.add
+
+    def spied(records: list[SpanRecord]) -> None:
+        taken.extend(records)
+        add(records)
+
+    pipeline.assembler.add = spied  # type: ignore[method-assign]
+    for genai_every, expected in ((0, False), (12, True)):
+        request = encode_spans(make_spans(3, 4, genai_every=genai_every))
+        taken.clear()
+        pipeline.ingest_traces(request, raw=request.SerializeToString())
+        assert len(taken) == 15 and {record.may_carry_genai for record in taken} == {expected}
+    # Without the request's bytes (OTLP/JSON) nothing is marked.
+    taken.clear()
+    pipeline.ingest_traces(encode_spans(make_spans(3, 4)))
+    assert len(taken) == 15 and all(record.may_carry_genai for record in taken)
+    pipeline.store.close()
