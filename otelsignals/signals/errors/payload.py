@@ -73,11 +73,6 @@ def _code_word(value: object) -> TypeGuard[str]:
     return " " not in value.strip() and len(value) <= _MAX_CODE_CHARS
 
 
-class _NotJson:
-    """What :func:`_json_value` gives for text that is not JSON."""
-
-
-_NOT_JSON = _NotJson()
 # The latest texts parsed and their values: every tool result is asked whether it is an error and
 # whether it found nothing, by detectors that go through a trace's results one after another, and
 # each question parsed it (all 3,055 parsed results of the agent workload, twice, the second parse
@@ -89,7 +84,8 @@ _recent_parses: tuple[tuple[str, Any], ...] = ()
 
 
 def _json_value(text: str) -> Any:
-    """``orjson.loads(text)``, or _NOT_JSON; a text parsed again soon after is parsed once."""
+    """``orjson.loads(text)``, None for text that is not JSON (as for ``null``: neither caller tells
+    them apart, both want an object or a list); a text parsed again soon after is parsed once."""
     global _recent_parses
     recent = _recent_parses
     for parsed_text, value in recent:
@@ -98,7 +94,7 @@ def _json_value(text: str) -> Any:
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
-        value = _NOT_JSON
+        value = None
     if len(text) <= EMPTY_JSON_MAX_CHARS:
         _recent_parses = ((text, value), *recent[: _RECENT_PARSES - 1])
     return value
@@ -108,14 +104,12 @@ def _parse_object(content: str) -> dict[str, Any] | None:
     stripped = content.strip()
     if not stripped.startswith("{") or len(stripped) > _PAYLOAD_PARSE_LIMIT:
         return None
-    parsed = _json_value(stripped)
-    if parsed is _NOT_JSON:
-        parsed = None
-        if len(stripped) <= _REPR_LIMIT and "'" in stripped:
-            try:  # a Python dict printed with str(): {'error': 'Rate limit exceeded'}
-                parsed = ast.literal_eval(stripped)
-            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-                parsed = None
+    parsed = _json_value(stripped)  # starts with "{": None only when it is not JSON
+    if parsed is None and len(stripped) <= _REPR_LIMIT and "'" in stripped:
+        try:  # a Python dict printed with str(): {'error': 'Rate limit exceeded'}
+            parsed = ast.literal_eval(stripped)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            parsed = None
     return parsed if isinstance(parsed, dict) else None
 
 
