@@ -228,6 +228,7 @@ class Analyzer:
             reading = self.decoder.read(view, state.decoder_memory)
             if reading is None or not (reading.input_messages or reading.output_messages):
                 continue
+            self._cap(reading)
             reading.llm_call = None  # the model call was counted when the span was read
             state.seen_spans.discard(span_id)
             update = apply_trace(state, trace_id, [(view, reading)])

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
+from otelsignals.config import AnalyzerConfig, ByteSize
 from otelsignals.model import Role
 from otelsignals.offline import read_requests, traces_in_time_order
 from otelsignals.pipeline.analyzer import Analyzer
@@ -42,6 +43,43 @@ def test_log_records_that_arrive_after_their_spans_still_give_the_conversation()
     ]
     assert len(late.llm_calls) == len(early.llm_calls), "model calls are not counted twice"
     assert late.content_captured
+
+
+def test_late_log_records_are_cut_to_the_analysis_limits_like_span_content():
+    # Content that arrives after its span must not get past analyzer.max_message_bytes: one
+    # client's huge log record would otherwise reach every detector whole.
+    huge = "I was charged twice and nobody answers my emails. " * 200  # 10 KB of user text
+    request = logs()
+    for resource_logs in request.resource_logs:
+        for scope_logs in resource_logs.scope_logs:
+            for record in scope_logs.log_records:
+                for attribute in record.attributes:
+                    if attribute.key == "gen_ai.input.messages":
+                        for message in attribute.value.array_value.values:
+                            for part in _parts_of(message):
+                                part.string_value = huge
+    telemetry = Telemetry()
+    analyzer = Analyzer(telemetry, limits=AnalyzerConfig(max_message_bytes=ByteSize(2048)))
+    for trace in traces_in_time_order(read_requests(FIXTURE / "tools.binpb")):
+        analyzer.process(trace)
+    analyzer.log_events.add(request)
+    assert analyzer.apply_late_log_events()
+    texts = [m.content or "" for m in conversation(analyzer).messages if m.role is Role.USER]
+    assert texts and all(len(text.encode()) <= 2048 and huge.startswith(text) for text in texts)
+    assert telemetry.truncated_for_analysis.labels("message_bytes")._value.get() >= 1
+
+
+def _parts_of(message):
+    """The text values of one GenAI input message (a kvlist with role and parts) sent by a user."""
+    fields = {kv.key: kv.value for kv in message.kvlist_value.values}
+    if fields["role"].string_value != "user":
+        return []
+    values = []
+    for part in fields["parts"].array_value.values:
+        for kv in part.kvlist_value.values:
+            if kv.key == "content":
+                values.append(kv.value)
+    return values
 
 
 def test_events_of_spans_that_never_come_are_forgotten_and_counted():
