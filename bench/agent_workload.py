@@ -32,7 +32,7 @@ Two phases per target, each with half of the conversations (same mix of lengths 
    utime + stime from /proc, every thread included, first request sent → last span at the sink);
 2. paced: open loop at 50 % of the sidecar's unpaced throughput in turns/s (the same rate for
    both targets): added latency = first send of a trace's request → its last span at the sink
-   (so it includes the sidecar's export batching, ``exporter.batch.timeout``, 20 ms by default).
+   (so it includes the sidecar's export batching: up to ``exporter.batch.timeout``, 20 ms by default).
 
 Memory: the target's VmHWM, and for the sidecar the RSS growth from ready to the end of the run
 divided by ``otelsignals_sessions_active`` (every conversation is still held: ``sessions.ttl`` 30 m).
@@ -1160,9 +1160,10 @@ def print_report(
         f"Compression towards the sink: {compression} (both). CPU: the target process's utime + stime "
         "(all threads, grpc's included) from the first request sent to the last span at the sink. "
         "Latency: paced phase (open loop, the same rate for both), a trace's first send → its last "
-        "span received by the sink; the sidecar's includes its export batching (exporter.batch.timeout, "
-        f"{batch_timeout_ms:g} ms by default). RSS per conversation: RSS growth from ready to the end "
-        "(allocator slack and the last requests' buffers included) / conversations held."
+        "span received by the sink; the sidecar's includes its export batching (up to "
+        f"exporter.batch.timeout, {batch_timeout_ms:g} ms by default). RSS per conversation: RSS "
+        "growth from ready to the end (allocator slack and the last requests' buffers included) / "
+        "conversations held."
     )
 
 

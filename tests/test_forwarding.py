@@ -149,16 +149,20 @@ def _post(url: str, body: bytes, content_type: str, gzip_: bool = False):
 
 def test_a_partial_batch_leaves_when_its_timeout_ends_not_at_the_next_tick(tmp_path, sink: OtlpSink):
     """``exporter.batch.timeout`` is kept to the millisecond: with the periodic tick 20 s apart, a
-    batch that never fills still leaves once it has waited its 300 ms (and not before: the trace
-    itself is released at once, complete)."""
+    trace that follows another leaves once one timeout (1 s) has passed since the first left,
+    and not before; the first, after a pause, leaves at once (the traces are released complete)."""
     import time
 
-    spans = make_spans(2, 3)
+    first, second = make_spans(1, 3), make_spans(1, 3, service="billing")
     sections = {"assembler": {"decision_wait": "50ms", "tick_interval": "20s"}}
-    exporter = {"endpoint": sink.grpc_endpoint, "batch": {"timeout": "300ms"}}
+    exporter = {"endpoint": sink.grpc_endpoint, "batch": {"timeout": "1s"}}
     with SidecarProcess(tmp_path, exporter, **sections) as sidecar:
-        sent = time.monotonic()
-        assert export_grpc(sidecar.grpc_endpoint, spans) is SpanExportResult.SUCCESS
-        sink.wait_for_spans(len(spans), timeout=10.0)
-        waited = time.monotonic() - sent
-    assert 0.3 <= waited < 10.0
+        assert export_grpc(sidecar.grpc_endpoint, first) is SpanExportResult.SUCCESS
+        sink.wait_for_spans(len(first), timeout=10.0)
+        first_left = time.monotonic()
+        assert export_grpc(sidecar.grpc_endpoint, second) is SpanExportResult.SUCCESS
+        sink.wait_for_spans(len(first) + len(second), timeout=10.0)
+        second_left = time.monotonic()
+    # The second waited for the first's timeout (less the time the sink took to show the first),
+    # and no longer: well before the next tick.
+    assert 0.8 <= second_left - first_left < 10.0
