@@ -4,14 +4,16 @@ On the event loop :meth:`AnalysisStage.take` receives the assembler's output and
 analysis thread (:class:`AnalysisWorker`). There the trace is analysed, handed to the reputation
 recorder and the trace judge, enriched and sampled; the verdict goes back to the event loop, where
 the trace is forwarded to the exporter, or dropped (its disk-queue records released). Whatever fails
-on the way, the trace is forwarded as it came. Late GenAI log events and session expiry run on the
-same thread, since they change the same conversation state.
+on the way, the trace is forwarded as it came. A trace with nothing to analyse (no GenAI key in its
+request) goes straight to the exporter when no sampler is on. Late GenAI log events and session
+expiry run on the same thread, since they change the same conversation state.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from operator import attrgetter
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from prometheus_client import Counter
@@ -35,6 +37,7 @@ logger = logging.getLogger("otelsignals.pipeline")
 Forward = Callable[[list[SpanRecord], int], None]
 # Spans the sampler dropped: their disk-queue records are released as if delivered.
 ReleaseDropped = Callable[[list[SpanRecord]], None]
+_MAY_CARRY_GENAI = attrgetter("may_carry_genai")
 
 
 class AnalysisStage:
@@ -82,6 +85,13 @@ class AnalysisStage:
                 trace.reason
             )
         released.inc()
+        if self.sampler is None and not any(map(_MAY_CARRY_GENAI, trace.spans)):
+            # Its request held no GenAI key (Analyzer.mark_plain_spans): the analysis would find
+            # nothing to read and no sampler is to be asked, so it leaves at once. The round trip
+            # through the analysis thread took a fifth to a third of plain traffic's CPU
+            # (bench/RESULTS.md, fifth 2026-11-29 session).
+            self._forward(trace.spans, trace.size)
+            return
         self.worker.submit(
             lambda: self._analyse(trace),
             trace.size,

@@ -71,6 +71,41 @@ def test_traces_the_sampler_drops_are_released_not_forwarded() -> None:
     assert dropped == [traces[0].spans]
 
 
+def marked_plain(trace: ReleasedTrace) -> ReleasedTrace:
+    """``trace`` as it is when its request held no GenAI key (Analyzer.mark_plain_spans)."""
+    for record in trace.spans:
+        record.may_carry_genai = False
+    return trace
+
+
+def test_a_trace_marked_plain_leaves_at_once_without_the_analysis_thread() -> None:
+    async def scenario() -> None:
+        telemetry = Telemetry()
+        worker = AnalysisWorker(1024**2, CollectorRegistry())  # never started: nothing runs there
+        forwarded: list[list[SpanRecord]] = []
+        stage = AnalysisStage(
+            worker,
+            Analyzer(telemetry, evals=EvalsConfig(trace_metrics=False)),
+            Enricher(SignalsConfig()),
+            telemetry,
+            lambda spans, size: forwarded.append(spans),
+        )
+        plain, unmarked = marked_plain(plain_trace(1)), plain_trace(2)
+        stage.take(plain)
+        stage.take(unmarked)
+        assert forwarded == [plain.spans]  # the unmarked one waits for the analysis thread
+        assert telemetry.released_traces.labels("complete")._value.get() == 2
+
+    asyncio.run(scenario())
+
+
+def test_a_trace_marked_plain_still_goes_to_the_sampler() -> None:
+    dropping = TriageSampler(SamplerConfig(enabled=True, non_conversation_traces="drop"))
+    trace = marked_plain(plain_trace(1))
+    forwarded, dropped = run_stage([trace], sampler=dropping)
+    assert forwarded == [] and dropped == [trace.spans]
+
+
 def test_a_failing_analysis_forwards_the_spans_as_they_came() -> None:
     class BrokenAnalyzer(Analyzer):
         def process(self, trace: ReleasedTrace) -> None:

@@ -3,6 +3,7 @@ once, not span by span, and the spans of every other request are still read."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from otelsignals.config_loading import load_config
@@ -74,13 +75,17 @@ def test_the_pipeline_marks_what_it_takes_in(tmp_path: Path) -> None:
         add(records)
 
     pipeline.assembler.add = spied  # type: ignore[method-assign]
-    for genai_every, expected in ((0, False), (12, True)):
-        request = encode_spans(make_spans(3, 4, genai_every=genai_every))
+
+    async def ingest() -> None:  # plain traces go on to the exporter at once, on the event loop
+        for genai_every, expected in ((0, False), (12, True)):
+            request = encode_spans(make_spans(3, 4, genai_every=genai_every))
+            taken.clear()
+            pipeline.ingest_traces(request, raw=request.SerializeToString())
+            assert len(taken) == 15 and {record.may_carry_genai for record in taken} == {expected}
+        # Without the request's bytes (OTLP/JSON) nothing is marked.
         taken.clear()
-        pipeline.ingest_traces(request, raw=request.SerializeToString())
-        assert len(taken) == 15 and {record.may_carry_genai for record in taken} == {expected}
-    # Without the request's bytes (OTLP/JSON) nothing is marked.
-    taken.clear()
-    pipeline.ingest_traces(encode_spans(make_spans(3, 4)))
-    assert len(taken) == 15 and all(record.may_carry_genai for record in taken)
+        pipeline.ingest_traces(encode_spans(make_spans(3, 4)))
+        assert len(taken) == 15 and all(record.may_carry_genai for record in taken)
+
+    asyncio.run(ingest())
     pipeline.store.close()
