@@ -77,7 +77,7 @@ class AnalysisStage:
         if not trace.analyzable:
             # Evicted traces were never analysed and never reach the sampler: they always leave.
             self.telemetry.evicted_traces.labels(trace.reason.removeprefix("evicted_")).inc()
-            self._forward(trace.spans, trace.size)
+            self._forward_now(trace)
             return
         released = self._released_counters.get(trace.reason)
         if released is None:
@@ -90,13 +90,22 @@ class AnalysisStage:
             # nothing to read and no sampler is to be asked, so it leaves at once. The round trip
             # through the analysis thread took a fifth to a third of plain traffic's CPU
             # (bench/RESULTS.md, fifth 2026-11-29 session).
-            self._forward(trace.spans, trace.size)
+            self._forward_now(trace)
             return
         self.worker.submit(
             lambda: self._analyse(trace),
             trace.size,
             fallback=lambda: self._forward(trace.spans, trace.size),
         )
+
+    def _forward_now(self, trace: ReleasedTrace) -> None:
+        """Forward ``trace`` from here: an exporter bug is logged, as for the traces the analysis
+        thread hands back (AnalysisWorker._deliver), not raised into the assembler's release of the
+        request's other traces or into the receiver."""
+        try:
+            self._forward(trace.spans, trace.size)
+        except Exception:
+            logger.exception("forwarding a trace failed")
 
     def take_log_events(self, request: ExportLogsServiceRequest, size: int) -> None:
         """GenAI events among passed-through logs, kept for the analysis of their spans."""

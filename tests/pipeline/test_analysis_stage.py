@@ -91,10 +91,13 @@ def test_a_trace_marked_plain_leaves_at_once_without_the_analysis_thread() -> No
             lambda spans, size: forwarded.append(spans),
         )
         plain, unmarked = marked_plain(plain_trace(1)), plain_trace(2)
-        stage.take(plain)
-        stage.take(unmarked)
-        assert forwarded == [plain.spans]  # the unmarked one waits for the analysis thread
-        assert telemetry.released_traces.labels("complete")._value.get() == 2
+        # A trace whose spans came in two requests, one of them with GenAI keys: it is analysed.
+        mixed = marked_plain(plain_trace(3))
+        mixed.spans += plain_trace(4).spans
+        for trace in (plain, unmarked, mixed):
+            stage.take(trace)
+        assert forwarded == [plain.spans]  # the others wait for the analysis thread
+        assert telemetry.released_traces.labels("complete")._value.get() == 3
 
     asyncio.run(scenario())
 
