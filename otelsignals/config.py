@@ -234,7 +234,7 @@ class TlsConfig:
 class BatchConfig:
     max_spans: int = 8192
     max_bytes: ByteSize = ByteSize(4 * 1024**2)
-    # A partial batch leaves this long after the previous batch (at once when that left longer
+    # A partial batch is made this long after the previous batch (at once when that was longer
     # ago): at most one partial batch per timeout, and a trace after a pause is not held. The added
     # latency's tail grows with it (bench/RESULTS.md: 20 ms against 50 ms gave p99 97 vs 160 ms at
     # 45-48 turns/s of the agent workload), while a batch per turn costs no more CPU.

@@ -163,15 +163,8 @@ class Analyzer:
         key, memory = decoded.key, decoded.memory
         readings: list[tuple[SpanView, SpanReading]] = []
         for view in decoded.genai:
-            try:
-                reading = decoder.read(view, memory)
-            except Exception:  # a reader bug must not cost the other spans their analysis
-                self.telemetry.unreadable_spans.labels("reader_error").inc()
-                self.telemetry.problems.warning("reader_error", "a convention reader failed on a span")
-                logger.debug("reader failure", exc_info=True)
-                continue
+            reading = self._read(view, memory)
             if reading is not None:
-                self._cap(reading)
                 readings.append((view, reading))
         if not readings:
             return None
@@ -189,20 +182,25 @@ class Analyzer:
             state.conversation.agent_id = agent_id_of(views)
         parents = {record.span_id: record.parent_span_id for record in trace.spans}
         update = apply_trace(state, trace.trace_id, readings, parents)
-        trimmed = state.trim(self.config.max_messages)
+        self._merged(state, update)
         telemetry = self.telemetry
-        if trimmed:
-            # Indices moved: the trace's new messages now start that much earlier.
-            update.first_new_message = max(0, update.first_new_message - trimmed)
-            telemetry.trimmed_messages.inc(trimmed)
-        telemetry.compacted_messages.inc(state.compact(update.first_new_message - PLAIN_MESSAGES))
         telemetry.genai_traces.labels("captured" if update.content_captured else "absent").inc()
         telemetry.assembled_messages.inc(update.new_messages)
-        self._resize(key)
         return update
 
-    def _cap(self, reading: SpanReading) -> None:
-        """What one span gives the analysis, cut to ``analyzer.*`` (limits.py) and counted."""
+    def _read(self, view: SpanView, memory: ConversationMemory) -> SpanReading | None:
+        """What one span gives the analysis, cut to ``analyzer.*`` (limits.py, counted); None when
+        its convention reader finds nothing, or fails: a reader bug must not cost the other spans
+        their analysis."""
+        try:
+            reading = self.decoder.read(view, memory)
+        except Exception:
+            self.telemetry.unreadable_spans.labels("reader_error").inc()
+            self.telemetry.problems.warning("reader_error", "a convention reader failed on a span")
+            logger.debug("reader failure", exc_info=True)
+            return None
+        if reading is None:
+            return None
         cut: Counter[str] = Counter()
         cap_reading(reading, self.limits, cut)
         for reason, count in cut.items():
@@ -210,6 +208,18 @@ class Analyzer:
             self.telemetry.problems.warning(
                 f"truncated_{reason}", f"text cut for the analysis ({reason}; see analyzer.* in the config)"
             )
+        return reading
+
+    def _merged(self, state: ConversationState, update: TraceUpdate) -> None:
+        """After ``update`` was merged into ``state``: the conversation trimmed to
+        ``sessions.max_messages``, its older messages compacted, its size counted."""
+        trimmed = state.trim(self.config.max_messages)
+        if trimmed:
+            # Indices moved: the trace's new messages now start that much earlier.
+            update.first_new_message = max(0, update.first_new_message - trimmed)
+            self.telemetry.trimmed_messages.inc(trimmed)
+        self.telemetry.compacted_messages.inc(state.compact(update.first_new_message - PLAIN_MESSAGES))
+        self._resize(update.key)
 
     def apply_late_log_events(self) -> list[Analysis]:
         """Content that came as log records after its span was analysed: read it into the
@@ -225,14 +235,13 @@ class Analyzer:
             if state is None:
                 continue
             view = SpanView(trace_id, span_id, attributes=attributes, events=events)
-            reading = self.decoder.read(view, state.decoder_memory)
+            reading = self._read(view, state.decoder_memory)
             if reading is None or not (reading.input_messages or reading.output_messages):
                 continue
-            self._cap(reading)
             reading.llm_call = None  # the model call was counted when the span was read
             state.seen_spans.discard(span_id)
             update = apply_trace(state, trace_id, [(view, reading)])
-            self._resize(key)
+            self._merged(state, update)
             analyses.append(
                 analyze_update(
                     state, update, self.signals.baseline_user_turns, self.agent_baselines, self._disabled

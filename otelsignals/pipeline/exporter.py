@@ -76,7 +76,7 @@ class Exporter:
         self._on_done = on_done
         self._pending: list[SpanRecord] = []
         self._pending_bytes = 0
-        self._batch_timer: asyncio.Handle | None = None
+        self._batch_timer: asyncio.TimerHandle | None = None
         self._last_flush = -float("inf")  # time.monotonic() of the latest batch made
         self._queue: deque[Batch] = deque()
         self._queue_event = asyncio.Event()
@@ -88,6 +88,8 @@ class Exporter:
     # -- intake ---------------------------------------------------------------------------------
     def add_spans(self, records: list[SpanRecord], size: int) -> None:
         """Queue ``records`` (``size`` bytes of span data) for the next batch."""
+        if not records:
+            return  # a timer for nothing pending would be replaced, not cancelled, by the next one
         if not self._pending:
             self._flush_in_time()
         self._pending.extend(records)
@@ -114,18 +116,11 @@ class Exporter:
             self._enqueue(Batch("traces", encode_request(chunk), len(chunk), units))
 
     def _flush_in_time(self) -> None:
-        """Send the batch just begun as soon as one ``batch.timeout`` has passed since the previous
-        batch left, and at the latest once it has waited that long: at most one partial batch per
-        timeout, as with a wait from each batch's first span, but a trace that comes after a pause
-        leaves at the end of this turn of the event loop (with whatever else arrives in it) instead
-        of waiting out the timeout. To the millisecond: a periodic tick would add up to its interval
-        to every partial batch. Spans arrive on the event loop, which the timer runs on."""
-        loop = asyncio.get_running_loop()
+        """Make the batch just begun one ``batch.timeout`` after the previous batch was made: at
+        once after a pause, and at most one partial batch per timeout while spans keep coming. A
+        timer, not a periodic tick, which would add up to its interval to every partial batch."""
         wait = self._last_flush + self.config.batch.timeout - time.monotonic()
-        if wait > 0:
-            self._batch_timer = loop.call_later(wait, self.flush_pending)
-        else:
-            self._batch_timer = loop.call_soon(self.flush_pending)
+        self._batch_timer = asyncio.get_running_loop().call_later(max(0.0, wait), self.flush_pending)
 
     def has_room(self, incoming_bytes: int) -> bool:
         """Whether a new request of this size may be accepted (else the client is asked to retry)."""

@@ -69,6 +69,39 @@ def test_late_log_records_are_cut_to_the_analysis_limits_like_span_content():
     assert telemetry.truncated_for_analysis.labels("message_bytes")._value.get() >= 1
 
 
+def test_a_reader_failing_on_one_late_span_leaves_the_others_read():
+    analyzer = Analyzer(Telemetry())
+    for trace in traces_in_time_order(read_requests(FIXTURE / "tools.binpb")):
+        analyzer.process(trace)
+    analyzer.log_events.add(logs())
+    waiting = len(analyzer.log_events.waiting_spans())
+    read = analyzer.decoder.read
+    calls = []
+
+    def failing_once(view, memory):
+        calls.append(view.span_id)
+        if len(calls) == 1:
+            raise ValueError("a reader bug")
+        return read(view, memory)
+
+    analyzer.decoder.read = failing_once  # type: ignore[method-assign]
+    analyses = analyzer.apply_late_log_events()
+    assert waiting > 1 and len(calls) == waiting
+    assert len(analyses) >= 1 and len(analyzer.log_events) == 0
+    assert analyzer.telemetry.unreadable_spans.labels("reader_error")._value.get() == 1
+
+
+def test_late_log_records_keep_the_conversation_within_max_messages():
+    from otelsignals.config import SessionsConfig
+
+    analyzer = Analyzer(Telemetry(), SessionsConfig(max_messages=3))
+    for trace in traces_in_time_order(read_requests(FIXTURE / "tools.binpb")):
+        analyzer.process(trace)
+    analyzer.log_events.add(logs())
+    assert analyzer.apply_late_log_events()
+    assert len(conversation(analyzer).messages) <= 3
+
+
 def _parts_of(message):
     """The text values of one GenAI input message (a kvlist with role and parts) sent by a user."""
     fields = {kv.key: kv.value for kv in message.kvlist_value.values}
