@@ -5,8 +5,8 @@ analysis thread (:class:`AnalysisWorker`). There the trace is analysed, handed t
 recorder and the trace judge, enriched and sampled; the verdict goes back to the event loop, where
 the trace is forwarded to the exporter, or dropped (its disk-queue records released). Whatever fails
 on the way, the trace is forwarded as it came. A trace with nothing to analyse (no GenAI key in its
-request) goes straight to the exporter when no sampler is on. Late GenAI log events and session
-expiry run on the same thread, since they change the same conversation state.
+request) is sampled and forwarded on the event loop. Late GenAI log events and session expiry run on
+the same thread, since they change the same conversation state.
 """
 
 from __future__ import annotations
@@ -85,12 +85,16 @@ class AnalysisStage:
                 trace.reason
             )
         released.inc()
-        if self.sampler is None and not any(map(_MAY_CARRY_GENAI, trace.spans)):
+        if not any(map(_MAY_CARRY_GENAI, trace.spans)):
             # Its request held no GenAI key (Analyzer.mark_plain_spans): the analysis would find
-            # nothing to read and no sampler is to be asked, so it leaves at once. The round trip
-            # through the analysis thread took a fifth to a third of plain traffic's CPU
-            # (bench/RESULTS.md, fifth 2026-11-29 session).
-            self._forward_now(trace)
+            # nothing to read, and the sampler's verdict on a trace without a conversation needs
+            # no conversation state, so it is decided here. The round trip through the analysis
+            # thread took a fifth to a third of plain traffic's CPU (bench/RESULTS.md, fifth
+            # 2026-11-29 session).
+            if self.sampler is None or self._sampled_in(self.sampler, trace, None):
+                self._forward_now(trace)
+            elif self._release_dropped is not None:
+                self._release_dropped(trace.spans)
             return
         self.worker.submit(
             lambda: self._analyse(trace),

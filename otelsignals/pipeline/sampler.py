@@ -62,6 +62,7 @@ traces pass untouched. Decisions are counted by reason in ``kept`` / ``dropped``
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
@@ -161,6 +162,9 @@ class TriageSampler:
         self._sessions: OrderedDict[str, _SessionState] = OrderedDict()
         self.kept: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
+        # Traces without a conversation are decided on the event loop (AnalysisStage.take), the
+        # others on the analysis thread: both count here.
+        self._counting = threading.Lock()
         self.partial_sessions = 0  # kept from a turning point, after earlier traces were dropped
         self.forgotten_sessions = 0  # session states evicted by max_sessions
 
@@ -169,7 +173,8 @@ class TriageSampler:
 
     # -- deciding -------------------------------------------------------------------------------
     def decide(self, trace_id: bytes, session_key: str | None, analysis: Analysis | None) -> Decision:
-        """Keep or drop one released trace, after its analysis (None: no conversation in it)."""
+        """Keep or drop one released trace, after its analysis (None: no conversation in it).
+        Without an analysis or a session key no session state is read, and any thread may ask."""
         if analysis is None:
             if session_key is not None:
                 state = self._sessions.get(session_key)
@@ -266,11 +271,13 @@ class TriageSampler:
         return bucket
 
     def _keep(self, reason: str, span_id: bytes | None) -> Decision:
-        self.kept[reason] += 1
+        with self._counting:
+            self.kept[reason] += 1
         return Decision(True, reason, span_id)
 
     def _drop(self, reason: str) -> Decision:
-        self.dropped[reason] += 1
+        with self._counting:
+            self.dropped[reason] += 1
         return Decision(False, reason)
 
     # -- applying -------------------------------------------------------------------------------

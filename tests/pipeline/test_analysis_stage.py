@@ -102,11 +102,31 @@ def test_a_trace_marked_plain_leaves_at_once_without_the_analysis_thread() -> No
     asyncio.run(scenario())
 
 
-def test_a_trace_marked_plain_still_goes_to_the_sampler() -> None:
+def test_a_trace_marked_plain_is_sampled_on_the_event_loop() -> None:
+    async def scenario(sampler: TriageSampler) -> tuple[list, list]:
+        telemetry = Telemetry()
+        worker = AnalysisWorker(1024**2, CollectorRegistry())  # never started: nothing runs there
+        forwarded: list[list[SpanRecord]] = []
+        dropped: list[list[SpanRecord]] = []
+        stage = AnalysisStage(
+            worker,
+            Analyzer(telemetry, evals=EvalsConfig(trace_metrics=False)),
+            Enricher(SignalsConfig()),
+            telemetry,
+            lambda spans, size: forwarded.append(spans),
+            release_dropped=dropped.append,
+            sampler=sampler,
+        )
+        stage.take(marked_plain(plain_trace(1)))
+        stage.take(plain_trace(2))  # unmarked: waits for the analysis thread, then the sampler
+        return forwarded, dropped
+
     dropping = TriageSampler(SamplerConfig(enabled=True, non_conversation_traces="drop"))
-    trace = marked_plain(plain_trace(1))
-    forwarded, dropped = run_stage([trace], sampler=dropping)
-    assert forwarded == [] and dropped == [trace.spans]
+    forwarded, dropped = asyncio.run(scenario(dropping))
+    assert forwarded == [] and len(dropped) == 1 and dropping.dropped == {"not_conversation": 1}
+    keeping = TriageSampler(SamplerConfig(enabled=True, non_conversation_traces="keep"))
+    forwarded, dropped = asyncio.run(scenario(keeping))
+    assert len(forwarded) == 1 and dropped == [] and keeping.kept == {"not_conversation": 1}
 
 
 def test_a_failing_analysis_forwards_the_spans_as_they_came() -> None:
