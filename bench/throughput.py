@@ -1,6 +1,6 @@
 """End-to-end throughput of the sidecar over loopback, against a same-run protobuf baseline.
 
-    python bench/throughput.py [--batches 400] [--concurrency 4] [--transport grpc|http]
+    python bench/throughput.py [--batches 400] [--concurrency 4] [--transport grpc|http] [--sampler]
 
 Drives a running `otelsignals run` (started here as a subprocess) with pre-serialized OTLP batches
 of 512 spans, 10 % of them GenAI chat spans carrying 2 KB of messages, and forwards to a minimal
@@ -188,6 +188,9 @@ def main() -> None:
         default="none",
         help="sidecar → sink compression (loopback: none)",
     )
+    parser.add_argument(
+        "--sampler", action="store_true", help="with the triage sampler on (its default rules)"
+    )
     args = parser.parse_args()
 
     print(f"building {args.batches} batches of {SPANS_PER_BATCH} spans...", file=sys.stderr)
@@ -210,6 +213,7 @@ def main() -> None:
         },
         assembler={"decision_wait": "2s", "tick_interval": "100ms"},
         log={"level": "warning"},
+        **({"sampler": {"enabled": True}} if args.sampler else {}),
     )
     with sidecar:
         assert sidecar.process is not None

@@ -93,8 +93,8 @@ class AnalysisStage:
             # 2026-11-29 session).
             if self.sampler is None or self._sampled_in(self.sampler, trace, None):
                 self._forward_now(trace)
-            elif self._release_dropped is not None:
-                self._release_dropped(trace.spans)
+            else:
+                self._release_now(trace)
             return
         self.worker.submit(
             lambda: self._analyse(trace),
@@ -110,6 +110,16 @@ class AnalysisStage:
             self._forward(trace.spans, trace.size)
         except Exception:
             logger.exception("forwarding a trace failed")
+
+    def _release_now(self, trace: ReleasedTrace) -> None:
+        """Release the disk-queue records of a trace the sampler dropped, from here: a failing write
+        (a full disk) is logged as :meth:`_forward_now` logs, not raised."""
+        if self._release_dropped is None:
+            return
+        try:
+            self._release_dropped(trace.spans)
+        except Exception:
+            logger.exception("releasing a dropped trace failed")
 
     def take_log_events(self, request: ExportLogsServiceRequest, size: int) -> None:
         """GenAI events among passed-through logs, kept for the analysis of their spans."""

@@ -174,7 +174,8 @@ class TriageSampler:
     # -- deciding -------------------------------------------------------------------------------
     def decide(self, trace_id: bytes, session_key: str | None, analysis: Analysis | None) -> Decision:
         """Keep or drop one released trace, after its analysis (None: no conversation in it).
-        Without an analysis or a session key no session state is read, and any thread may ask."""
+        With neither an analysis nor a session key no session state is read, and any thread may ask
+        (AnalysisStage.take does, on the event loop)."""
         if analysis is None:
             if session_key is not None:
                 state = self._sessions.get(session_key)

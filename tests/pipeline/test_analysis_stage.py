@@ -5,6 +5,7 @@ them, to the release of their disk-queue records; a failing analysis still forwa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from prometheus_client import CollectorRegistry
@@ -102,31 +103,59 @@ def test_a_trace_marked_plain_leaves_at_once_without_the_analysis_thread() -> No
     asyncio.run(scenario())
 
 
-def test_a_trace_marked_plain_is_sampled_on_the_event_loop() -> None:
-    async def scenario(sampler: TriageSampler) -> tuple[list, list]:
+def sample_on_the_event_loop(
+    sampler: TriageSampler, release_dropped: Callable[[list[SpanRecord]], None] | None = None
+) -> tuple[ReleasedTrace, list[list[SpanRecord]], list[list[SpanRecord]]]:
+    """(the marked trace, what was forwarded, what was released) once a marked and an unmarked trace
+    are taken, with an analysis thread that never runs."""
+    forwarded: list[list[SpanRecord]] = []
+    dropped: list[list[SpanRecord]] = []
+
+    async def scenario() -> ReleasedTrace:
         telemetry = Telemetry()
         worker = AnalysisWorker(1024**2, CollectorRegistry())  # never started: nothing runs there
-        forwarded: list[list[SpanRecord]] = []
-        dropped: list[list[SpanRecord]] = []
         stage = AnalysisStage(
             worker,
             Analyzer(telemetry, evals=EvalsConfig(trace_metrics=False)),
             Enricher(SignalsConfig()),
             telemetry,
             lambda spans, size: forwarded.append(spans),
-            release_dropped=dropped.append,
+            release_dropped=release_dropped or dropped.append,
             sampler=sampler,
         )
-        stage.take(marked_plain(plain_trace(1)))
+        plain = marked_plain(plain_trace(1))
+        stage.take(plain)
         stage.take(plain_trace(2))  # unmarked: waits for the analysis thread, then the sampler
-        return forwarded, dropped
+        return plain
 
+    return asyncio.run(scenario()), forwarded, dropped
+
+
+def test_a_trace_marked_plain_is_sampled_on_the_event_loop() -> None:
     dropping = TriageSampler(SamplerConfig(enabled=True, non_conversation_traces="drop"))
-    forwarded, dropped = asyncio.run(scenario(dropping))
-    assert forwarded == [] and len(dropped) == 1 and dropping.dropped == {"not_conversation": 1}
+    plain, forwarded, dropped = sample_on_the_event_loop(dropping)
+    assert forwarded == [] and dropped == [plain.spans] and dropping.dropped == {"not_conversation": 1}
     keeping = TriageSampler(SamplerConfig(enabled=True, non_conversation_traces="keep"))
-    forwarded, dropped = asyncio.run(scenario(keeping))
-    assert len(forwarded) == 1 and dropped == [] and keeping.kept == {"not_conversation": 1}
+    plain, forwarded, dropped = sample_on_the_event_loop(keeping)
+    assert forwarded == [plain.spans] and dropped == [] and keeping.kept == {"not_conversation": 1}
+
+
+def test_a_sampler_or_release_failing_on_the_event_loop_loses_nothing_else() -> None:
+    class BrokenSampler(TriageSampler):
+        def decide(self, *args: object) -> object:  # type: ignore[override]
+            raise RuntimeError("a bug")
+
+    # A sampler bug forwards the trace, as on the analysis thread.
+    plain, forwarded, _ = sample_on_the_event_loop(BrokenSampler(SamplerConfig(enabled=True)))
+    assert forwarded == [plain.spans]
+
+    def full_disk(spans: list[SpanRecord]) -> None:
+        raise OSError(28, "No space left on device")
+
+    # A failing release is logged, not raised into the assembler or the receiver.
+    dropping = TriageSampler(SamplerConfig(enabled=True, non_conversation_traces="drop"))
+    _, forwarded, _ = sample_on_the_event_loop(dropping, release_dropped=full_disk)
+    assert forwarded == [] and dropping.dropped == {"not_conversation": 1}
 
 
 def test_a_failing_analysis_forwards_the_spans_as_they_came() -> None:
