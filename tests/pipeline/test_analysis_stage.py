@@ -79,18 +79,28 @@ def marked_plain(trace: ReleasedTrace) -> ReleasedTrace:
     return trace
 
 
+def stage_never_analysing(
+    forwarded: list[list[SpanRecord]],
+    sampler: TriageSampler | None = None,
+    release_dropped: Callable[[list[SpanRecord]], None] | None = None,
+) -> AnalysisStage:
+    """An analysis stage whose analysis thread never runs (its worker is not started)."""
+    telemetry = Telemetry()
+    return AnalysisStage(
+        AnalysisWorker(1024**2, CollectorRegistry()),
+        Analyzer(telemetry, evals=EvalsConfig(trace_metrics=False)),
+        Enricher(SignalsConfig()),
+        telemetry,
+        lambda spans, size: forwarded.append(spans),
+        release_dropped=release_dropped,
+        sampler=sampler,
+    )
+
+
 def test_a_trace_marked_plain_leaves_at_once_without_the_analysis_thread() -> None:
     async def scenario() -> None:
-        telemetry = Telemetry()
-        worker = AnalysisWorker(1024**2, CollectorRegistry())  # never started: nothing runs there
         forwarded: list[list[SpanRecord]] = []
-        stage = AnalysisStage(
-            worker,
-            Analyzer(telemetry, evals=EvalsConfig(trace_metrics=False)),
-            Enricher(SignalsConfig()),
-            telemetry,
-            lambda spans, size: forwarded.append(spans),
-        )
+        stage = stage_never_analysing(forwarded)
         plain, unmarked = marked_plain(plain_trace(1)), plain_trace(2)
         # A trace whose spans came in two requests, one of them with GenAI keys: it is analysed.
         mixed = marked_plain(plain_trace(3))
@@ -98,7 +108,7 @@ def test_a_trace_marked_plain_leaves_at_once_without_the_analysis_thread() -> No
         for trace in (plain, unmarked, mixed):
             stage.take(trace)
         assert forwarded == [plain.spans]  # the others wait for the analysis thread
-        assert telemetry.released_traces.labels("complete")._value.get() == 3
+        assert stage.telemetry.released_traces.labels("complete")._value.get() == 3
 
     asyncio.run(scenario())
 
@@ -112,17 +122,7 @@ def sample_on_the_event_loop(
     dropped: list[list[SpanRecord]] = []
 
     async def scenario() -> ReleasedTrace:
-        telemetry = Telemetry()
-        worker = AnalysisWorker(1024**2, CollectorRegistry())  # never started: nothing runs there
-        stage = AnalysisStage(
-            worker,
-            Analyzer(telemetry, evals=EvalsConfig(trace_metrics=False)),
-            Enricher(SignalsConfig()),
-            telemetry,
-            lambda spans, size: forwarded.append(spans),
-            release_dropped=release_dropped or dropped.append,
-            sampler=sampler,
-        )
+        stage = stage_never_analysing(forwarded, sampler, release_dropped or dropped.append)
         plain = marked_plain(plain_trace(1))
         stage.take(plain)
         stage.take(plain_trace(2))  # unmarked: waits for the analysis thread, then the sampler
