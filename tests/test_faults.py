@@ -95,7 +95,9 @@ def test_sigkill_with_disk_queue_loses_nothing_acknowledged(tmp_path, sink: Otlp
         assert export_grpc(sidecar.grpc_endpoint, complete) is SpanExportResult.SUCCESS
         assert export_http(sidecar.http_url, rootless) is SpanExportResult.SUCCESS
         sidecar.wait_for_metric("otelsignals_exporter_retries_total", 1)
-        assert sidecar.metric("otelsignals_assembler_buffered_spans") == len(rootless)
+        # The gauge is refreshed by the assembler's tick (every 100 ms), so wait for it rather than
+        # read it once: the retry above can come before the tick after the HTTP request.
+        assert sidecar.wait_for_metric("otelsignals_assembler_buffered_spans", len(rootless)) == len(rootless)
         sidecar.kill()
     finally:
         sidecar.__exit__()
