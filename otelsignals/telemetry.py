@@ -101,6 +101,12 @@ class Telemetry:
         self.genai_spans = Counter(
             "otelsignals_analyzer_genai_spans", "Spans that carry GenAI data.", registry=r
         )
+        self.plain_traces = Counter(
+            "otelsignals_analyzer_plain_traces",
+            "Traces none of whose spans holds a GenAI key prefix: sampled and forwarded on the event "
+            "loop, not analysed.",
+            registry=r,
+        )
         self.genai_traces = Counter(
             "otelsignals_analyzer_conversation_traces",
             "Traces that carried conversation data, by whether message content was recorded.",

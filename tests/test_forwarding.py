@@ -42,6 +42,11 @@ def test_every_span_arrives_once_with_identical_bytes(tmp_path, sink: OtlpSink, 
         assert sidecar.metric("otelsignals_receiver_accepted_spans_total") == len(expected)
         assert sidecar.metric("otelsignals_analyzer_genai_spans_total") == 32
         assert sidecar.metric("otelsignals_assembler_released_traces_total", reason="complete") == 40
+        # Only the traces with a GenAI span went through the analysis thread: the plain ones among
+        # them in the same requests were forwarded from the event loop.
+        genai_traces = {key[0] for key, data in expected.items() if b"gen_ai." in data}
+        assert 0 < len(genai_traces) < 40
+        assert sidecar.metric("otelsignals_analyzer_plain_traces_total") == 40 - len(genai_traces)
         assert sidecar.stop() == 0
     assert sorted(arrived) == sorted(expected), "each span exactly once"
     assert len(sink.spans()) == len(expected), "no duplicates after shutdown either"
@@ -49,7 +54,6 @@ def test_every_span_arrives_once_with_identical_bytes(tmp_path, sink: OtlpSink, 
     # the chat span and the root gain signals.* attributes and nothing else changes.
     received = sink.span_bytes()
     assert_unchanged_but_for_enrichment(received, expected)
-    genai_traces = {key[0] for key, data in expected.items() if b"gen_ai." in data}
     assert {key[0] for key in expected if is_enriched(received[key])} == genai_traces
     # Each span is still under the resource it was sent with.
     services = {

@@ -52,9 +52,10 @@ class SpanRecord:
     data: bytes  # the serialized Span; replaced by the enricher when it adds attributes
     context: ScopeContext
     ingest_seq: int = 0  # the on-disk queue record this span came from (0 without one)
-    # False when the request it was cut from held no GenAI key prefix (Analyzer.mark_plain_spans):
-    # the analysis then does not search the span's own bytes for one.
-    may_carry_genai: bool = True
+    # Whether the span's bytes hold a GenAI key prefix, searched where its request was taken in
+    # (Analyzer.mark_spans); None when not searched there (a span serialized again), and the
+    # analysis searches it. A trace none of whose spans holds one skips the analysis thread.
+    may_carry_genai: bool | None = None
 
     @property
     def is_local_root(self) -> bool:

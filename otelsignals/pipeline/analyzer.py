@@ -76,7 +76,7 @@ class Analyzer:
         # What is usual per agent (conversation length, tool calls), for the triage priority.
         self.agent_baselines = AgentBaselines()
         # Decodes and reads the GenAI spans; used on the analysis thread only, like the sessions
-        # (but for mark_plain_spans, on the event loop, which only reads its markers).
+        # (but for mark_spans, on the event loop, which only reads its markers).
         self.decoder = SpanDecoder()
         self._contexts: dict[ScopeContext, tuple[dict, str]] = {}
         self.log_events = LogEventBuffer(on_forget=telemetry.log_events.labels("forgotten").inc)
@@ -120,26 +120,35 @@ class Analyzer:
         telemetry.conversation_turns.observe(score.turn_count)
         return analysis
 
-    def mark_plain_spans(self, split: SplitRequest, request: bytes) -> None:
-        """Mark the span records cut from a request none of whose bytes holds a GenAI key prefix, so
-        that the analysis does not search each span again: four searches over a request of plain
-        spans instead of four per span, which took a sixth of the sidecar's CPU on plain traffic
-        (bench/RESULTS.md, 2026-11-29). Runs on the event loop (it only reads the decoder's
-        markers); records serialized again rather than cut from ``request`` are left unmarked."""
-        if split.cut_from_raw and not self.decoder.might_carry_genai(request):
+    def mark_spans(self, split: SplitRequest, request: bytes) -> None:
+        """Mark whether each span record cut from ``request`` holds a GenAI key prefix, on the event
+        loop (it only reads the decoder's markers): a trace none of whose spans holds one then
+        skips the analysis thread (AnalysisStage.take), and the analysis does not search a marked
+        span again. A request of plain spans is searched whole: four searches instead of four per
+        span, which took a sixth of the sidecar's CPU on plain traffic (bench/RESULTS.md,
+        2026-11-29). Any other request is searched span by span, so that the plain traces among
+        its GenAI ones skip the thread too. Records serialized again rather than cut from
+        ``request`` are left unmarked (None): their framing may differ from the request's."""
+        if not split.cut_from_raw:
+            return
+        might_carry_genai = self.decoder.might_carry_genai
+        if not might_carry_genai(request):
             for record in split.records:
                 record.may_carry_genai = False
+            return
+        for record in split.records:
+            record.may_carry_genai = might_carry_genai(record.data)
 
     def assemble(self, trace: ReleasedTrace) -> TraceUpdate | None:
         """Read ``trace``'s GenAI spans into its conversation; None when it carries no conversation."""
         if not trace.analyzable:
             return None
         decoder = self.decoder
-        candidates = [
-            record
-            for record in trace.spans
-            if record.may_carry_genai and decoder.might_carry_genai(record.data)
-        ]
+        candidates = []
+        for record in trace.spans:
+            marked = record.may_carry_genai  # searched on intake (mark_spans), or None
+            if marked or (marked is None and decoder.might_carry_genai(record.data)):
+                candidates.append(record)
         if not candidates:
             return None
         self.telemetry.genai_spans.inc(len(candidates))

@@ -139,7 +139,7 @@ class Pipeline:
                 if record.signal == "traces":
                     request = ExportTraceServiceRequest.FromString(record.payload)
                     split = split_request(request, record.seq, record.payload)
-                    self.analyzer.mark_plain_spans(split, record.payload)
+                    self.analyzer.mark_spans(split, record.payload)
                     self.disk_queue.set_units(record.seq, len(split.records))
                     self.assembler.add(split.records)
                 else:
@@ -216,7 +216,7 @@ class Pipeline:
         bytes are cut from it, and the disk queue keeps it, rather than serializing them again."""
         split = split_request(request, raw=raw)
         if raw is not None:
-            self.analyzer.mark_plain_spans(split, raw)
+            self.analyzer.mark_spans(split, raw)
         if self.disk_queue is not None:
             payload = raw if raw is not None else request.SerializeToString()
             seq = self.disk_queue.append("traces", payload, units=len(split.records))

@@ -109,6 +109,7 @@ def test_a_trace_marked_plain_leaves_at_once_without_the_analysis_thread() -> No
             stage.take(trace)
         assert forwarded == [plain.spans]  # the others wait for the analysis thread
         assert stage.telemetry.released_traces.labels("complete")._value.get() == 3
+        assert stage.telemetry.plain_traces._value.get() == 1
 
     asyncio.run(scenario())
 

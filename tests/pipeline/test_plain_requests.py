@@ -1,5 +1,6 @@
-"""Analyzer.mark_plain_spans: a request none of whose bytes holds a GenAI key prefix is searched
-once, not span by span, and the spans of every other request are still read."""
+"""Analyzer.mark_spans: a request none of whose bytes holds a GenAI key prefix is searched once, not
+span by span; the spans of every other request are searched one by one, so that its plain traces
+are known to be plain, and its GenAI spans are still read."""
 
 from __future__ import annotations
 
@@ -31,26 +32,33 @@ def _traces(records: list[SpanRecord]) -> list[ReleasedTrace]:
 def test_a_request_of_plain_spans_marks_every_span() -> None:
     split, raw = _split(genai_every=0)
     assert split.cut_from_raw
-    Analyzer(Telemetry()).mark_plain_spans(split, raw)
-    assert split.records and not any(record.may_carry_genai for record in split.records)
+    Analyzer(Telemetry()).mark_spans(split, raw)
+    assert split.records and all(record.may_carry_genai is False for record in split.records)
 
 
-def test_a_request_with_one_genai_span_leaves_every_span_to_be_searched() -> None:
+def test_a_request_with_one_genai_span_marks_each_span_by_its_own_bytes() -> None:
     analyzer = Analyzer(Telemetry())
     split, raw = _split(genai_every=12)  # one chat span among 15
-    analyzer.mark_plain_spans(split, raw)
-    assert all(record.may_carry_genai for record in split.records)
+    analyzer.mark_spans(split, raw)
+    marks = [record.may_carry_genai for record in split.records]
+    assert marks.count(True) == 1 and marks.count(False) == 14
+    (genai,) = [record for record in split.records if record.may_carry_genai]
+    assert b"gen_ai." in genai.data
     updates = [analyzer.assemble(trace) for trace in _traces(split.records)]
-    assert sum(update is not None for update in updates) == 1
+    assert [update is not None for update in updates].count(True) == 1
 
 
 def test_spans_serialized_again_are_left_unmarked() -> None:
     # A span serialized from the parse may differ from the request in its framing (a length
     # written in more bytes than needed): what the request lacks, it might hold.
-    split, raw = _split(genai_every=0)
+    analyzer = Analyzer(Telemetry())
+    split, raw = _split(genai_every=12)
     split.cut_from_raw = False
-    Analyzer(Telemetry()).mark_plain_spans(split, raw)
-    assert all(record.may_carry_genai for record in split.records)
+    analyzer.mark_spans(split, raw)
+    assert all(record.may_carry_genai is None for record in split.records)
+    # Unmarked, each span is searched by the analysis: the chat span is read.
+    updates = [analyzer.assemble(trace) for trace in _traces(split.records)]
+    assert [update is not None for update in updates].count(True) == 1
 
 
 def test_a_marked_span_is_not_searched_again() -> None:
@@ -77,15 +85,15 @@ def test_the_pipeline_marks_what_it_takes_in(tmp_path: Path) -> None:
     pipeline.assembler.add = spied  # type: ignore[method-assign]
 
     async def ingest() -> None:  # plain traces go on to the exporter at once, on the event loop
-        for genai_every, expected in ((0, False), (12, True)):
+        for genai_every, expected in ((0, [False] * 15), (12, [True] + [False] * 14)):
             request = encode_spans(make_spans(3, 4, genai_every=genai_every))
             taken.clear()
             pipeline.ingest_traces(request, raw=request.SerializeToString())
-            assert len(taken) == 15 and {record.may_carry_genai for record in taken} == {expected}
+            assert sorted((record.may_carry_genai for record in taken), reverse=True) == expected
         # Without the request's bytes (OTLP/JSON) nothing is marked.
         taken.clear()
         pipeline.ingest_traces(encode_spans(make_spans(3, 4)))
-        assert len(taken) == 15 and all(record.may_carry_genai for record in taken)
+        assert len(taken) == 15 and all(record.may_carry_genai is None for record in taken)
 
     asyncio.run(ingest())
     pipeline.store.close()
