@@ -68,18 +68,22 @@ def test_every_span_arrives_once_with_identical_bytes(tmp_path, sink: OtlpSink, 
 
 
 def test_http_json_and_gzip_bodies_are_accepted(tmp_path, sink: OtlpSink):
-    spans = make_spans(3, 2)
+    spans = make_spans(4, 2, genai_every=3)  # two traces with a chat span, two without
+    other_spans = make_spans(3, 2, service="gzipped")
     request = encode_spans(spans)
     with SidecarProcess(tmp_path, {"endpoint": sink.grpc_endpoint}) as sidecar:
         json_body = encode_trace_request(request)
         answer = _post(f"{sidecar.http_url}/v1/traces", json_body, "application/json")
         assert answer.status == 200 and orjson.loads(answer.read()) == {}
-        protobuf_body = gzip.compress(encode_spans(make_spans(3, 2)).SerializeToString())
+        protobuf_body = gzip.compress(encode_spans(other_spans).SerializeToString())
         answer = _post(f"{sidecar.http_url}/v1/traces", protobuf_body, "application/x-protobuf", gzip_=True)
         assert answer.status == 200
         assert ExportTraceServiceResponse.FromString(answer.read()) == ExportTraceServiceResponse()
-        sink.wait_for_spans(18)
-    assert expected_span_bytes(spans).items() <= sink.span_bytes().items()
+        sink.wait_for_spans(21)
+        # The plain traces of both requests, the OTLP/JSON one included, skipped the analysis.
+        assert sidecar.metric("otelsignals_analyzer_plain_traces_total") == 2 + 3
+    expected = expected_span_bytes(spans) | expected_span_bytes(other_spans)
+    assert assert_unchanged_but_for_enrichment(sink.span_bytes(), expected) == 2 * 2  # chat span, root
 
 
 def test_default_file_output_is_otlp_json_lines(tmp_path):

@@ -53,8 +53,8 @@ class SpanRecord:
     context: ScopeContext
     ingest_seq: int = 0  # the on-disk queue record this span came from (0 without one)
     # Whether the span's bytes hold a GenAI key prefix, searched where its request was taken in
-    # (Analyzer.mark_spans); None when not searched there (a span serialized again), and the
-    # analysis searches it. A trace none of whose spans holds one skips the analysis thread.
+    # (Analyzer.mark_spans); None when not searched (a record made elsewhere): the analysis then
+    # searches it. A trace none of whose spans holds one skips the analysis thread.
     may_carry_genai: bool | None = None
 
     @property

@@ -120,19 +120,17 @@ class Analyzer:
         telemetry.conversation_turns.observe(score.turn_count)
         return analysis
 
-    def mark_spans(self, split: SplitRequest, request: bytes) -> None:
-        """Mark whether each span record cut from ``request`` holds a GenAI key prefix, on the event
-        loop (it only reads the decoder's markers): a trace none of whose spans holds one then
-        skips the analysis thread (AnalysisStage.take), and the analysis does not search a marked
-        span again. A request of plain spans is searched whole: four searches instead of four per
-        span, which took a sixth of the sidecar's CPU on plain traffic (bench/RESULTS.md,
-        2026-11-29). Any other request is searched span by span, so that the plain traces among
-        its GenAI ones skip the thread too. Records serialized again rather than cut from
-        ``request`` are left unmarked (None): their framing may differ from the request's."""
-        if not split.cut_from_raw:
-            return
+    def mark_spans(self, split: SplitRequest, request: bytes | None) -> None:
+        """Mark whether each span record of a request holds a GenAI key prefix, on the event loop
+        (it only reads the decoder's markers): a trace none of whose spans holds one then skips the
+        analysis thread (AnalysisStage.take), and the analysis does not search a marked span again.
+        A request of plain spans whose records were cut from its bytes ``request`` is searched
+        whole: four searches instead of four per span, which took a sixth of the sidecar's CPU on
+        plain traffic (bench/RESULTS.md, 2026-11-29). Otherwise each span is searched in its own
+        bytes: the request's bytes stand for its spans' only when these are slices of them (a span
+        serialized again may be framed otherwise), and none are at hand for OTLP/JSON."""
         might_carry_genai = self.decoder.might_carry_genai
-        if not might_carry_genai(request):
+        if split.cut_from_raw and request is not None and not might_carry_genai(request):
             for record in split.records:
                 record.may_carry_genai = False
             return

@@ -215,8 +215,7 @@ class Pipeline:
         """Take a parsed request. ``raw`` is its protobuf encoding when the caller has it: the spans'
         bytes are cut from it, and the disk queue keeps it, rather than serializing them again."""
         split = split_request(request, raw=raw)
-        if raw is not None:
-            self.analyzer.mark_spans(split, raw)
+        self.analyzer.mark_spans(split, raw)
         if self.disk_queue is not None:
             payload = raw if raw is not None else request.SerializeToString()
             seq = self.disk_queue.append("traces", payload, units=len(split.records))

@@ -1,6 +1,6 @@
 """Analyzer.mark_spans: a request none of whose bytes holds a GenAI key prefix is searched once, not
-span by span; the spans of every other request are searched one by one, so that its plain traces
-are known to be plain, and its GenAI spans are still read."""
+span by span; the spans of every other request (with GenAI spans, or OTLP/JSON) are searched one by
+one, so that its plain traces are known to be plain, and its GenAI spans are still read."""
 
 from __future__ import annotations
 
@@ -48,15 +48,23 @@ def test_a_request_with_one_genai_span_marks_each_span_by_its_own_bytes() -> Non
     assert [update is not None for update in updates].count(True) == 1
 
 
-def test_spans_serialized_again_are_left_unmarked() -> None:
+def test_spans_serialized_again_are_searched_in_their_own_bytes() -> None:
     # A span serialized from the parse may differ from the request in its framing (a length
-    # written in more bytes than needed): what the request lacks, it might hold.
+    # written in more bytes than needed): what the request lacks, it might hold. Here the
+    # request's bytes hold no GenAI key at all, yet the chat span serialized again is marked.
     analyzer = Analyzer(Telemetry())
-    split, raw = _split(genai_every=12)
+    split, _ = _split(genai_every=12)
     split.cut_from_raw = False
-    analyzer.mark_spans(split, raw)
+    plain_request = _split(genai_every=0)[1]
+    analyzer.mark_spans(split, plain_request)
+    marks = [record.may_carry_genai for record in split.records]
+    assert marks.count(True) == 1 and marks.count(False) == 14
+
+
+def test_an_unmarked_span_is_searched_by_the_analysis() -> None:
+    analyzer = Analyzer(Telemetry())
+    split, _ = _split(genai_every=12)
     assert all(record.may_carry_genai is None for record in split.records)
-    # Unmarked, each span is searched by the analysis: the chat span is read.
     updates = [analyzer.assemble(trace) for trace in _traces(split.records)]
     assert [update is not None for update in updates].count(True) == 1
 
@@ -90,10 +98,10 @@ def test_the_pipeline_marks_what_it_takes_in(tmp_path: Path) -> None:
             taken.clear()
             pipeline.ingest_traces(request, raw=request.SerializeToString())
             assert sorted((record.may_carry_genai for record in taken), reverse=True) == expected
-        # Without the request's bytes (OTLP/JSON) nothing is marked.
-        taken.clear()
-        pipeline.ingest_traces(encode_spans(make_spans(3, 4)))
-        assert len(taken) == 15 and all(record.may_carry_genai is None for record in taken)
+            # Without the request's bytes (OTLP/JSON) each span is searched in its own.
+            taken.clear()
+            pipeline.ingest_traces(encode_spans(make_spans(3, 4, genai_every=genai_every)))
+            assert sorted((record.may_carry_genai for record in taken), reverse=True) == expected
 
     asyncio.run(ingest())
     pipeline.store.close()
