@@ -32,7 +32,9 @@ Two phases per target, each with half of the conversations (same mix of lengths 
    utime + stime from /proc, every thread included, first request sent → last span at the sink);
 2. paced: open loop at 50 % of the sidecar's unpaced throughput in turns/s (the same rate for
    both targets): added latency = first send of a trace's request → its last span at the sink
-   (so it includes the sidecar's export batching: up to ``exporter.batch.timeout``, 20 ms by default).
+   (so it includes the sidecar's export batching: up to ``exporter.batch.timeout``, 20 ms by default),
+   and the export requests the downstream received per turn (what that batching saves it: the bare
+   forwarder sends one per request it takes).
 
 Memory: the target's VmHWM, and for the sidecar the RSS growth from ready to the end of the run
 divided by ``otelsignals_sessions_active`` (every conversation is still held: ``sessions.ttl`` 30 m).
@@ -593,9 +595,10 @@ def run_sink(conn: multiprocessing.connection.Connection) -> None:
         elif command == "take":
             with lock:
                 taken = {trace_id: (n, at) for trace_id, (n, at) in arrivals.items()}
+                requests = counts[1]
                 arrivals.clear()
                 counts[0] = counts[1] = 0
-            conn.send(taken)
+            conn.send((taken, requests))
         else:
             server.stop(None)
             return
@@ -614,9 +617,11 @@ class Sink:
         self._conn.send("count")
         return int(self._conn.recv())
 
-    def take(self) -> dict[bytes, tuple[int, float]]:
+    def take(self) -> tuple[dict[bytes, tuple[int, float]], int]:
+        """(trace id → (spans, time of the last), the export requests received) since the last take."""
         self._conn.send("take")
-        return dict(self._conn.recv())
+        arrivals, requests = self._conn.recv()
+        return dict(arrivals), int(requests)
 
     def wait_for(self, spans: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -763,6 +768,7 @@ class PhaseResult:
     latencies_ms: list[float] = field(default_factory=list)
     rpc_ms: list[float] = field(default_factory=list)
     thread_cpu: dict[str, float] = field(default_factory=dict)  # seconds by thread (the sidecar's)
+    downstream_requests: int = 0  # export requests the sink received in the phase
 
     @property
     def turns_per_s(self) -> float:
@@ -792,14 +798,22 @@ def run_phase(
     cpu = cpu_seconds(pid) - cpu_before
     threads_after = threads() if threads else {}
     thread_cpu = {name: spent - threads_before.get(name, 0.0) for name, spent in threads_after.items()}
-    arrivals = sink.take()
+    arrivals, downstream_requests = sink.take()
     latencies = []
     for turn, first in zip(turns, sent.first_send, strict=True):
         n, at = arrivals[turn.trace_id]
         assert n == turn.spans, f"trace {turn.trace_id.hex()}: {n} spans at the sink, sent {turn.spans}"
         latencies.append((at - first) * 1000)
     result = PhaseResult(
-        len(turns), spans, wall, cpu, sent.overloaded, latencies, [s * 1000 for s in sent.rpc], thread_cpu
+        len(turns),
+        spans,
+        wall,
+        cpu,
+        sent.overloaded,
+        latencies,
+        [s * 1000 for s in sent.rpc],
+        thread_cpu,
+        downstream_requests,
     )
     log(
         f"{name}: {wall:.1f} s, {result.turns_per_s:,.1f} turns/s, CPU {cpu:.1f} s "
@@ -1031,6 +1045,7 @@ def summary(target: TargetResult) -> dict[str, float]:
         "latency_max_ms": max(p.latencies_ms),
         "rpc_p50_ms": percentile(p.rpc_ms, 50),
         "rpc_p99_ms": percentile(p.rpc_ms, 99),
+        "export_requests_per_turn_paced": p.downstream_requests / p.turns,
         "overload_answers": u.overloaded + p.overloaded,
         "peak_rss_mib": target.peak_rss_kib / 1024,
     }
@@ -1086,6 +1101,7 @@ ROWS = (
     ("latency_max_ms", "added latency max (ms)", "{:,.1f}"),
     ("rpc_p50_ms", "export RPC p50 (ms)", "{:,.2f}"),
     ("rpc_p99_ms", "export RPC p99 (ms)", "{:,.2f}"),
+    ("export_requests_per_turn_paced", "paced phase: requests the downstream received per turn", "{:.2f}"),
     ("overload_answers", "UNAVAILABLE answers (retried)", "{:,.0f}"),
     ("peak_rss_mib", "peak RSS, VmHWM (MiB)", "{:,.0f}"),
     ("rss_growth_mib", "RSS growth, ready → end (MiB)", "{:,.0f}"),
