@@ -103,8 +103,8 @@ class Telemetry:
         )
         self.plain_traces = Counter(
             "otelsignals_analyzer_plain_traces",
-            "Traces none of whose spans holds a GenAI key prefix: sampled and forwarded on the event "
-            "loop, not analysed.",
+            "Released traces none of whose spans holds a GenAI key prefix: not analysed, sampled on "
+            "the event loop (forwarded unless the sampler drops them).",
             registry=r,
         )
         self.genai_traces = Counter(

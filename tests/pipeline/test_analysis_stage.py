@@ -73,7 +73,7 @@ def test_traces_the_sampler_drops_are_released_not_forwarded() -> None:
 
 
 def marked_plain(trace: ReleasedTrace) -> ReleasedTrace:
-    """``trace`` as it is when its request held no GenAI key (Analyzer.mark_plain_spans)."""
+    """``trace`` as it is when none of its spans holds a GenAI key (Analyzer.mark_spans)."""
     for record in trace.spans:
         record.may_carry_genai = False
     return trace
@@ -102,13 +102,18 @@ def test_a_trace_marked_plain_leaves_at_once_without_the_analysis_thread() -> No
         forwarded: list[list[SpanRecord]] = []
         stage = stage_never_analysing(forwarded)
         plain, unmarked = marked_plain(plain_trace(1)), plain_trace(2)
-        # A trace whose spans came in two requests, one of them with GenAI keys: it is analysed.
+        # A trace with one span marked as holding a GenAI key (its spans may have come in two
+        # requests): it is analysed. So is one with a span never searched (None).
         mixed = marked_plain(plain_trace(3))
-        mixed.spans += plain_trace(4).spans
-        for trace in (plain, unmarked, mixed):
+        genai_span = plain_trace(4).spans[0]
+        genai_span.may_carry_genai = True
+        mixed.spans.append(genai_span)
+        partly_searched = marked_plain(plain_trace(5))
+        partly_searched.spans += plain_trace(6).spans
+        for trace in (plain, unmarked, mixed, partly_searched):
             stage.take(trace)
         assert forwarded == [plain.spans]  # the others wait for the analysis thread
-        assert stage.telemetry.released_traces.labels("complete")._value.get() == 3
+        assert stage.telemetry.released_traces.labels("complete")._value.get() == 4
         assert stage.telemetry.plain_traces._value.get() == 1
 
     asyncio.run(scenario())
