@@ -10,7 +10,8 @@ nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 
 
 def genai_markers(key_prefixes: Iterable[str]) -> tuple[bytes, ...]:
@@ -29,3 +30,29 @@ def carries_any(span_bytes: bytes, markers: tuple[bytes, ...]) -> bool:
         if marker in span_bytes:
             return True
     return False
+
+
+def slices_carrying_any(
+    data: bytes, starts: Sequence[int], ends: Sequence[int], markers: tuple[bytes, ...]
+) -> list[bool]:
+    """For each slice ``data[starts[i]:ends[i]]`` (in ascending order, disjoint), what
+    :func:`carries_any` says of it, from searches over ``data`` itself: a slice is left once it is
+    known to hold a marker, and the bytes between slices are skipped, so there are at most two
+    searches per slice and marker (a request's spans, where searching span by span costs a Python
+    call per span and marker). A marker outside every slice, or across a slice's end, marks none."""
+    held = [False] * len(starts)
+    last = len(starts) - 1
+    find = data.find
+    for marker in markers:
+        size = len(marker)
+        at = find(marker, starts[0]) if starts else -1
+        while at >= 0:
+            i = bisect_right(starts, at) - 1  # at >= starts[0]: every search starts at a slice or after
+            if at + size <= ends[i]:
+                held[i] = True
+                at = find(marker, ends[i])
+            elif i < last:
+                at = find(marker, starts[i + 1])  # nothing of slice i can hold it (or `at` is past it)
+            else:
+                break
+    return held

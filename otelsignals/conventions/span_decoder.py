@@ -34,7 +34,7 @@ from otelsignals.conventions.decoding import (
     decode_whole,
     varint,
 )
-from otelsignals.conventions.markers import carries_any, genai_markers
+from otelsignals.conventions.markers import carries_any, genai_markers, slices_carrying_any
 from otelsignals.conventions.memory import ConversationMemory
 from otelsignals.conversation import CONVERSATION_KEY_ATTRIBUTES, conversation_key
 
@@ -73,6 +73,10 @@ class SpanDecoder:
     def might_carry_genai(self, span_bytes: bytes) -> bool:
         """The pre-filter: False when the span holds none of the readers' key prefixes."""
         return carries_any(span_bytes, self.markers)
+
+    def slices_might_carry_genai(self, data: bytes, starts: Sequence[int], ends: Sequence[int]) -> list[bool]:
+        """:meth:`might_carry_genai` of each span ``data[starts[i]:ends[i]]``, searched in ``data``."""
+        return slices_carrying_any(data, starts, ends, self.markers)
 
     @staticmethod
     def might_name_conversation(span_bytes: bytes) -> bool:

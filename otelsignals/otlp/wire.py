@@ -69,9 +69,10 @@ class SpanRecord:
 class SplitRequest:
     records: list[SpanRecord]
     invalid_spans: int  # spans without a valid trace or span id: refused via partial_success
-    # Every record's bytes are a slice of the request's: what the request's bytes lack, none of
-    # them holds (a span serialized again may differ in its framing).
-    cut_from_raw: bool = False
+    # When every record's bytes are a slice of the request's, where each starts in them (what the
+    # request's bytes lack, none of them holds); None when they were serialized again, which may
+    # frame a span otherwise.
+    starts: list[int] | None = None
 
 
 def is_valid_id(value: bytes, size: int) -> bool:
@@ -95,6 +96,8 @@ def split_request(
     ):
         slices = None  # not laid out as this walk reads it: serialized from the parse instead
     spans_in_order = iter(slices) if slices is not None else None
+    source = raw or b""
+    starts: list[int] = []
     for resource_spans in request.resource_spans:
         resource = (
             resource_spans.resource.SerializeToString() if resource_spans.HasField("resource") else None
@@ -107,7 +110,7 @@ def split_request(
                 scope_spans.schema_url,
             )
             for span in scope_spans.spans:
-                data = next(spans_in_order) if spans_in_order is not None else None
+                offsets = next(spans_in_order) if spans_in_order is not None else None
                 trace_id = span.trace_id
                 span_id = span.span_id
                 # is_valid_id, inlined: this loop runs for every span that passes through.
@@ -122,17 +125,13 @@ def split_request(
                 parent = span.parent_span_id
                 if parent and (span.flags & _REMOTE_PARENT) == _REMOTE_PARENT:
                     parent = b""
-                append(
-                    SpanRecord(
-                        trace_id,
-                        span_id,
-                        parent,
-                        data if data is not None else span.SerializeToString(),
-                        context,
-                        ingest_seq,
-                    )
-                )
-    return SplitRequest(records, invalid, spans_in_order is not None)
+                if offsets is None:
+                    data = span.SerializeToString()
+                else:
+                    data = source[offsets[0] : offsets[1]]
+                    starts.append(offsets[0])
+                append(SpanRecord(trace_id, span_id, parent, data, context, ingest_seq))
+    return SplitRequest(records, invalid, starts if spans_in_order is not None else None)
 
 
 # ExportTraceServiceRequest.resource_spans, ResourceSpans.scope_spans and ScopeSpans.spans, each with
@@ -140,16 +139,17 @@ def split_request(
 _RESOURCE_SPANS_TAG, _SCOPE_SPANS_TAG, _SPANS_TAG = 0x0A, 0x12, 0x12
 
 
-def _span_slices(raw: bytes) -> list[bytes] | None:
-    """Every span's bytes in ``raw`` (a request that parsed), in the order the parse lists them: a
-    repeated field's occurrences are its elements in order, and a field with another wire type is
-    not that field (a parse keeps it as unknown). None when a field runs past its message or has a
-    wire type a parse does not take (the caller also checks the count against the parse's)."""
-    spans: list[bytes] = []
+def _span_slices(raw: bytes) -> list[tuple[int, int]] | None:
+    """Where every span's bytes are in ``raw`` (a request that parsed), (start, end) in the order the
+    parse lists them: a repeated field's occurrences are its elements in order, and a field with
+    another wire type is not that field (a parse keeps it as unknown). None when a field runs past
+    its message or has a wire type a parse does not take (the caller also checks the count against
+    the parse's)."""
+    spans: list[tuple[int, int]] = []
     try:
         for resource_start, resource_end in _fields(raw, 0, len(raw), _RESOURCE_SPANS_TAG):
             for scope_start, scope_end in _fields(raw, resource_start, resource_end, _SCOPE_SPANS_TAG):
-                spans += [raw[start:end] for start, end in _fields(raw, scope_start, scope_end, _SPANS_TAG)]
+                spans += _fields(raw, scope_start, scope_end, _SPANS_TAG)
     except IndexError:
         return None
     return spans

@@ -124,17 +124,19 @@ class Analyzer:
         """Mark whether each span record of a request holds a GenAI key prefix, on the event loop
         (it only reads the decoder's markers): a trace none of whose spans holds one then skips the
         analysis thread (AnalysisStage.take), and the analysis does not search a marked span again.
-        A request of plain spans whose records were cut from its bytes ``request`` is searched
-        whole: four searches instead of four per span, which took a sixth of the sidecar's CPU on
-        plain traffic (bench/RESULTS.md, 2026-11-29). Otherwise each span is searched in its own
-        bytes: the request's bytes stand for its spans' only when these are slices of them (a span
-        serialized again may be framed otherwise), and none are at hand for OTLP/JSON."""
-        might_carry_genai = self.decoder.might_carry_genai
-        if split.cut_from_raw and request is not None and not might_carry_genai(request):
-            for record in split.records:
-                record.may_carry_genai = False
+        Records cut from the request's bytes ``request`` are searched there, a few searches over
+        the request rather than a few per span: searching span by span took a sixth of the
+        sidecar's CPU on plain traffic (bench/RESULTS.md, 2026-11-29). Records serialized again (a
+        span may then be framed otherwise) and those of OTLP/JSON requests are searched one by one."""
+        records, starts = split.records, split.starts
+        if starts is not None and request is not None:
+            ends = [start + len(record.data) for start, record in zip(starts, records, strict=True)]
+            marks = self.decoder.slices_might_carry_genai(request, starts, ends)
+            for record, mark in zip(records, marks, strict=True):
+                record.may_carry_genai = mark
             return
-        for record in split.records:
+        might_carry_genai = self.decoder.might_carry_genai
+        for record in records:
             record.may_carry_genai = might_carry_genai(record.data)
 
     def assemble(self, trace: ReleasedTrace) -> TraceUpdate | None:

@@ -541,4 +541,4 @@ def test_a_request_the_walk_cannot_follow_is_split_from_its_parse() -> None:
     assert [r.data for r in split.records] == [
         s.SerializeToString() for s in request.resource_spans[0].scope_spans[0].spans
     ]
-    assert not split.cut_from_raw  # what the request's bytes lack, these might hold
+    assert split.starts is None  # what the request's bytes lack, these might hold

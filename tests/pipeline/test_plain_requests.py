@@ -1,6 +1,7 @@
-"""Analyzer.mark_spans: a request none of whose bytes holds a GenAI key prefix is searched once, not
-span by span; the spans of every other request (with GenAI spans, or OTLP/JSON) are searched one by
-one, so that its plain traces are known to be plain, and its GenAI spans are still read."""
+"""Analyzer.mark_spans: the spans cut from a request's bytes are searched for a GenAI key prefix in
+those bytes, a few searches per request rather than per span; spans serialized again (and those of
+OTLP/JSON requests) one by one. Either way the plain traces are known to be plain, and the GenAI
+spans are still read."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _traces(records: list[SpanRecord]) -> list[ReleasedTrace]:
 
 def test_a_request_of_plain_spans_marks_every_span() -> None:
     split, raw = _split(genai_every=0)
-    assert split.cut_from_raw
+    assert split.starts is not None
     Analyzer(Telemetry()).mark_spans(split, raw)
     assert split.records and all(record.may_carry_genai is False for record in split.records)
 
@@ -54,7 +55,7 @@ def test_spans_serialized_again_are_searched_in_their_own_bytes() -> None:
     # request's bytes hold no GenAI key at all, yet the chat span serialized again is marked.
     analyzer = Analyzer(Telemetry())
     split, _ = _split(genai_every=12)
-    split.cut_from_raw = False
+    split.starts = None
     plain_request = _split(genai_every=0)[1]
     analyzer.mark_spans(split, plain_request)
     marks = [record.may_carry_genai for record in split.records]

@@ -1,0 +1,54 @@
+"""slices_carrying_any: which slices of a request's bytes hold a GenAI key prefix, found by searching
+the request itself; it must say what carries_any says of each slice alone."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from otelsignals.conventions.markers import carries_any, slices_carrying_any
+
+MARKERS = (b"ai.", b"llm.")
+
+
+def _layout(*parts: tuple[bytes, bool]) -> tuple[bytes, list[int], list[int]]:
+    """Bytes made of ``parts``, each (bytes, whether it is a slice), and the slices' starts and ends."""
+    data, starts, ends = b"", [], []
+    for chunk, is_slice in parts:
+        if is_slice:
+            starts.append(len(data))
+            ends.append(len(data) + len(chunk))
+        data += chunk
+    return data, starts, ends
+
+
+@pytest.mark.parametrize(
+    ("parts", "expected"),
+    [
+        pytest.param([(b"key gen_ai.system", True)], [True], id="one slice holding a marker"),
+        pytest.param([(b"db.system", True), (b"x llm.model", True)], [False, True], id="the second marker"),
+        pytest.param([(b"gen_ai.a ai.b", True), (b"plain", True)], [True, False], id="many in one slice"),
+        # near-misses: the bytes hold a marker, no slice does
+        pytest.param([(b"service ai.", False), (b"db.system", True)], [False], id="marker before the slices"),
+        pytest.param([(b"db", True), (b"ai.x", False), (b"http", True)], [False, False], id="marker between"),
+        pytest.param([(b"plain", True), (b"llm.", False)], [False], id="marker after the slices"),
+        pytest.param([(b"xx a", True), (b"i.yy", True)], [False, False], id="marker across two slices"),
+        pytest.param([(b"x a", True), (b"i.", False), (b"ai.", True)], [False, True], id="across, then in"),
+        pytest.param([(b"ai", True), (b".ai.", True)], [False, True], id="an edge, then a marker"),
+        pytest.param([], [], id="no slices"),
+    ],
+)
+def test_slices_holding_a_marker(parts: list[tuple[bytes, bool]], expected: list[bool]) -> None:
+    data, starts, ends = _layout(*parts)
+    assert slices_carrying_any(data, starts, ends, MARKERS) == expected
+
+
+_BYTES = st.sampled_from([b"a", b"i", b".", b"l", b"m", b"x"])
+
+
+@given(st.lists(st.tuples(st.lists(_BYTES, max_size=12), st.booleans()), max_size=8))
+def test_it_says_what_searching_each_slice_alone_says(parts: list[tuple[list[bytes], bool]]) -> None:
+    data, starts, ends = _layout(*[(b"".join(chunk), is_slice) for chunk, is_slice in parts])
+    alone = [carries_any(data[start:end], MARKERS) for start, end in zip(starts, ends, strict=True)]
+    assert slices_carrying_any(data, starts, ends, MARKERS) == alone
