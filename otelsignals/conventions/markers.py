@@ -19,6 +19,8 @@ def genai_markers(key_prefixes: Iterable[str]) -> tuple[bytes, ...]:
     declared prefix it contains, each once. A span holding ``gen_ai.`` holds ``ai.`` too, so one
     search does for both and the same spans pass."""
     prefixes = tuple(dict.fromkeys(key_prefixes))
+    if "" in prefixes:  # it would mark every span, and make the slice search never move on
+        raise ValueError("a reader declares an empty key prefix")
     shortest = (min((other for other in prefixes if other in prefix), key=len) for prefix in prefixes)
     return tuple(dict.fromkeys(prefix.encode() for prefix in shortest))
 
@@ -37,9 +39,10 @@ def slices_carrying_any(
 ) -> list[bool]:
     """For each slice ``data[starts[i]:ends[i]]`` (in ascending order, disjoint), what
     :func:`carries_any` says of it, from searches over ``data`` itself: a slice is left once it is
-    known to hold a marker, and the bytes between slices are skipped, so there are at most two
-    searches per slice and marker (a request's spans, where searching span by span costs a Python
-    call per span and marker). A marker outside every slice, or across a slice's end, marks none."""
+    known to hold a marker, and the bytes between slices are skipped, so there is at most one
+    search per slice and marker (a request's spans, where searching span by span costs a Python
+    call per span and marker). A marker outside every slice, or across a slice's end, marks none.
+    Markers must not be empty (genai_markers refuses an empty prefix)."""
     held = [False] * len(starts)
     last = len(starts) - 1
     find = data.find
@@ -47,12 +50,12 @@ def slices_carrying_any(
         size = len(marker)
         at = find(marker, starts[0]) if starts else -1
         while at >= 0:
-            i = bisect_right(starts, at) - 1  # at >= starts[0]: every search starts at a slice or after
+            i = bisect_right(starts, at) - 1  # at >= starts[0]: every search starts at a slice
             if at + size <= ends[i]:
                 held[i] = True
-                at = find(marker, ends[i])
-            elif i < last:
-                at = find(marker, starts[i + 1])  # nothing of slice i can hold it (or `at` is past it)
-            else:
+            # Either way slice i is done: held, or the first hit from here crosses its end (so does
+            # every later one), or lies after it.
+            if i == last:
                 break
+            at = find(marker, starts[i + 1])
     return held

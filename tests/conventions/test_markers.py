@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from otelsignals.conventions.markers import carries_any, slices_carrying_any
+from otelsignals.conventions.markers import carries_any, genai_markers, slices_carrying_any
 
 MARKERS = (b"ai.", b"llm.")
 
@@ -44,11 +44,22 @@ def test_slices_holding_a_marker(parts: list[tuple[bytes, bool]], expected: list
     assert slices_carrying_any(data, starts, ends, MARKERS) == expected
 
 
-_BYTES = st.sampled_from([b"a", b"i", b".", b"l", b"m", b"x"])
+_BYTES = st.sampled_from([b"a", b"i", b".", b"l", b"x"])
+_WORDS = st.lists(_BYTES, min_size=1, max_size=4).map(b"".join)
 
 
-@given(st.lists(st.tuples(st.lists(_BYTES, max_size=12), st.booleans()), max_size=8))
-def test_it_says_what_searching_each_slice_alone_says(parts: list[tuple[list[bytes], bool]]) -> None:
-    data, starts, ends = _layout(*[(b"".join(chunk), is_slice) for chunk, is_slice in parts])
-    alone = [carries_any(data[start:end], MARKERS) for start, end in zip(starts, ends, strict=True)]
-    assert slices_carrying_any(data, starts, ends, MARKERS) == alone
+@given(
+    st.lists(st.tuples(st.lists(_BYTES, max_size=12).map(b"".join), st.booleans()), max_size=8),
+    st.lists(_WORDS, min_size=1, max_size=3).map(tuple),  # overlapping, prefixes of one another
+)
+def test_it_says_what_searching_each_slice_alone_says(
+    parts: list[tuple[bytes, bool]], markers: tuple[bytes, ...]
+) -> None:
+    data, starts, ends = _layout(*parts)
+    alone = [carries_any(data[start:end], markers) for start, end in zip(starts, ends, strict=True)]
+    assert slices_carrying_any(data, starts, ends, markers) == alone
+
+
+def test_an_empty_key_prefix_is_refused() -> None:
+    with pytest.raises(ValueError, match="empty key prefix"):
+        genai_markers(["gen_ai.", ""])

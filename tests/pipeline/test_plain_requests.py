@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
 from otelsignals.config_loading import load_config
 from otelsignals.otlp.wire import SpanRecord, SplitRequest, split_request
 from otelsignals.pipeline.analyzer import Analyzer
@@ -47,6 +49,37 @@ def test_a_request_with_one_genai_span_marks_each_span_by_its_own_bytes() -> Non
     assert b"gen_ai." in genai.data
     updates = [analyzer.assemble(trace) for trace in _traces(split.records)]
     assert [update is not None for update in updates].count(True) == 1
+
+
+def test_marks_stay_with_their_spans_around_refused_spans_and_keys_outside_spans() -> None:
+    # Keys in the resource's and the scope's bytes are in no span; a span with an invalid id holds a
+    # GenAI key but is refused, so it has no record: the records' starts skip it.
+    request = ExportTraceServiceRequest()
+    resource_spans = request.resource_spans.add()
+    attribute = resource_spans.resource.attributes.add()
+    attribute.key, attribute.value.string_value = "service.name", "openai.proxy"
+    scope_spans = resource_spans.scope_spans.add()
+    scope_spans.scope.name = "llm.instrumentation"
+    spans = [
+        (b"\x01" * 8, "http.route"),
+        (b"\x00" * 8, "gen_ai.system"),  # an invalid span id: refused
+        (b"\x02" * 8, "gen_ai.system"),
+        (b"\x03" * 8, "db.system"),
+    ]
+    for n, (span_id, key) in enumerate(spans):
+        span = scope_spans.spans.add(trace_id=bytes([n + 1]) * 16, span_id=span_id, name="work")
+        attribute = span.attributes.add()
+        attribute.key, attribute.value.string_value = key, "x"
+    raw = request.SerializeToString()
+    split = split_request(request, raw=raw)
+    assert split.invalid_spans == 1 and split.starts is not None and len(split.starts) == 3
+    for start, record in zip(split.starts, split.records, strict=True):
+        assert raw[start : start + len(record.data)] == record.data
+    analyzer = Analyzer(Telemetry())
+    analyzer.mark_spans(split, raw)
+    marks = [record.may_carry_genai for record in split.records]
+    assert marks == [analyzer.decoder.might_carry_genai(record.data) for record in split.records]
+    assert marks == [False, True, False]
 
 
 def test_spans_serialized_again_are_searched_in_their_own_bytes() -> None:
