@@ -38,24 +38,36 @@ def slices_carrying_any(
     data: bytes, starts: Sequence[int], ends: Sequence[int], markers: tuple[bytes, ...]
 ) -> list[bool]:
     """For each slice ``data[starts[i]:ends[i]]`` (in ascending order, disjoint), what
-    :func:`carries_any` says of it, from searches over ``data`` itself: a slice is left once it is
-    known to hold a marker, and the bytes between slices are skipped, so there is at most one
-    search per slice and marker (a request's spans, where searching span by span costs a Python
-    call per span and marker). A marker outside every slice, or across a slice's end, marks none.
-    Markers must not be empty (genai_markers refuses an empty prefix)."""
-    held = [False] * len(starts)
-    last = len(starts) - 1
+    :func:`carries_any` says of it, from searches over ``data`` itself rather than a Python call per
+    slice and marker (a request's spans). Each marker is searched for only in the runs of slices
+    not yet known to hold one: a GenAI span, often the largest of its request, is not searched
+    again for the other markers. Within a run, a slice is left after any hit in it and the bytes
+    between slices are skipped: at most one search per slice and marker. A marker outside every
+    slice, or across a slice's end, marks none. Markers must not be empty (genai_markers refuses an
+    empty prefix)."""
+    count = len(starts)
+    held = [False] * count + [True]  # the last: a stop for the runs' search, not a slice
     find = data.find
     for marker in markers:
         size = len(marker)
-        at = find(marker, starts[0]) if starts else -1
-        while at >= 0:
-            i = bisect_right(starts, at) - 1  # at >= starts[0]: every search starts at a slice
-            if at + size <= ends[i]:
-                held[i] = True
-            # Either way slice i is done: held, or the first hit from here crosses its end (so does
-            # every later one), or lies after it.
-            if i == last:
+        first = 0
+        while True:
+            try:
+                first = held.index(False, first)  # a run of slices not known to hold a marker...
+            except ValueError:
                 break
-            at = find(marker, starts[i + 1])
+            after = held.index(True, first)  # ...up to here
+            end = ends[after - 1]
+            at = find(marker, starts[first], end)
+            while at >= 0:
+                i = bisect_right(starts, at) - 1  # at >= starts[first]: searches start at a slice
+                if at + size <= ends[i]:
+                    held[i] = True
+                # Either way slice i is done: held, or the first hit from here crosses its end (so
+                # does every later one), or lies after it.
+                if i + 1 >= after:
+                    break
+                at = find(marker, starts[i + 1], end)
+            first = after
+    del held[count]
     return held
