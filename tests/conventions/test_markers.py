@@ -63,3 +63,24 @@ def test_it_says_what_searching_each_slice_alone_says(
 def test_an_empty_key_prefix_is_refused() -> None:
     with pytest.raises(ValueError, match="empty key prefix"):
         genai_markers(["gen_ai.", ""])
+
+
+class _Searches(bytes):
+    """Bytes that note the range of each search made in them."""
+
+    ranges: list[tuple[bytes, int, int]]
+
+    def find(self, sub, start=None, end=None):  # type: ignore[override]
+        self.ranges.append((sub, start or 0, len(self) if end is None else end))
+        return super().find(sub, start, end)
+
+
+def test_a_span_known_to_hold_a_marker_is_not_searched_for_the_others() -> None:
+    # A chat span is often most of its request: searching it again for each marker it lacks cost
+    # 100 times what its marks are worth on an agent's requests.
+    data, starts, ends = _layout((b"plain", True), (b"gen_ai.input " + b"x" * 1000, True), (b"db", True))
+    searched = _Searches(data)
+    searched.ranges = []
+    assert slices_carrying_any(searched, starts, ends, MARKERS) == [False, True, False]
+    later = [(start, end) for marker, start, end in searched.ranges if marker == b"llm."]
+    assert later and all(end <= starts[1] or start >= ends[1] for start, end in later)
