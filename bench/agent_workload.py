@@ -39,7 +39,7 @@ Two phases per target, each with half of the conversations (same mix of lengths 
 Memory: the target's VmHWM, and for the sidecar the RSS growth from ready to the end of the run
 divided by ``otelsignals_sessions_active`` (every conversation is still held: ``sessions.ttl`` 30 m).
 
-``--profile`` runs the sidecar's stages in this process on the same requests (receiver parse,
+``--profile`` runs the sidecar's stages in this process on the same requests (receiver parse and span marks,
 trace assembly, convention readers, detectors, scoring, trace metrics, enrichment, export encoding
 and gzip; 100 conversations unless --conversations) and prints µs of CPU (the thread's time) per
 turn per stage, then the top functions under cProfile.
@@ -1292,6 +1292,7 @@ def profile(workload: Workload, top: int) -> dict[str, Any]:
         for turn in turns:
             t0 = clock()
             split = split_request(ExportTraceServiceRequest.FromString(turn.body), raw=turn.body)
+            analyzer.mark_spans(split, turn.body)  # as the sidecar's intake does
             t1 = clock()
             assembler.add(split.records)
             t2 = clock()
