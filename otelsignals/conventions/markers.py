@@ -37,14 +37,14 @@ def carries_any(span_bytes: bytes, markers: tuple[bytes, ...]) -> bool:
 def slices_carrying_any(
     data: bytes, starts: Sequence[int], ends: Sequence[int], markers: tuple[bytes, ...]
 ) -> list[bool]:
-    """For each slice ``data[starts[i]:ends[i]]`` (in ascending order, disjoint), what
-    :func:`carries_any` says of it, from searches over ``data`` itself rather than a Python call per
-    slice and marker (a request's spans). Each marker is searched for only in the runs of slices
-    not yet known to hold one: a GenAI span, often the largest of its request, is not searched
-    again for the other markers. Within a run, a slice is left after any hit in it and the bytes
-    between slices are skipped: at most one search per slice and marker. A marker outside every
-    slice, or across a slice's end, marks none. Markers must not be empty (genai_markers refuses an
-    empty prefix)."""
+    """For each slice ``data[starts[i]:ends[i]]`` (``starts[i] <= ends[i]``, in ascending order,
+    disjoint; not checked: another layout gives wrong answers), what :func:`carries_any` says of
+    it, from searches over ``data`` itself rather than a Python call per slice and marker (a
+    request's spans). Each marker is searched for only in the runs of slices not yet known to hold
+    one: a GenAI span, often the largest of its request, is not searched again for the other
+    markers. Within a run, after a hit the search resumes at the next slice's start: at most one
+    search per slice and marker. A marker outside every slice, or across a slice's end, marks
+    none. Markers must not be empty (genai_markers refuses an empty prefix)."""
     count = len(starts)
     held = [False] * count + [True]  # the last: a stop for the runs' search, not a slice
     find = data.find
@@ -60,11 +60,12 @@ def slices_carrying_any(
             end = ends[after - 1]
             at = find(marker, starts[first], end)
             while at >= 0:
-                i = bisect_right(starts, at) - 1  # at >= starts[first]: searches start at a slice
+                # starts[first] <= at and at + size <= end <= starts[after]: first <= i < after
+                i = bisect_right(starts, at) - 1
                 if at + size <= ends[i]:
                     held[i] = True
-                # Either way slice i is done: held, or the first hit from here crosses its end (so
-                # does every later one), or lies after it.
+                # Either way slice i is done: held, or this hit crosses its end, and then so does
+                # any later one starting in it (an earlier one wholly inside would have been found).
                 if i + 1 >= after:
                     break
                 at = find(marker, starts[i + 1], end)
