@@ -5,8 +5,8 @@ analysis thread (:class:`AnalysisWorker`). There the trace is analysed, handed t
 recorder and the trace judge, enriched and sampled; the verdict goes back to the event loop, where
 the trace is forwarded to the exporter, or dropped (its disk-queue records released). Whatever fails
 on the way, the trace is forwarded as it came. A trace with nothing to analyse (none of its spans
-holds a GenAI key) is sampled and forwarded on the event loop. Late GenAI log events and session expiry run on
-the same thread, since they change the same conversation state.
+holds a GenAI key) is sampled and forwarded on the event loop. Late GenAI log events and session
+expiry run on the same thread, since they change the same conversation state.
 """
 
 from __future__ import annotations
