@@ -18,7 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otelsignals.config import Config
 from otelsignals.gc_policy import GcPolicy
-from otelsignals.otlp.wire import SpanRecord, split_request
+from otelsignals.otlp.wire import SpanRecord, SplitRequest, split_request
 from otelsignals.pipeline.analysis_stage import AnalysisStage
 from otelsignals.pipeline.analysis_worker import create_analysis_worker
 from otelsignals.pipeline.analyzer import create_analyzer
@@ -138,8 +138,7 @@ class Pipeline:
             for record in self.disk_queue.recover():
                 if record.signal == "traces":
                     request = ExportTraceServiceRequest.FromString(record.payload)
-                    split = split_request(request, record.seq, record.payload)
-                    self.analyzer.mark_spans(split, record.payload)
+                    split = self._split(request, record.payload, record.seq)
                     self.disk_queue.set_units(record.seq, len(split.records))
                     self.assembler.add(split.records)
                 else:
@@ -211,11 +210,19 @@ class Pipeline:
     def has_room(self, incoming_bytes: int) -> bool:
         return self.analysis.has_room(incoming_bytes) and self.exporter.has_room(incoming_bytes)
 
+    def _split(
+        self, request: ExportTraceServiceRequest, raw: bytes | None, ingest_seq: int = 0
+    ) -> SplitRequest:
+        """``request``'s span records, each marked for whether it holds a GenAI key: both are made
+        from the same bytes ``raw`` (the marks search them where the spans were cut from them)."""
+        split = split_request(request, ingest_seq, raw)
+        self.analyzer.mark_spans(split, raw)
+        return split
+
     def ingest_traces(self, request: ExportTraceServiceRequest, raw: bytes | None = None) -> IngestOutcome:
         """Take a parsed request. ``raw`` is its protobuf encoding when the caller has it: the spans'
         bytes are cut from it, and the disk queue keeps it, rather than serializing them again."""
-        split = split_request(request, raw=raw)
-        self.analyzer.mark_spans(split, raw)
+        split = self._split(request, raw)
         if self.disk_queue is not None:
             payload = raw if raw is not None else request.SerializeToString()
             seq = self.disk_queue.append("traces", payload, units=len(split.records))
