@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -816,15 +817,22 @@ class _TraceAdoptions:
     (a merge may replace a message an earlier one put there). Only positions some merge spanned are
     looked at, and only a message some merge replaced is followed further.
 
+    Each catch-up also remembers its window of positions, as read and as caught up. The next history
+    usually holds the very same copies there (the history cache hands out one history's messages to
+    the next), and then takes the caught-up window over in one slice (its positions are compared by
+    identity, in C) and replays only the merges made since: a catch-up costs what those merges
+    spanned, not every position earlier merges spanned (bench/reassembly.py --calls-in-one-trace).
+
     A history that something else also changes meanwhile (the history cache remembers it, or another
     call's reading is the same list) is still adopted at each merge, as before, so that the two
     kinds of change keep their order. Messages are known by id, and a key's message may be gone by a
     later catch-up (the history cache's adoption frees copies), its id then free for another object.
     That cannot mislead the replay: a merge's keys are compared only with a history's messages as
     read or as put there by earlier merges, all alive together with the keys during that merge, so
-    no two of them share an id."""
+    no two of them share an id. (The remembered window keeps its messages alive until the trace is
+    merged.)"""
 
-    __slots__ = ("_current", "_eager", "_histories", "_merges", "_merges_of", "_spans")
+    __slots__ = ("_current", "_eager", "_histories", "_merges", "_merges_of", "_spans", "_window")
 
     def __init__(self, histories: list[list[Message]], cache: HistoryCache) -> None:
         self._histories = histories  # the trace's calls' histories, in merge order
@@ -834,6 +842,7 @@ class _TraceAdoptions:
         self._merges: list[tuple[int, int, dict[int, Message]]] = []  # (start, end, counterparts)
         self._merges_of: dict[int, list[int]] = {}  # a message's id -> the merges that replaced it
         self._spans: list[tuple[int, int]] = []  # the positions the merges spanned: sorted, disjoint
+        self._window: _CaughtUpWindow | None = None  # the latest catch-up's
 
     def add(self, counterparts: dict[int, Message], start: int, end: int) -> None:
         """One merge's replacements (by the copy's id), at the positions ``start`` to ``end`` of a
@@ -855,23 +864,79 @@ class _TraceAdoptions:
             return
         history = self._histories[current]
         lead, size = _leading_system_prompts(history), len(history)
-        merges, merges_of = self._merges, self._merges_of
+        low = self._spans[0][0]
+        high = max(low, min(self._spans[-1][1] + lead, size))
+        as_read = history[low:high] if high - low >= _WINDOW_WORTH_KEEPING else None
+        # Positions done_low to done_high already hold what the merges before `since` did there.
+        since, done_low, done_high = 0, 0, 0
+        window = self._window
+        if (
+            window is not None
+            and window.lead == lead
+            and window.high <= size
+            and all(map(operator.is_, history[window.low : window.high], window.as_read))
+        ):
+            history[window.low : window.high] = window.caught_up
+            since, done_low, done_high = window.merges, window.low, window.high
         looked = 0  # positions below were looked at
         for start, end in self._spans:
-            for position in range(max(start, looked), min(end + lead, size)):
-                message = history[position]
-                numbers = merges_of.get(id(message))
-                after = -1  # the latest merge that replaced the message here
-                while numbers is not None:
-                    for number in numbers:
-                        if number > after and merges[number][0] <= position < merges[number][1] + lead:
-                            message, after = merges[number][2][id(message)], number
-                            break
-                    else:
-                        break  # no later merge spanning this position replaced this message
-                    numbers = merges_of.get(id(message))
-                history[position] = message
+            first, stop = max(start, looked), min(end + lead, size)
+            outside_window = (
+                itertools.chain(range(first, min(stop, done_low)), range(max(first, done_high), stop))
+                if done_high
+                else range(first, stop)
+            )
+            for position in outside_window:
+                history[position] = self._replayed(history[position], position, lead, 0)
             looked = max(looked, end + lead)
+        if done_high:  # in the window taken over, only the merges made since can change a position
+            newly_spanned = {
+                position
+                for start, end, _ in self._merges[since:]
+                for position in range(max(start, done_low), min(end + lead, done_high))
+            }
+            for position in sorted(newly_spanned):
+                history[position] = self._replayed(history[position], position, lead, since)
+        self._window = (
+            None
+            if as_read is None
+            else _CaughtUpWindow(low, high, lead, len(self._merges), as_read, history[low:high])
+        )
+
+    def _replayed(self, message: Message, position: int, lead: int, since: int) -> Message:
+        """What the merges numbered ``since`` and later make of ``message`` at ``position`` of a
+        history with ``lead`` leading system prompts: each merge that spans the position and
+        replaced the message there, in merge order."""
+        merges, merges_of = self._merges, self._merges_of
+        after = since - 1  # the latest merge that replaced the message here
+        numbers = merges_of.get(id(message))
+        while numbers is not None:
+            for number in numbers:
+                if number > after and merges[number][0] <= position < merges[number][1] + lead:
+                    message, after = merges[number][2][id(message)], number
+                    break
+            else:
+                break  # no later merge spanning this position replaced this message
+            numbers = merges_of.get(id(message))
+        return message
+
+
+# A catch-up over fewer positions is not remembered: copying and comparing its window would cost
+# more than looking them up again (the agent workload's traces of 2-4 calls span 4-6 positions).
+_WINDOW_WORTH_KEEPING = 16
+
+
+@dataclass(slots=True)
+class _CaughtUpWindow:
+    """Positions ``low`` to ``high`` of a history with ``lead`` leading system prompts: as read, and
+    as caught up with the trace's first ``merges`` merges."""
+
+    low: int
+    high: int
+    lead: int
+    merges: int
+    as_read: list[Message]
+    caught_up: list[Message]
 
 
 def _united(spans: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
