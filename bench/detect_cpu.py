@@ -12,7 +12,9 @@ as it is. ``--per-detector``: each registered detector's share; ``--profile``: t
 detect stage under cProfile; ``--sizes``: the detectors' memory per open conversation (deep size of
 what ``detector_memory`` holds beyond the conversation's messages, and of the whole state);
 ``--by-length``: the stage's µs per turn by the conversation's length after the turn (messages, the
-trimmed ones included), to show what still grows with the history (issue 16: "O(new text)").
+trimmed ones included), to show what still grows with the history (issue 16: "O(new text)"), and
+per model call where the stage knows the trace's calls (a real agent run may make 190 model calls
+in one trace: its µs per turn says how long the trace is, its µs per call what each call costs).
 ``--stage read`` measures (and profiles) the convention readers instead (``Analyzer.assemble``: span
 decoding, reading the messages, merging them into the conversation), ``--stage metrics`` the per-trace
 agent metrics (``Analyzer._record_trace``); the digest is still of the signals found, which depend on
@@ -141,7 +143,7 @@ def main() -> None:
     digest = hashlib.blake2b(digest_size=8)
     spent = 0.0
     signals = 0
-    by_length: dict[int, list[float]] = {}  # length bucket -> [turns, seconds]
+    by_length: dict[int, list[float]] = {}  # length bucket -> [turns, seconds, model calls]
 
     def measured(function: Callable[..., Any]) -> Callable[..., Any]:
         def run(*args: Any) -> Any:
@@ -161,9 +163,10 @@ def main() -> None:
                 conversation = conversation_of((*args, result))
                 if conversation is not None:
                     length = conversation.message_offset + len(conversation.messages)
-                    bucket = by_length.setdefault(next(b for b in LENGTH_BUCKETS if length >= b), [0, 0.0])
+                    bucket = by_length.setdefault(next(b for b in LENGTH_BUCKETS if length >= b), [0, 0.0, 0])
                     bucket[0] += 1
                     bucket[1] += seconds
+                    bucket[2] += model_calls_of((*args, result))
 
         return run
 
@@ -178,6 +181,15 @@ def main() -> None:
                 state = analyzer.sessions.get(value.key)
                 return state.conversation if state is not None else None
         return None
+
+    def model_calls_of(values: tuple[Any, ...]) -> int:
+        """The model calls of the trace a stage's call worked on (0 where the stage is not given them)."""
+        for value in values:
+            if isinstance(value, TraceUpdate):
+                return len(value.llm_calls)
+            if isinstance(value, DetectionContext):
+                return len(value.new_llm_calls)
+        return 0
 
     measured_detect = measured(original) if args.stage == "detect" else original
     stage_methods = {"read": "assemble", "metrics": "_record_trace"}
@@ -264,8 +276,11 @@ def main() -> None:
     if args.by_length:
         print(f"{args.stage}, by the conversation's length after the turn:")
         for low in sorted(by_length):
-            count, seconds = by_length[low]
-            print(f"  {low:>4}+ messages: {count:5,} turns, {seconds / count * 1e6:7,.0f} µs per turn")
+            count, seconds, calls = by_length[low]
+            line = f"  {low:>4}+ messages: {count:5,} turns, {seconds / count * 1e6:7,.0f} µs per turn"
+            if calls:
+                line += f"; {calls:6,.0f} model calls, {seconds / calls * 1e6:6,.0f} µs per call"
+            print(line)
     for name, seconds in sorted(spent_by_detector.items(), key=lambda item: -item[1]):
         print(f"  {name:45s} {seconds / turns * 1e6:8,.0f} µs per turn")
     if args.sizes:
