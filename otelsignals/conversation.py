@@ -832,12 +832,22 @@ class _TraceAdoptions:
     no two of them share an id. (The remembered window keeps its messages alive until the trace is
     merged.)"""
 
-    __slots__ = ("_current", "_eager", "_histories", "_merges", "_merges_of", "_spans", "_window")
+    __slots__ = (
+        "_current",
+        "_eager",
+        "_eager_numbers",
+        "_histories",
+        "_merges",
+        "_merges_of",
+        "_spans",
+        "_window",
+    )
 
     def __init__(self, histories: list[list[Message]], cache: HistoryCache) -> None:
         self._histories = histories  # the trace's calls' histories, in merge order
         counted = Counter(map(id, histories))
         self._eager = [counted[id(history)] > 1 or cache.holds(history) for history in histories]
+        self._eager_numbers = [number for number, eager in enumerate(self._eager) if eager]  # few, if any
         self._current = 0  # the history being merged
         self._merges: list[tuple[int, int, dict[int, Message]]] = []  # (start, end, counterparts)
         self._merges_of: dict[int, list[int]] = {}  # a message's id -> the merges that replaced it
@@ -847,8 +857,8 @@ class _TraceAdoptions:
     def add(self, counterparts: dict[int, Message], start: int, end: int) -> None:
         """One merge's replacements (by the copy's id), at the positions ``start`` to ``end`` of a
         history (and its own leading system prompts): what :func:`adopt_in` would be given."""
-        for later in range(self._current + 1, len(self._histories)):
-            if self._eager[later]:
+        for later in self._eager_numbers:
+            if later > self._current:
                 history = self._histories[later]
                 adopt_in(history, counterparts, start, end + _leading_system_prompts(history))
         number = len(self._merges)

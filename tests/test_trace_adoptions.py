@@ -50,15 +50,28 @@ def traces(draw: st.DrawFn) -> tuple[list[list[Message]], list[list[tuple[int, i
     return histories, merges
 
 
+class _Holding(HistoryCache):
+    """A history cache that holds the given lists: those histories are adopted at every merge."""
+
+    def __init__(self, held: list[list[Message]]) -> None:
+        super().__init__()
+        self._held = held
+
+    def holds(self, messages: list[Message]) -> bool:
+        return any(messages is held for held in self._held)
+
+
 @settings(max_examples=400, deadline=None)
-@given(traces())
+@given(traces(), st.lists(st.integers(0, 11), max_size=3))
 def test_each_history_catches_up_with_exactly_what_the_earlier_merges_did(
     trace: tuple[list[list[Message]], list[list[tuple[int, int, list[int], list[int]]]]],
+    held_by_the_cache: list[int],
 ) -> None:
     histories, merges = trace
     # The reference: every merge applied at once to every later history (the eager adoption).
     expected = [list(history) for history in histories]
-    adoptions = _TraceAdoptions(histories, HistoryCache())
+    held = [histories[number] for number in held_by_the_cache if number < len(histories)]
+    adoptions = _TraceAdoptions(histories, _Holding(held))
     put_there: list[Message] = []  # replacements made so far: a later merge may replace them again
     for number, history in enumerate(histories):
         adoptions.catch_up(number)
