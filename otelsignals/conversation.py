@@ -820,8 +820,9 @@ class _TraceAdoptions:
     Each catch-up also remembers its window of positions, as read and as caught up. The next history
     usually holds the very same copies there (the history cache hands out one history's messages to
     the next), and then takes the caught-up window over in one slice (its positions are compared by
-    identity, in C) and replays only the merges made since: a catch-up costs what those merges
-    spanned, not every position earlier merges spanned (bench/reassembly.py --calls-in-one-trace).
+    identity, in C) and replays only the merges made since: a catch-up costs a few passes in C over
+    the window and a lookup per position those merges spanned, not a lookup per position every
+    earlier merge spanned (bench/reassembly.py --calls-in-one-trace).
 
     A history that something else also changes meanwhile (the history cache remembers it, or another
     call's reading is the same list) is still adopted at each merge, as before, so that the two
@@ -829,8 +830,8 @@ class _TraceAdoptions:
     later catch-up (the history cache's adoption frees copies), its id then free for another object.
     That cannot mislead the replay: a merge's keys are compared only with a history's messages as
     read or as put there by earlier merges, all alive together with the keys during that merge, so
-    no two of them share an id. (The remembered window keeps its messages alive until the trace is
-    merged.)"""
+    no two of them share an id. (The latest window keeps its messages alive until the next catch-up
+    or the end of the trace's merge.)"""
 
     __slots__ = (
         "_current",
@@ -877,36 +878,39 @@ class _TraceAdoptions:
         low = self._spans[0][0]
         high = max(low, min(self._spans[-1][1] + lead, size))
         as_read = history[low:high] if high - low >= _WINDOW_WORTH_KEEPING else None
-        # Positions done_low to done_high already hold what the merges before `since` did there.
-        since, done_low, done_high = 0, 0, 0
-        window = self._window
+        window = self._window  # taken over, or None
         if (
             window is not None
-            and window.lead == lead
-            and window.high <= size
-            and all(map(operator.is_, history[window.low : window.high], window.as_read))
+            and not (
+                window.lead == lead  # a merge reaches as far past its end as the history's lead
+                # (map stops at the shorter list: a history shorter than the window would pass)
+                and window.high <= size
+                and all(map(operator.is_, history[window.low : window.high], window.as_read))
+            )
         ):
+            window = None
+        if window is not None:
             history[window.low : window.high] = window.caught_up
-            since, done_low, done_high = window.merges, window.low, window.high
         looked = 0  # positions below were looked at
         for start, end in self._spans:
             first, stop = max(start, looked), min(end + lead, size)
-            outside_window = (
-                itertools.chain(range(first, min(stop, done_low)), range(max(first, done_high), stop))
-                if done_high
-                else range(first, stop)
-            )
+            if window is None:
+                outside_window: Iterable[int] = range(first, stop)  # (cheaper than a chain of two)
+            else:
+                before, after = range(first, min(stop, window.low)), range(max(first, window.high), stop)
+                outside_window = itertools.chain(before, after)
             for position in outside_window:
                 history[position] = self._replayed(history[position], position, lead, 0)
             looked = max(looked, end + lead)
-        if done_high:  # in the window taken over, only the merges made since can change a position
+        if window is not None:
+            # The window holds what the merges before window.merges did: only those since can change it.
             newly_spanned = {
                 position
-                for start, end, _ in self._merges[since:]
-                for position in range(max(start, done_low), min(end + lead, done_high))
+                for start, end, _ in self._merges[window.merges :]
+                for position in range(max(start, window.low), min(end + lead, window.high))
             }
-            for position in sorted(newly_spanned):
-                history[position] = self._replayed(history[position], position, lead, since)
+            for position in newly_spanned:  # each once: a replay starts from the window's message
+                history[position] = self._replayed(history[position], position, lead, window.merges)
         self._window = (
             None
             if as_read is None

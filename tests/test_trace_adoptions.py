@@ -125,3 +125,37 @@ def test_a_long_trace_takes_each_window_over_and_replays_only_the_new_merge(
         assert all(message is shown[id(messages[i])] for i, message in enumerate(caught_up))
         new = history[2 * call - 1 :] if call else history
         adoptions.add({id(m): shown[id(m)] for m in new}, max(0, 2 * call - 1), 2 * call + 1)
+
+
+def _messages(count: int) -> list[Message]:
+    return [Message(_ROLES[i % 2], content=f"m{i}") for i in range(count)]
+
+
+def test_a_window_caught_up_under_another_count_of_system_prompts_is_not_taken_over() -> None:
+    """The same messages from position 2 on, behind two system prompts, then behind one: a merge
+    reaches as many positions past its end as a history has leading system prompts."""
+    m = _messages(22)
+    system, other_system = Message(Role.SYSTEM, content="s"), Message(Role.SYSTEM, content="t")
+    shown = Message(m[20].role, content=m[20].content)
+    histories = [[system, other_system, *m[2:21]], [system, other_system, *m[2:22]], [system, m[1], *m[2:22]]]
+    adoptions = _TraceAdoptions(histories, HistoryCache())
+    adoptions.catch_up(0)
+    adoptions.add({id(m[20]): shown}, 2, 19)  # positions 2-20 behind two prompts, 2-19 behind one
+    adoptions.catch_up(1)  # a window of 19 positions, kept
+    assert histories[1][20] is shown
+    adoptions.catch_up(2)
+    assert histories[2][20] is m[20]
+
+
+def test_a_history_shorter_than_the_window_is_caught_up_position_by_position() -> None:
+    """A late span's history, read shorter (the history cache hands out a prefix of the latest
+    one): its messages are the window's first ones, and it must not grow by the window's rest."""
+    m = _messages(20)
+    shown = {id(message): Message(message.role, content=message.content) for message in m}
+    histories = [list(m), list(m), m[:18]]
+    adoptions = _TraceAdoptions(histories, HistoryCache())
+    adoptions.catch_up(0)
+    adoptions.add(shown, 0, 20)
+    adoptions.catch_up(1)  # a window of 20 positions, kept
+    adoptions.catch_up(2)
+    assert [id(message) for message in histories[2]] == [id(shown[id(message)]) for message in m[:18]]
