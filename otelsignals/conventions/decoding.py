@@ -114,6 +114,7 @@ class Utf8Text:
 UTF8_TEXT_KEYS = frozenset({"gen_ai.input.messages", "ai.prompt.messages", "ai.prompt"})
 UTF8_TEXT_MIN_BYTES = 1024
 _UTF8_TEXT_KEY_BYTES = frozenset(key.encode() for key in UTF8_TEXT_KEYS)
+_UTF8_TEXT_KEY_LENGTHS = frozenset(len(key) for key in _UTF8_TEXT_KEY_BYTES)
 KEY_TAG, VALUE_TAG = 0x0A, 0x12  # KeyValue.key: field 1, .value: field 2 (length-delimited)
 # Each such key as a KeyValue starts: the key's tag and length, the key, the value's tag. A span
 # without any is not walked (a walk of hundreds of indexed attributes costs more than their parse).
@@ -157,6 +158,7 @@ ANSWER_ATTRIBUTES = 16
 
 # One-byte tags of the Span fields read here (field number << 3 | wire type 2, length-delimited).
 _ATTRIBUTES_FIELD, _EVENTS_FIELD = 9, 11
+_ATTRIBUTES_TAG = _ATTRIBUTES_FIELD << 3 | 2
 _ATTRIBUTE_TAG, _EVENT_TAG = 0x4A, 0x5A
 _EVENT_TIME_TAG = 0x09  # Event.time_unix_nano: field 1, fixed64
 _STAMP_BYTES = np.arange(8, dtype=np.int64)
@@ -284,7 +286,11 @@ def _without_long_texts(data: bytes) -> tuple[bytes, list[tuple[int, str, Utf8Te
     kept: list[bytes] = []
     pos, end, position, kept_from = 0, len(data), 0, 0
     while pos < end:
-        tag, after = varint(data, pos)
+        # A span's tags are one byte (field numbers under 16), so the varint call is rare.
+        tag = data[pos]
+        after = pos + 1
+        if tag >= 0x80:
+            tag, after = varint(data, pos)
         if tag & 7 != 2:
             pos = skip_field(data, tag & 7, after)
             continue
@@ -292,7 +298,7 @@ def _without_long_texts(data: bytes) -> tuple[bytes, list[tuple[int, str, Utf8Te
         if body - after > _MAX_LENGTH_BYTES:
             raise IndexError("a length the parse refuses")
         field_end = body + length
-        if tag >> 3 == _ATTRIBUTES_FIELD:
+        if tag == _ATTRIBUTES_TAG:
             found = _long_text(data, body, field_end)
             if found is not None:
                 texts.append((position, *found))
@@ -315,6 +321,8 @@ def _long_text(data: bytes, start: int, end: int) -> tuple[str, Utf8Text] | None
     if data[start] != KEY_TAG:
         return None
     key_length, key_at = varint(data, start + 1)
+    if key_length not in _UTF8_TEXT_KEY_LENGTHS:  # most keys: not sliced to be looked up
+        return None
     value_tag_at = key_at + key_length
     key = data[key_at:value_tag_at]
     if key not in _UTF8_TEXT_KEY_BYTES or value_tag_at >= end or data[value_tag_at] != VALUE_TAG:
