@@ -158,7 +158,6 @@ ANSWER_ATTRIBUTES = 16
 
 # One-byte tags of the Span fields read here (field number << 3 | wire type 2, length-delimited).
 _ATTRIBUTES_FIELD, _EVENTS_FIELD = 9, 11
-_ATTRIBUTES_TAG = _ATTRIBUTES_FIELD << 3 | 2
 _ATTRIBUTE_TAG, _EVENT_TAG = 0x4A, 0x5A
 _EVENT_TIME_TAG = 0x09  # Event.time_unix_nano: field 1, fixed64
 _STAMP_BYTES = np.arange(8, dtype=np.int64)
@@ -298,7 +297,7 @@ def _without_long_texts(data: bytes) -> tuple[bytes, list[tuple[int, str, Utf8Te
         if body - after > _MAX_LENGTH_BYTES:
             raise IndexError("a length the parse refuses")
         field_end = body + length
-        if tag == _ATTRIBUTES_TAG:
+        if tag == _ATTRIBUTE_TAG:
             found = _long_text(data, body, field_end)
             if found is not None:
                 texts.append((position, *found))
