@@ -33,8 +33,8 @@ from otelsignals.model import (
     Conversation,
     LlmCall,
     Message,
+    RecentIds,
     RecentList,
-    RecentSet,
     Role,
     SignalInstance,
     ToolCall,
@@ -251,7 +251,7 @@ class ConversationState:
     body_positions: dict[int, int | list[int]] = field(default_factory=dict)
     body_trimmed: int = 0  # body messages dropped from the front by trim()
     first_body_fingerprint: int | None = None  # of the conversation's very first body message
-    seen_spans: RecentSet[bytes] = field(default_factory=lambda: RecentSet(SEEN_SPANS_KEPT))
+    seen_spans: RecentIds = field(default_factory=lambda: RecentIds(SEEN_SPANS_KEPT))
     tool_names: dict[str, str] = field(default_factory=dict)  # tool call id -> tool name
     provisional: list[Message] = field(default_factory=list)  # tool results no snapshot has placed yet
     unanswered: RecentList[ToolCall] = field(default_factory=lambda: RecentList(64))  # calls awaiting results
@@ -493,8 +493,7 @@ def apply_trace(
     for every span of the trace (GenAI or not), to tell enclosing spans from the calls they wrap."""
     conversation = state.conversation
     start = len(conversation.messages)
-    fresh = [(view, reading) for view, reading in _ordered(readings) if view.span_id not in state.seen_spans]
-    state.seen_spans.update(view.span_id for view, _ in fresh)
+    fresh = [(view, reading) for view, reading in _ordered(readings) if state.seen_spans.add(view.span_id)]
     if trace_id not in conversation.trace_ids:
         # (a late part of a trace older than the latest RECENT_TRACE_IDS comes back in as the latest)
         conversation.trace_ids.append(trace_id)

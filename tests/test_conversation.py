@@ -17,7 +17,7 @@ from otelsignals.conversation import (
     apply_trace,
     conversation_key,
 )
-from otelsignals.model import NO_TOOL_CALLS, LlmCall, Message, Role, ToolCall, ToolResult
+from otelsignals.model import NO_TOOL_CALLS, LlmCall, Message, RecentIds, Role, ToolCall, ToolResult
 
 _ids = itertools.count(1)
 
@@ -158,7 +158,7 @@ def test_what_grows_with_each_trace_is_bounded_and_a_retried_span_still_dropped(
     monkeypatch.setattr(conversation_module, "RECENT_MODEL_CALLS", 4)
     monkeypatch.setattr(conversation_module, "RECENT_TRACE_IDS", 3)
     state = ConversationState.new("c")
-    state.seen_spans = conversation_module.RecentSet(5)
+    state.seen_spans = conversation_module.RecentIds(5)
     history: list[Message] = []
     sent = []
     for turn in range(12):
@@ -177,34 +177,85 @@ def test_what_grows_with_each_trace_is_bounded_and_a_retried_span_still_dropped(
     assert texts(state) == kept and update.llm_calls == [] and len(conversation.llm_calls) == 4
 
 
-def test_a_recent_set_remembers_at_least_its_latest_additions_and_at_most_twice_as_many():
-    from otelsignals.model import RecentSet
+def _id(number: int) -> bytes:
+    return number.to_bytes(8, "big")
 
-    seen: RecentSet[int] = RecentSet(3)
+
+def test_recent_ids_remember_at_least_their_latest_additions_and_at_most_twice_as_many():
+    seen = RecentIds(3)
     for item in range(10):
-        seen.add(item)
-        assert all(latest in seen for latest in range(max(0, item - 2), item + 1))
+        seen.add(_id(item))
+        assert all(_id(latest) in seen for latest in range(max(0, item - 2), item + 1))
         assert len(seen) <= 6
-    assert 0 not in seen and 3 not in seen
-    seen.add(7)  # known already: moved to the newer generation, not counted twice
-    assert len(seen) == len({i for i in range(10) if i in seen})
-    seen.discard(8)
-    assert 8 not in seen and 9 in seen
-    seen.update([20, 21])
-    assert {20, 21, 9} <= {i for i in (*range(10), 20, 21) if i in seen}
+    assert _id(0) not in seen and _id(3) not in seen
+    seen.add(_id(7))  # known already: moved to the newer generation, not counted twice
+    assert len(seen) == len({i for i in range(10) if _id(i) in seen})
+    seen.discard(_id(8))
+    assert _id(8) not in seen and _id(9) in seen
+    assert seen.add(_id(20)) and seen.add(_id(21)) and not seen.add(_id(21))
+    assert {20, 21, 9} <= {i for i in (*range(10), 20, 21) if _id(i) in seen}
     with pytest.raises(ValueError):
-        RecentSet(0)
+        RecentIds(0)
     # items added again, from either generation, never take it past twice its capacity
-    again: RecentSet[int] = RecentSet(3)
+    again = RecentIds(3)
     added: list[int] = []
     for step in range(20):
         for item in (100 + step, *range(100, 100 + step)):
-            again.add(item)
+            again.add(_id(item))
             added.append(item)
-            assert len(again) <= 6 and len(again) == sum(1 for i in range(100, 121) if i in again)
-            assert all(latest in again for latest in added[-3:])
+            assert len(again) <= 6 and len(again) == sum(1 for i in range(100, 121) if _id(i) in again)
+            assert all(_id(latest) in again for latest in added[-3:])
     for copied in (copying.copy(seen), copying.deepcopy(seen), pickle.loads(pickle.dumps(seen))):
-        assert 21 in copied and 8 not in copied and len(copied) == len(seen)
+        assert _id(21) in copied and _id(8) not in copied and len(copied) == len(seen)
+
+
+def test_recent_ids_match_only_whole_ids():
+    seen = RecentIds(8)
+    assert seen.add(b"AAAABBBB") and seen.add(b"CCCCDDDD")
+    # "BBBBCCCC" is in the bytes kept, across the two ids' boundary: not an id added
+    assert b"BBBBCCCC" not in seen and b"AAAABBBB" in seen
+    assert seen.add(b"BBBBCCCC")
+    assert b"BBBBCCCC" in seen and len(seen) == 3
+    seen.discard(b"BBBBCCCC")
+    assert b"BBBBCCCC" not in seen and b"AAAABBBB" in seen and b"CCCCDDDD" in seen
+    # ids of another width (never OTLP's span ids) are kept by a digest of the right width
+    assert seen.add(b"s1") and seen.add(b"a much longer id than eight bytes") and not seen.add(b"s1")
+    assert b"s1" in seen and b"a much longer id than eight bytes" in seen and b"s2" not in seen
+    assert len(seen) == 4
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    capacity=st.integers(1, 5),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "discard"]),
+            st.sampled_from([b"AAAABBBB", b"BBBBCCCC", b"CCCCAAAA", b"BBBBAAAA", b"AAAAAAAA", b"x"]),
+        ),
+        max_size=40,
+    ),
+)
+def test_recent_ids_behave_as_two_generations_of_a_set(capacity: int, steps: list[tuple[str, bytes]]):
+    """Against the definition: a set per generation, the older forgotten when the newer fills. The
+    ids share halves, so that every id can also be found across another two's boundary."""
+    newer: set[bytes] = set()
+    older: set[bytes] = set()
+    seen = RecentIds(capacity)
+    for operation, item in steps:
+        if operation == "add":
+            assert seen.add(item) == (item not in newer and item not in older)
+            if item not in newer:
+                if len(newer) >= capacity:
+                    older, newer = newer, set()
+                older.discard(item)
+                newer.add(item)
+        else:
+            seen.discard(item)
+            newer.discard(item)
+            older.discard(item)
+        assert len(seen) == len(newer) + len(older)
+        for candidate in (b"AAAABBBB", b"BBBBCCCC", b"CCCCAAAA", b"BBBBAAAA", b"AAAAAAAA", b"ABBBBCCC", b"x"):
+            assert (candidate in seen) == (candidate in newer or candidate in older)
 
 
 def test_tool_span_failure_is_attached_to_the_tool_result_in_the_history():
