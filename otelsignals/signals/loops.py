@@ -78,7 +78,7 @@ from otelsignals.signals.word_lists import word_set
 LOOP_THRESHOLD = 3  # calls in a run for retry and parameter drift
 OSCILLATION_CYCLES = 3  # A→B cycles
 DRIFT_LOWER_BOUND = 80.0  # calibrated on DRIFT_PAIRS / ENUMERATION_PAIRS in tests/signals/test_loops.py
-MAX_CALLS = 64  # recent calls kept per conversation
+MAX_CALLS = 64  # calls of one message followed; tools whose latest arguments are kept
 
 CONF_RETRY = 0.9
 CONF_DRIFT = 0.7
@@ -174,10 +174,16 @@ def _state(ctx: DetectionContext, key: str) -> dict[str, Any]:
     return state
 
 
-def _remember(state: dict[str, Any], index: int, name: str | None, canonical: str | None) -> None:
-    calls: list[list[Any]] = state.setdefault("calls", [])
-    calls.append([index, name, shown_arguments(canonical)])
-    del calls[:-MAX_CALLS]
+def _remember(state: dict[str, Any], name: str | None, canonical: str | None) -> None:
+    """Keep each tool's latest arguments as shown, for the latest MAX_CALLS tools called: all a
+    signal shows of past calls (a list of the latest calls kept one string and one list per call)."""
+    if name is None:
+        return
+    latest: dict[str, str | None] = state.setdefault("latest_arguments", {})
+    latest.pop(name, None)  # the dict's order is the calls': the least recently called tool first
+    latest[name] = shown_arguments(canonical)
+    if len(latest) > MAX_CALLS:
+        del latest[next(iter(latest))]
 
 
 def _emit(found: dict[int, SignalInstance], instance: SignalInstance) -> None:
@@ -188,8 +194,9 @@ def _emit(found: dict[int, SignalInstance], instance: SignalInstance) -> None:
 def _loop_detector(leaf: str, step: Any, remember_calls: bool = False) -> Detector:
     """Run ``step(ctx, state, index, call, after_unsatisfying)`` over the call sequence; ``call`` None
     ends the runs. A USER message ends them unless the last result failed or was empty (the user
-    saying "try again" continues the loop). With ``remember_calls``, the latest MAX_CALLS calls are
-    kept in ``state["calls"]`` for ``step`` to show (kept only where read: a conversation's memory)."""
+    saying "try again" continues the loop). With ``remember_calls``, each tool's latest arguments are
+    kept in ``state["latest_arguments"]`` for ``step`` to show (kept only where read: a conversation's
+    memory)."""
     key = f"{leaf}:state"
 
     def detect(ctx: DetectionContext) -> list[SignalInstance]:
@@ -207,7 +214,7 @@ def _loop_detector(leaf: str, step: Any, remember_calls: bool = False) -> Detect
                     instance = step(ctx, state, index, None, False)
                 else:
                     if remember_calls:
-                        _remember(state, ctx.absolute_index(index), payload[0], payload[1])
+                        _remember(state, payload[0], payload[1])
                     after_unsatisfying = bool(state.get("unsatisfied"))
                     state["unsatisfied"] = False
                     instance = step(ctx, state, index, payload, after_unsatisfying)
@@ -553,6 +560,7 @@ def _tool_oscillation_step(
     if run % calls_per_fire:
         return None
     tools = [state["other"], name] if run % 2 == 0 else [name, state["other"]]
+    latest: dict[str, str | None] = state.get("latest_arguments") or {}
     return SignalInstance(
         type=OSCILLATION,
         message_index=ctx.absolute_index(index),
@@ -565,19 +573,9 @@ def _tool_oscillation_step(
             "cycles": run // 2,
             "threshold_cycles": OSCILLATION_CYCLES,
             "same_arguments": same,
-            "arguments": {tool: None for tool in tools} | _last_arguments(state, tools),
+            "arguments": {tool: latest.get(tool) for tool in tools},
         },
     )
-
-
-def _last_arguments(state: dict[str, Any], tools: list[str]) -> dict[str, Any]:
-    shown: dict[str, Any] = {}
-    for _, name, arguments in reversed(state.get("calls") or []):
-        if name in tools and name not in shown:
-            shown[name] = arguments
-        if len(shown) == len(tools):
-            break
-    return shown
 
 
 detect_retry = _loop_detector(RETRY, _retry_step)

@@ -579,6 +579,25 @@ def test_ninety_alternating_lookups_fire_and_count_more() -> None:
 def test_two_tools_with_new_arguments_each_time_stay_a_tool_oscillation() -> None:
     (instance,) = of_type(run(alternating("ABABAB", same_args=False)), tx.OSCILLATION)
     assert (instance.metadata["pattern"], instance.confidence) == ("alternating_tools", 0.6)
+    # each tool's latest arguments are shown: A's at position 4, B's at 5
+    assert instance.metadata["arguments"] == {"A": '{"k":4}', "B": '{"k":5}'}
+
+
+def test_a_tool_oscillation_shows_its_tools_latest_arguments_after_many_other_tools() -> None:
+    """The detector keeps the latest arguments of the latest 64 tools called; calls of 100 other
+    tools before the oscillation leave its two tools' arguments shown, and the memory bounded."""
+    memory: dict[str, Any] = {}
+    messages = [user()]
+    for number in range(100):
+        messages += exchange(f"tool_{number}", {"n": number}, "ok")
+    assert not of_type(run(messages, EXECUTION_DETECTORS, memory=memory), tx.OSCILLATION)
+    for position, name in enumerate("ABABAB"):
+        messages += exchange(name, {"k": position}, "ok")
+    (instance,) = of_type(run(messages, EXECUTION_DETECTORS, memory=memory), tx.OSCILLATION)
+    assert instance.metadata["arguments"] == {"A": '{"k":4}', "B": '{"k":5}'}
+    latest = memory[f"{tx.OSCILLATION}:state"]["latest_arguments"]
+    assert len(latest) == 64 and list(latest)[-2:] == ["A", "B"]
+    assert "tool_37" not in latest and "tool_38" in latest
 
 
 # Parameter drift over very short argument values (a reference suite's case): typos, plurals and

@@ -73,10 +73,14 @@ def test_memory_stays_bounded() -> None:
             detector(ctx)
     for value in memory.values():
         if isinstance(value, dict):
-            assert len(value.get("calls", [])) <= 64
-    # Past calls are kept only by the one loop detector that shows them.
-    keeping_calls = {key for key, value in memory.items() if isinstance(value, dict) and value.get("calls")}
-    assert keeping_calls == {f"{tx.OSCILLATION}:state"}
+            assert len(value.get("latest_arguments", {})) <= 64
+    # Past calls' arguments are kept only by the one loop detector that shows them, one per tool.
+    keeping_calls = {
+        key: value["latest_arguments"]
+        for key, value in memory.items()
+        if isinstance(value, dict) and value.get("latest_arguments")
+    }
+    assert keeping_calls == {f"{tx.OSCILLATION}:state": {"t": '{"i":5}'}}
 
 
 def test_trimmed_conversation_keeps_absolute_indices() -> None:
