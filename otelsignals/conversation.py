@@ -493,7 +493,9 @@ def apply_trace(
     for every span of the trace (GenAI or not), to tell enclosing spans from the calls they wrap."""
     conversation = state.conversation
     start = len(conversation.messages)
-    fresh = [(view, reading) for view, reading in _ordered(readings) if state.seen_spans.add(view.span_id)]
+    ordered = _ordered(readings)
+    new = state.seen_spans.admit(view.span_id for view, _ in ordered)
+    fresh = [pair for pair, is_new in zip(ordered, new, strict=True) if is_new]
     if trace_id not in conversation.trace_ids:
         # (a late part of a trace older than the latest RECENT_TRACE_IDS comes back in as the latest)
         conversation.trace_ids.append(trace_id)

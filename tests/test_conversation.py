@@ -150,6 +150,8 @@ def test_out_of_order_and_duplicated_spans_give_the_clean_result():
     apply_trace(messy, b"t", [two, one, two])
     apply_trace(messy, b"t", [one])  # a client retry re-sent it after release
     assert texts(messy) == texts(clean)
+    # a span twice in one trace is one model call
+    assert len(messy.conversation.llm_calls) == len(clean.conversation.llm_calls) == 2
 
 
 def test_what_grows_with_each_trace_is_bounded_and_a_retried_span_still_dropped(monkeypatch):
@@ -181,80 +183,75 @@ def _id(number: int) -> bytes:
     return number.to_bytes(8, "big")
 
 
-def test_recent_ids_remember_at_least_their_latest_additions_and_at_most_twice_as_many():
+def test_recent_ids_remember_at_least_their_latest_new_ids_and_at_most_twice_as_many():
     seen = RecentIds(3)
     for item in range(10):
-        seen.add(_id(item))
+        assert seen.admit([_id(item)]) == [True]
         assert all(_id(latest) in seen for latest in range(max(0, item - 2), item + 1))
         assert len(seen) <= 6
     assert _id(0) not in seen and _id(3) not in seen
-    seen.add(_id(7))  # known already: moved to the newer generation, not counted twice
+    assert seen.admit([_id(7), _id(9)]) == [False, False]  # known already: not counted twice
     assert len(seen) == len({i for i in range(10) if _id(i) in seen})
     seen.discard(_id(8))
+    seen.discard(_id(8))  # absent: nothing happens
     assert _id(8) not in seen and _id(9) in seen
-    assert seen.add(_id(20)) and seen.add(_id(21)) and not seen.add(_id(21))
+    # an id twice in one call is new once
+    assert seen.admit([_id(20), _id(21), _id(21), _id(9)]) == [True, True, False, False]
     assert {20, 21, 9} <= {i for i in (*range(10), 20, 21) if _id(i) in seen}
     with pytest.raises(ValueError):
         RecentIds(0)
-    # items added again, from either generation, never take it past twice its capacity
-    again = RecentIds(3)
-    added: list[int] = []
-    for step in range(20):
-        for item in (100 + step, *range(100, 100 + step)):
-            again.add(_id(item))
-            added.append(item)
-            assert len(again) <= 6 and len(again) == sum(1 for i in range(100, 121) if _id(i) in again)
-            assert all(_id(latest) in again for latest in added[-3:])
     for copied in (copying.copy(seen), copying.deepcopy(seen), pickle.loads(pickle.dumps(seen))):
         assert _id(21) in copied and _id(8) not in copied and len(copied) == len(seen)
-
-
-def test_recent_ids_match_only_whole_ids():
-    seen = RecentIds(8)
-    assert seen.add(b"AAAABBBB") and seen.add(b"CCCCDDDD")
-    # "BBBBCCCC" is in the bytes kept, across the two ids' boundary: not an id added
-    assert b"BBBBCCCC" not in seen and b"AAAABBBB" in seen
-    assert seen.add(b"BBBBCCCC")
-    assert b"BBBBCCCC" in seen and len(seen) == 3
-    seen.discard(b"BBBBCCCC")
-    assert b"BBBBCCCC" not in seen and b"AAAABBBB" in seen and b"CCCCDDDD" in seen
-    # ids of another width (never OTLP's span ids) are kept by a digest of the right width
-    assert seen.add(b"s1") and seen.add(b"a much longer id than eight bytes") and not seen.add(b"s1")
+    # ids of another width (never OTLP's span ids) are kept by a digest of 8 bytes
+    assert seen.admit([b"s1", b"a much longer id than eight bytes", b"s1"]) == [True, True, False]
     assert b"s1" in seen and b"a much longer id than eight bytes" in seen and b"s2" not in seen
-    assert len(seen) == 4
+
+
+def test_recent_ids_look_every_id_up_before_remembering_any():
+    """A trace whose new spans fill the newer generation still finds its resent spans in the older
+    one: they are looked up first."""
+    seen = RecentIds(2)
+    seen.admit([_id(1), _id(2)])
+    seen.admit([_id(3)])  # the newer generation filled: 1 and 2 are the older one now
+    assert seen.admit([_id(4), _id(5), _id(6), _id(1)]) == [True, True, True, False]
+
+
+_SOME_IDS = [_id(number) for number in (1, 2, 3, 2**63, 2**64 - 1)] + [b"x"]
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     capacity=st.integers(1, 5),
     steps=st.lists(
-        st.tuples(
-            st.sampled_from(["add", "discard"]),
-            st.sampled_from([b"AAAABBBB", b"BBBBCCCC", b"CCCCAAAA", b"BBBBAAAA", b"AAAAAAAA", b"x"]),
-        ),
-        max_size=40,
+        st.tuples(st.sampled_from(["admit", "discard"]), st.lists(st.sampled_from(_SOME_IDS), max_size=4)),
+        max_size=30,
     ),
 )
-def test_recent_ids_behave_as_two_generations_of_a_set(capacity: int, steps: list[tuple[str, bytes]]):
-    """Against the definition: a set per generation, the older forgotten when the newer fills. The
-    ids share halves, so that every id can also be found across another two's boundary."""
+def test_recent_ids_behave_as_two_generations_of_a_set(capacity: int, steps: list[tuple[str, list[bytes]]]):
+    """Against the definition: a set per generation, the older forgotten when the newer fills;
+    every id of a call looked up before any is remembered."""
     newer: set[bytes] = set()
     older: set[bytes] = set()
     seen = RecentIds(capacity)
-    for operation, item in steps:
-        if operation == "add":
-            assert seen.add(item) == (item not in newer and item not in older)
-            if item not in newer:
-                if len(newer) >= capacity:
-                    older, newer = newer, set()
-                older.discard(item)
-                newer.add(item)
+    for operation, items in steps:
+        if operation == "admit":
+            expected = [
+                item not in newer and item not in older and item not in items[:position]
+                for position, item in enumerate(items)
+            ]
+            assert seen.admit(items) == expected
+            for item, new in zip(items, expected, strict=True):
+                if new:
+                    if len(newer) >= capacity:
+                        older, newer = newer, set()
+                    newer.add(item)
         else:
-            seen.discard(item)
-            newer.discard(item)
-            older.discard(item)
+            for item in items:
+                seen.discard(item)
+                newer.discard(item)
+                older.discard(item)
         assert len(seen) == len(newer) + len(older)
-        for candidate in (b"AAAABBBB", b"BBBBCCCC", b"CCCCAAAA", b"BBBBAAAA", b"AAAAAAAA", b"ABBBBCCC", b"x"):
+        for candidate in _SOME_IDS:
             assert (candidate in seen) == (candidate in newer or candidate in older)
 
 

@@ -78,7 +78,7 @@ from otelsignals.signals.word_lists import word_set
 LOOP_THRESHOLD = 3  # calls in a run for retry and parameter drift
 OSCILLATION_CYCLES = 3  # A→B cycles
 DRIFT_LOWER_BOUND = 80.0  # calibrated on DRIFT_PAIRS / ENUMERATION_PAIRS in tests/signals/test_loops.py
-MAX_CALLS = 64  # calls of one message followed; tools whose latest arguments are kept
+MAX_CALLS = 64  # calls of one message followed
 
 CONF_RETRY = 0.9
 CONF_DRIFT = 0.7
@@ -174,29 +174,15 @@ def _state(ctx: DetectionContext, key: str) -> dict[str, Any]:
     return state
 
 
-def _remember(state: dict[str, Any], name: str | None, canonical: str | None) -> None:
-    """Keep each tool's latest arguments as shown, for the latest MAX_CALLS tools called: all a
-    signal shows of past calls (a list of the latest calls kept one string and one list per call)."""
-    if name is None:
-        return
-    latest: dict[str, str | None] = state.setdefault("latest_arguments", {})
-    latest.pop(name, None)  # the dict's order is the calls': the least recently called tool first
-    latest[name] = shown_arguments(canonical)
-    if len(latest) > MAX_CALLS:
-        del latest[next(iter(latest))]
-
-
 def _emit(found: dict[int, SignalInstance], instance: SignalInstance) -> None:
     """One instance per (leaf, message): a later, longer run at the same message replaces it."""
     found[instance.message_index] = instance
 
 
-def _loop_detector(leaf: str, step: Any, remember_calls: bool = False) -> Detector:
+def _loop_detector(leaf: str, step: Any) -> Detector:
     """Run ``step(ctx, state, index, call, after_unsatisfying)`` over the call sequence; ``call`` None
     ends the runs. A USER message ends them unless the last result failed or was empty (the user
-    saying "try again" continues the loop). With ``remember_calls``, each tool's latest arguments are
-    kept in ``state["latest_arguments"]`` for ``step`` to show (kept only where read: a conversation's
-    memory)."""
+    saying "try again" continues the loop)."""
     key = f"{leaf}:state"
 
     def detect(ctx: DetectionContext) -> list[SignalInstance]:
@@ -213,8 +199,6 @@ def _loop_detector(leaf: str, step: Any, remember_calls: bool = False) -> Detect
                         continue
                     instance = step(ctx, state, index, None, False)
                 else:
-                    if remember_calls:
-                        _remember(state, payload[0], payload[1])
                     after_unsatisfying = bool(state.get("unsatisfied"))
                     state["unsatisfied"] = False
                     instance = step(ctx, state, index, payload, after_unsatisfying)
@@ -535,12 +519,15 @@ def _snippet_pair(name: str, first: str | None, second: str | None) -> str:
 def _tool_oscillation_step(
     ctx: DetectionContext, state: dict[str, Any], index: int, call: Any
 ) -> SignalInstance | None:
-    """Two tools alternating, A→B→A→B→A→B, whatever their arguments."""
+    """Two tools alternating, A→B→A→B→A→B, whatever their arguments. The arguments shown are the
+    previous call's (the other tool's) and this one's: all of the past a signal shows."""
     if call is None or call[0] is None:
-        state.update(last=None, other=None, run=0, args={}, same=True)
+        state.update(last=None, other=None, run=0, args={}, same=True, last_shown=None)
         return None
     name, canonical = call
     digest = _digest(canonical)
+    shown, previous_shown = shown_arguments(canonical), state.get("last_shown")
+    state["last_shown"] = shown
     run = int(state.get("run") or 0)
     last, other = state.get("last"), state.get("other")
     # Keyed by tool name; ``last`` is None only before the first call (run == 0).
@@ -560,7 +547,6 @@ def _tool_oscillation_step(
     if run % calls_per_fire:
         return None
     tools = [state["other"], name] if run % 2 == 0 else [name, state["other"]]
-    latest: dict[str, str | None] = state.get("latest_arguments") or {}
     return SignalInstance(
         type=OSCILLATION,
         message_index=ctx.absolute_index(index),
@@ -573,7 +559,7 @@ def _tool_oscillation_step(
             "cycles": run // 2,
             "threshold_cycles": OSCILLATION_CYCLES,
             "same_arguments": same,
-            "arguments": {tool: latest.get(tool) for tool in tools},
+            "arguments": {tool: shown if tool == name else previous_shown for tool in tools},
         },
     )
 
@@ -582,7 +568,7 @@ detect_retry = _loop_detector(RETRY, _retry_step)
 detect_retry.__name__ = detect_retry.__qualname__ = "detect_retry"
 detect_parameter_drift = _loop_detector(PARAMETER_DRIFT, _drift_step)
 detect_parameter_drift.__name__ = detect_parameter_drift.__qualname__ = "detect_parameter_drift"
-detect_oscillation = _loop_detector(OSCILLATION, _oscillation_step, remember_calls=True)
+detect_oscillation = _loop_detector(OSCILLATION, _oscillation_step)
 detect_oscillation.__name__ = detect_oscillation.__qualname__ = "detect_oscillation"
 
 

@@ -584,8 +584,8 @@ def test_two_tools_with_new_arguments_each_time_stay_a_tool_oscillation() -> Non
 
 
 def test_a_tool_oscillation_shows_its_tools_latest_arguments_after_many_other_tools() -> None:
-    """The detector keeps the latest arguments of the latest 64 tools called; calls of 100 other
-    tools before the oscillation leave its two tools' arguments shown, and the memory bounded."""
+    """Calls of 100 other tools before the oscillation, in earlier runs of the detector: its two
+    tools' latest arguments are shown."""
     memory: dict[str, Any] = {}
     messages = [user()]
     for number in range(100):
@@ -595,9 +595,6 @@ def test_a_tool_oscillation_shows_its_tools_latest_arguments_after_many_other_to
         messages += exchange(name, {"k": position}, "ok")
     (instance,) = of_type(run(messages, EXECUTION_DETECTORS, memory=memory), tx.OSCILLATION)
     assert instance.metadata["arguments"] == {"A": '{"k":4}', "B": '{"k":5}'}
-    latest = memory[f"{tx.OSCILLATION}:state"]["latest_arguments"]
-    assert len(latest) == 64 and list(latest)[-2:] == ["A", "B"]
-    assert "tool_37" not in latest and "tool_38" in latest
 
 
 # Parameter drift over very short argument values (a reference suite's case): typos, plurals and
