@@ -4,8 +4,8 @@ Loops look at the sequence of tool calls: the ASSISTANT messages'
 ``tool_calls``, or, for a call no assistant message carried (content not captured), the TOOL
 message's ``tool_result.name`` / ``arguments``. A USER message ends every run — a call the user asks
 for again after a good answer is not the agent looping — unless the last result failed or came back
-empty ("yes, try again please" continues the loop). The recent calls and the open runs live in
-``ctx.memory``, so detection is incremental across traces.
+empty ("yes, try again please" continues the loop). The open runs (and the previous call's
+arguments as shown) live in ``ctx.memory``, so detection is incremental across traces.
 
 - ``retry``: the same tool with identical canonical arguments (JSON, keys sorted) ≥ 3 times in a
   row. Unknown arguments (not captured) never count as identical.
