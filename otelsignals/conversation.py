@@ -35,6 +35,7 @@ from otelsignals.model import (
     Message,
     RecentIds,
     RecentList,
+    RecentModelCalls,
     Role,
     SignalInstance,
     ToolCall,
@@ -292,7 +293,7 @@ class ConversationState:
 
     @classmethod
     def new(cls, key: str) -> ConversationState:
-        return cls(Conversation(key))
+        return cls(Conversation(key, llm_calls=RecentModelCalls()))
 
     def record_trace_end(self, trace_id: str) -> None:
         """Remember where ``trace_id``'s messages end (the latest RECENT_SIGNALS traces)."""

@@ -9,10 +9,10 @@ import bisect
 import dataclasses
 import hashlib
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NoReturn, SupportsIndex, TypeVar
+from typing import Any, NoReturn, SupportsIndex, TypeVar, overload
 
 
 class Role(StrEnum):
@@ -132,6 +132,127 @@ class LlmCall:
     end_time_unix_nano: int = 0
 
 
+_ABSENT = -(2**63)  # a count of None in RecentModelCalls' integer columns
+_INT64 = range(_ABSENT + 1, 2**63)
+
+
+class RecentModelCalls(MutableSequence[LlmCall]):
+    """A conversation's latest model calls (a list of :class:`LlmCall`, to its readers), kept column
+    by column: about 72 bytes a call, where an ``LlmCall``, its span id and its integers took about
+    300 (bench/session_memory.py). Each read builds the call anew. A call that failed, whose span id
+    is not 8 bytes or whose numbers do not fit in 64 bits is kept as its own object: rare."""
+
+    __slots__ = ("_models", "_numbers", "_span_ids", "_trace_ids", "_whole")
+
+    # the integer columns, in this order (append writes them by name, for speed)
+    _FIELDS = ("status_code", "input_tokens", "output_tokens", "start_time_unix_nano", "end_time_unix_nano")
+
+    def __init__(self, calls: Iterable[LlmCall] = ()) -> None:
+        self._span_ids = array("Q")  # 8-byte span ids as integers (a call with another is kept whole)
+        self._trace_ids: list[bytes] = []
+        self._models: list[str | None] = []
+        self._numbers = array("q")  # the _FIELDS of each call, _ABSENT for None
+        self._whole: list[LlmCall | None] = []  # the call itself where it is not in the columns
+        self.extend(calls)
+
+    def __len__(self) -> int:
+        return len(self._span_ids)
+
+    def _call(self, index: int) -> LlmCall:
+        whole = self._whole[index]
+        if whole is not None:
+            return whole
+        at = index * len(self._FIELDS)
+        status, input_tokens, output_tokens, start, end = (
+            None if number == _ABSENT else number for number in self._numbers[at : at + len(self._FIELDS)]
+        )
+        return LlmCall(
+            self._span_ids[index].to_bytes(8, "big"),
+            self._trace_ids[index],
+            self._models[index],
+            status_code=status,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            start_time_unix_nano=start or 0,
+            end_time_unix_nano=end or 0,
+        )
+
+    @overload
+    def __getitem__(self, index: int) -> LlmCall: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[LlmCall]: ...
+    def __getitem__(self, index: int | slice) -> LlmCall | list[LlmCall]:
+        if isinstance(index, slice):
+            return [self._call(position) for position in range(*index.indices(len(self)))]
+        return self._call(range(len(self))[index])
+
+    def append(self, call: LlmCall) -> None:
+        numbers = (
+            call.status_code,
+            call.input_tokens,
+            call.output_tokens,
+            call.start_time_unix_nano,
+            call.end_time_unix_nano,
+        )
+        columned = (
+            not (call.failed or call.error_type or call.error_message)
+            and len(call.span_id) == 8
+            and all(number is None or (number.__class__ is int and number in _INT64) for number in numbers)
+        )
+        self._span_ids.append(int.from_bytes(call.span_id, "big") if columned else 0)
+        self._trace_ids.append(call.trace_id)
+        self._models.append(call.model)
+        self._numbers.extend([_ABSENT if number is None or not columned else number for number in numbers])
+        self._whole.append(None if columned else call)
+
+    def extend(self, calls: Iterable[LlmCall]) -> None:
+        for call in calls:
+            self.append(call)
+
+    def __delitem__(self, index: int | slice) -> None:
+        positions = range(len(self))[index]
+        if isinstance(positions, int):
+            positions = range(positions, positions + 1)
+        if not positions:
+            return  # the pipeline's trimming of a conversation under its bound
+        if positions.step != 1:  # not made by the pipeline: done one call at a time
+            for position in sorted(positions, reverse=True):
+                del self[position]
+            return
+        start, stop = positions.start, positions.stop
+        for column in (self._span_ids, self._trace_ids, self._models, self._whole):
+            del column[start:stop]
+        del self._numbers[start * len(self._FIELDS) : stop * len(self._FIELDS)]
+
+    def insert(self, index: int, call: LlmCall) -> None:
+        calls = list(self)
+        calls.insert(index, call)
+        self._replace(calls)
+
+    @overload
+    def __setitem__(self, index: int, value: LlmCall) -> None: ...
+    @overload
+    def __setitem__(self, index: slice, value: Iterable[LlmCall]) -> None: ...
+    def __setitem__(self, index: int | slice, value: Any) -> None:
+        calls = list(self)
+        calls[index] = value
+        self._replace(calls)
+
+    def _replace(self, calls: list[LlmCall]) -> None:
+        # Not made by the pipeline (it only appends and trims the front): the columns made anew.
+        self.__init__(calls)  # type: ignore[misc]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a list
+
+    def __repr__(self) -> str:
+        return f"RecentModelCalls({list(self)!r})"
+
+
 @dataclass(slots=True)
 class Conversation:
     """Messages of one conversation key, in order, with the model calls that produced them (the
@@ -139,7 +260,7 @@ class Conversation:
 
     key: str
     messages: list[Message] = field(default_factory=list)
-    llm_calls: list[LlmCall] = field(default_factory=list)
+    llm_calls: MutableSequence[LlmCall] = field(default_factory=list)
     agent_id: str | None = None
     trace_ids: list[bytes] = field(default_factory=list)
     content_captured: bool = True  # False when no message text at all was recorded

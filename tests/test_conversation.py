@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy as copying
+import gc
 import itertools
 import pickle
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +19,16 @@ from otelsignals.conversation import (
     apply_trace,
     conversation_key,
 )
-from otelsignals.model import NO_TOOL_CALLS, LlmCall, Message, RecentIds, Role, ToolCall, ToolResult
+from otelsignals.model import (
+    NO_TOOL_CALLS,
+    LlmCall,
+    Message,
+    RecentIds,
+    RecentModelCalls,
+    Role,
+    ToolCall,
+    ToolResult,
+)
 
 _ids = itertools.count(1)
 
@@ -828,3 +839,98 @@ def test_finish_reasons_and_result_names_are_one_object_per_value() -> None:
     reasons = {id(m.finish_reason) for m in messages if m.finish_reason}
     names = {id(m.tool_result.name) for m in messages if m.tool_result is not None}
     assert len(reasons) == 1 and len(names) == 1
+
+
+_CALLS = [
+    LlmCall(
+        b"span-id1",
+        b"t1",
+        "gpt-4o",
+        input_tokens=120,
+        output_tokens=30,
+        start_time_unix_nano=10**18,
+        end_time_unix_nano=10**18 + 5,
+    ),
+    LlmCall(b"span-id2", b"t1"),  # nothing known but its ids
+    LlmCall(b"span-id3", b"t2", "m", status_code=200, input_tokens=0, output_tokens=None),
+    LlmCall(b"\x00" * 8, b"t3", "m", input_tokens=2**63 - 1),
+    LlmCall(b"\xff" * 8, b"t3", output_tokens=-(2**63) + 1),
+    # kept whole: failed, a span id not of 8 bytes, a number beyond 64 bits, a count that is no int
+    LlmCall(
+        b"span-id4",
+        b"t2",
+        "m",
+        failed=True,
+        error_type="RateLimitError",
+        error_message="429",
+        status_code=429,
+    ),
+    LlmCall(b"s5", b"t2", input_tokens=5),
+    LlmCall(b"span-id6", b"t2", input_tokens=2**70),
+    LlmCall(b"span-id7", b"t2", output_tokens=-(2**63)),
+    LlmCall(b"span-id8", b"t3", input_tokens=True),  # type: ignore[arg-type]
+]
+
+
+def test_recent_model_calls_read_back_each_call_as_it_was_added():
+    kept = RecentModelCalls(_CALLS)
+    plain = list(_CALLS)
+    assert len(kept) == len(_CALLS) and list(kept) == _CALLS and kept == _CALLS and plain == kept
+    assert [kept[index] for index in range(-len(_CALLS), len(_CALLS))] == _CALLS + _CALLS
+    assert kept[1:5] == _CALLS[1:5] and kept[::-2] == _CALLS[::-2] and kept[-100:] == _CALLS
+    assert type(kept[7].input_tokens) is int and kept[9].input_tokens is True
+    with pytest.raises(IndexError):
+        kept[len(_CALLS)]
+    for copied in (copying.copy(kept), copying.deepcopy(kept), pickle.loads(pickle.dumps(kept))):
+        assert copied == _CALLS
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda calls: calls.__delitem__(slice(None, -3)),  # the pipeline's trimming
+        lambda calls: calls.__delitem__(slice(2, 4)),
+        lambda calls: calls.__delitem__(slice(None, None, 2)),
+        lambda calls: calls.__delitem__(-1),
+        lambda calls: calls.__delitem__(slice(None, -100)),
+        lambda calls: calls.extend(_CALLS[:2]),
+        lambda calls: calls.insert(1, _CALLS[3]),
+        lambda calls: calls.__setitem__(0, _CALLS[5]),
+        lambda calls: calls.__setitem__(slice(1, 3), _CALLS[4:]),
+        lambda calls: calls.reverse(),
+        lambda calls: calls.remove(_CALLS[2]),
+        lambda calls: calls.pop(3),
+    ],
+)
+def test_recent_model_calls_change_as_a_list_does(change):
+    kept, plain = RecentModelCalls(_CALLS), list(_CALLS)
+    change(kept)
+    change(plain)
+    assert kept == plain and len(kept) == len(plain)
+
+
+def test_recent_model_calls_keep_a_call_in_under_100_bytes():
+    """What the columns are for: an LlmCall and its integers took about 260 bytes a call."""
+    span_ids = [number.to_bytes(8, "big") for number in range(500)]
+    shared = {id(item) for item in (*span_ids, b"t", "gpt-4o")}
+    kept = RecentModelCalls(
+        LlmCall(
+            span_id,
+            b"t",
+            "gpt-4o",
+            status_code=200,
+            input_tokens=1_000 + n,
+            output_tokens=300,
+            start_time_unix_nano=10**18 + n,
+            end_time_unix_nano=10**18 + n + 7,
+        )
+        for n, span_id in enumerate(span_ids)
+    )
+    seen, stack, size = set(shared), [kept], 0
+    while stack:
+        item = stack.pop()
+        if id(item) not in seen and not isinstance(item, type):
+            seen.add(id(item))
+            size += sys.getsizeof(item)
+            stack.extend(gc.get_referents(item))
+    assert size / len(kept) < 100
