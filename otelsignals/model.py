@@ -8,8 +8,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
+import operator
 from array import array
-from collections.abc import Iterable, MutableSequence, Sequence
+from collections.abc import Iterable, Iterator, MutableSequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NoReturn, SupportsIndex, TypeVar, overload
@@ -132,26 +133,36 @@ class LlmCall:
     end_time_unix_nano: int = 0
 
 
-_ABSENT = -(2**63)  # a count of None in RecentModelCalls' integer columns
+_ABSENT = -(2**63)  # None in RecentModelCalls' integer columns
 _INT64 = range(_ABSENT + 1, 2**63)
+_COLUMNED_INTEGERS = (
+    "status_code",
+    "input_tokens",
+    "output_tokens",
+    "start_time_unix_nano",
+    "end_time_unix_nano",
+)
+_integers_of = operator.attrgetter(*_COLUMNED_INTEGERS)
 
 
 class RecentModelCalls(MutableSequence[LlmCall]):
-    """A conversation's latest model calls (a list of :class:`LlmCall`, to its readers), kept column
-    by column: about 72 bytes a call, where an ``LlmCall``, its span id and its integers took about
-    300 (bench/session_memory.py). Each read builds the call anew. A call that failed, whose span id
-    is not 8 bytes or whose numbers do not fit in 64 bits is kept as its own object: rare."""
+    """A conversation's latest model calls, kept column by column: about 90 bytes a call, where an
+    ``LlmCall`` with its span id and its integers took about 260 (bench/session_memory.py). The
+    span ids and five integers are in arrays, the trace ids and model names are references to
+    shared objects. Each read builds the call anew, so changing a call read does not change the
+    one kept. A call that failed or names an error, whose span id is not 8 bytes, or whose integers
+    are not ``int``s of 64 bits is kept as its own object: rare.
+
+    The pipeline appends and trims the front; other changes (insert, replace, reverse) build the
+    columns anew."""
 
     __slots__ = ("_models", "_numbers", "_span_ids", "_trace_ids", "_whole")
 
-    # the integer columns, in this order (append writes them by name, for speed)
-    _FIELDS = ("status_code", "input_tokens", "output_tokens", "start_time_unix_nano", "end_time_unix_nano")
-
     def __init__(self, calls: Iterable[LlmCall] = ()) -> None:
-        self._span_ids = array("Q")  # 8-byte span ids as integers (a call with another is kept whole)
+        self._span_ids = array("Q")  # 8-byte span ids as integers
         self._trace_ids: list[bytes] = []
         self._models: list[str | None] = []
-        self._numbers = array("q")  # the _FIELDS of each call, _ABSENT for None
+        self._numbers = array("q")  # the _COLUMNED_INTEGERS of each call, _ABSENT for None
         self._whole: list[LlmCall | None] = []  # the call itself where it is not in the columns
         self.extend(calls)
 
@@ -162,19 +173,18 @@ class RecentModelCalls(MutableSequence[LlmCall]):
         whole = self._whole[index]
         if whole is not None:
             return whole
-        at = index * len(self._FIELDS)
-        status, input_tokens, output_tokens, start, end = (
-            None if number == _ABSENT else number for number in self._numbers[at : at + len(self._FIELDS)]
-        )
+        at = index * len(_COLUMNED_INTEGERS)
+        # in the order of _COLUMNED_INTEGERS; times are always ints (a call without is kept whole)
+        status, input_tokens, output_tokens, start, end = self._numbers[at : at + len(_COLUMNED_INTEGERS)]
         return LlmCall(
             self._span_ids[index].to_bytes(8, "big"),
             self._trace_ids[index],
             self._models[index],
-            status_code=status,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            start_time_unix_nano=start or 0,
-            end_time_unix_nano=end or 0,
+            status_code=None if status == _ABSENT else status,
+            input_tokens=None if input_tokens == _ABSENT else input_tokens,
+            output_tokens=None if output_tokens == _ABSENT else output_tokens,
+            start_time_unix_nano=start,
+            end_time_unix_nano=end,
         )
 
     @overload
@@ -186,17 +196,18 @@ class RecentModelCalls(MutableSequence[LlmCall]):
             return [self._call(position) for position in range(*index.indices(len(self)))]
         return self._call(range(len(self))[index])
 
+    def __iter__(self) -> Iterator[LlmCall]:
+        return map(self._call, range(len(self)))
+
     def append(self, call: LlmCall) -> None:
-        numbers = (
-            call.status_code,
-            call.input_tokens,
-            call.output_tokens,
-            call.start_time_unix_nano,
-            call.end_time_unix_nano,
-        )
+        numbers = _integers_of(call)
         columned = (
-            not (call.failed or call.error_type or call.error_message)
+            not call.failed
+            and call.error_type is None
+            and call.error_message is None
             and len(call.span_id) == 8
+            and call.start_time_unix_nano.__class__ is int
+            and call.end_time_unix_nano.__class__ is int
             and all(number is None or (number.__class__ is int and number in _INT64) for number in numbers)
         )
         self._span_ids.append(int.from_bytes(call.span_id, "big") if columned else 0)
@@ -206,7 +217,7 @@ class RecentModelCalls(MutableSequence[LlmCall]):
         self._whole.append(None if columned else call)
 
     def extend(self, calls: Iterable[LlmCall]) -> None:
-        for call in calls:
+        for call in list(calls) if calls is self else calls:
             self.append(call)
 
     def __delitem__(self, index: int | slice) -> None:
@@ -222,7 +233,7 @@ class RecentModelCalls(MutableSequence[LlmCall]):
         start, stop = positions.start, positions.stop
         for column in (self._span_ids, self._trace_ids, self._models, self._whole):
             del column[start:stop]
-        del self._numbers[start * len(self._FIELDS) : stop * len(self._FIELDS)]
+        del self._numbers[start * len(_COLUMNED_INTEGERS) : stop * len(_COLUMNED_INTEGERS)]
 
     def insert(self, index: int, call: LlmCall) -> None:
         calls = list(self)
@@ -238,12 +249,24 @@ class RecentModelCalls(MutableSequence[LlmCall]):
         calls[index] = value
         self._replace(calls)
 
+    def reverse(self) -> None:
+        self._replace(list(self)[::-1])
+
     def _replace(self, calls: list[LlmCall]) -> None:
-        # Not made by the pipeline (it only appends and trims the front): the columns made anew.
-        self.__init__(calls)  # type: ignore[misc]
+        # The columns of ``calls`` are made apart first: a call that cannot be kept leaves these as
+        # they were.
+        made = RecentModelCalls(calls)
+        for name in self.__slots__:
+            setattr(self, name, getattr(made, name))
+
+    def __copy__(self) -> RecentModelCalls:
+        copied = RecentModelCalls()
+        for name in self.__slots__:
+            setattr(copied, name, getattr(self, name)[:])  # the copy's own columns, as a list's copy
+        return copied
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence):
+        if not isinstance(other, list | RecentModelCalls):
             return NotImplemented
         return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
 

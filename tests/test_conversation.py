@@ -869,6 +869,12 @@ _CALLS = [
     LlmCall(b"span-id6", b"t2", input_tokens=2**70),
     LlmCall(b"span-id7", b"t2", output_tokens=-(2**63)),
     LlmCall(b"span-id8", b"t3", input_tokens=True),  # type: ignore[arg-type]
+    LlmCall(b"span-id9", b"t3", failed=True, status_code=500),  # failed, no error named
+    LlmCall(b"span-idA", b"t3", error_type="x"),
+    LlmCall(b"span-idB", b"t3", error_message=""),
+    LlmCall(b"span-idC", b"t3", input_tokens=2**63),
+    LlmCall(b"span-idD", b"t3", start_time_unix_nano=None),  # type: ignore[arg-type]
+    LlmCall(b"span-idE", b"t4", "m", input_tokens=7),  # in the columns, last
 ]
 
 
@@ -883,6 +889,11 @@ def test_recent_model_calls_read_back_each_call_as_it_was_added():
         kept[len(_CALLS)]
     for copied in (copying.copy(kept), copying.deepcopy(kept), pickle.loads(pickle.dumps(kept))):
         assert copied == _CALLS
+        copied.append(_CALLS[0])
+        del copied[0]
+        assert kept == _CALLS  # the copy has columns of its own
+    for value in (_CALLS[0], (), tuple(_CALLS)):
+        assert kept != value and value != kept  # equal to lists only, as a list is
 
 
 @pytest.mark.parametrize(
@@ -900,6 +911,11 @@ def test_recent_model_calls_read_back_each_call_as_it_was_added():
         lambda calls: calls.reverse(),
         lambda calls: calls.remove(_CALLS[2]),
         lambda calls: calls.pop(3),
+        lambda calls: calls.pop(),
+        lambda calls: calls.__delitem__(-1),
+        lambda calls: calls.extend(calls),
+        lambda calls: calls.__iadd__(calls),
+        lambda calls: calls.clear(),
     ],
 )
 def test_recent_model_calls_change_as_a_list_does(change):
@@ -907,6 +923,13 @@ def test_recent_model_calls_change_as_a_list_does(change):
     change(kept)
     change(plain)
     assert kept == plain and len(kept) == len(plain)
+
+
+def test_a_call_that_cannot_be_kept_leaves_the_recent_model_calls_as_they_were():
+    kept = RecentModelCalls(_CALLS)
+    with pytest.raises(TypeError):
+        kept[3] = LlmCall(None, b"t")  # type: ignore[arg-type]  # no span id: len() fails
+    assert kept == _CALLS
 
 
 def test_recent_model_calls_keep_a_call_in_under_100_bytes():
