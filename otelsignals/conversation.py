@@ -311,10 +311,11 @@ class ConversationState:
             return None
         ids = [t.hex() for t in conversation.trace_ids]
         upto = ids.index(trace_id) + 1 if trace_id in ids else len(ids)
+        traces_up_to = set(conversation.trace_ids[:upto])
         return dataclasses.replace(  # what the spans said of it (offered tools…) comes along
             conversation,
             messages=conversation.messages[: end - conversation.message_offset],
-            llm_calls=[call for call in conversation.llm_calls if call.trace_id.hex() in ids[:upto]],
+            llm_calls=[call for call in conversation.llm_calls if call.trace_id in traces_up_to],
             trace_ids=conversation.trace_ids[:upto],
             available_tools=dict(conversation.available_tools),
         )
