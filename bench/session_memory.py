@@ -13,8 +13,9 @@ For each set: the states' deep size (everything a state references, objects shar
 counted once, the analyzer's shared tables not counted), the text the conversations keep (message
 and tool-result text, tool-call arguments as JSON; in characters and in UTF-8 bytes), the ratio,
 the share of each part of the state, and the bytes held by long strings (64 characters or more)
-that repeat a string of the same state with another identity (duplicated text). Also
-``sessions_bytes``' estimate against the measured size. Markdown to stdout.
+that repeat a string of the same state with another identity (duplicated text). Also the
+session store's estimate (``otelsignals_sessions_bytes``: each conversation's, and each system
+prompt string once) against the measured size. Markdown to stdout.
 
     .venv/bin/python bench/session_memory.py --resident 100,300
 
@@ -72,7 +73,7 @@ from otelsignals.pipeline.sessions import (  # noqa: E402
     BYTES_PER_MESSAGE,
     BYTES_PER_TEXT_BYTE,
     argument_characters,
-    estimated_bytes,
+    system_prompt,
     text_storage_bytes,
 )
 from otelsignals.telemetry import Telemetry  # noqa: E402
@@ -179,7 +180,7 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
     seen: set[int] = {id(analyzer), id(analyzer.sessions)}
     by_part: Counter[str] = Counter()
     duplicated: Counter[str] = Counter()
-    total = characters = utf8 = estimated = 0
+    total = characters = utf8 = 0
     rows: list[tuple[float, ...]] = []  # per conversation: the model's inputs, then the size measured
     for state in states:
         texts: dict[str, str] = {}
@@ -197,9 +198,7 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
         characters += state_characters
         utf8 += state_utf8
         total += state_size
-        messages = state.conversation.messages
-        estimated += estimated_bytes(messages)
-        rows.append((*model_inputs(messages), state_size))
+        rows.append((*model_inputs(state.conversation.messages), state_size))
     return {
         "set": name,
         "traces": count,
@@ -209,7 +208,7 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
         "text_utf8_bytes": utf8,
         "bytes_per_utf8_byte": total / utf8 if utf8 else 0.0,
         "bytes_per_character": total / characters if characters else 0.0,
-        "estimated_bytes": estimated,
+        "estimated_bytes": analyzer.sessions.bytes,
         "parts": dict(by_part.most_common()),
         "duplicated_text_bytes": dict(duplicated.most_common()),
         "rows": rows,
@@ -217,9 +216,11 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
 
 
 def model_inputs(messages: list[Any]) -> tuple[float, float, float, float]:
-    """What the memory model of otelsignals/pipeline/sessions.py reads: (text storage, argument
-    characters, messages, 1)."""
-    return (text_storage_bytes(messages), argument_characters(messages), len(messages), 1.0)
+    """What the memory model of otelsignals/pipeline/sessions.py reads: (text storage but the system
+    prompt's, argument characters, messages, 1)."""
+    prompt = system_prompt(messages)
+    text = text_storage_bytes(messages) - (0 if prompt is None else sys.getsizeof(prompt))
+    return (text, argument_characters(messages), len(messages), 1.0)
 
 
 def fit(results: list[dict[str, Any]]) -> str:

@@ -13,7 +13,7 @@ import orjson
 
 from otelsignals.compaction import stored_message_text, stored_result_text
 from otelsignals.conversation import ConversationState
-from otelsignals.model import Message
+from otelsignals.model import Message, Role
 
 # What one open conversation costs in memory, as a function of what it keeps: least squares of the
 # measured deep sizes of conversation states (bench/session_memory.py: the 473 real agent
@@ -22,6 +22,8 @@ from otelsignals.model import Message
 # tool-call arguments as JSON characters, its messages, and the conversation itself. The messages,
 # the detectors' prepared text, the history cache and the per-trace records all grow with these.
 # Arguments cost far more than their JSON text: they are kept parsed (a dict, its keys, its values).
+# A conversation's system prompt is left out: the store counts each such string once, whatever
+# number of conversations hold it (SessionStore.resize).
 BYTES_PER_TEXT_BYTE = 1.12
 BYTES_PER_ARGUMENT_CHARACTER = 22
 BYTES_PER_MESSAGE = 640
@@ -29,8 +31,26 @@ BYTES_PER_CONVERSATION = 22_000
 
 
 def estimated_bytes(messages: Sequence[Message]) -> int:
-    """The memory ``messages`` hold in a conversation's state, estimated (see above)."""
-    return _estimate(text_storage_bytes(messages), argument_characters(messages), len(messages))
+    """The memory ``messages`` hold in a conversation's state, estimated (see above), but for the
+    text of its system prompt (:func:`system_prompt`)."""
+    return _estimate(
+        text_storage_bytes(messages) - _size_of(system_prompt(messages)),
+        argument_characters(messages),
+        len(messages),
+    )
+
+
+def system_prompt(messages: Sequence[Message]) -> str | None:
+    """The text of the conversation's system prompt, kept first (conversation.py): one string that
+    every conversation of an agent may share (conversation.SHARED_SYSTEM_PROMPTS)."""
+    if not messages or messages[0].role is not Role.SYSTEM:
+        return None
+    text = stored_message_text(messages[0])  # never compacted: a system prompt is left plain
+    return text if isinstance(text, str) else None
+
+
+def _size_of(text: str | None) -> int:
+    return 0 if text is None else getsizeof(text)
 
 
 def _estimate(text_bytes: int, argument_characters: int, messages: int) -> int:
@@ -101,6 +121,7 @@ class _Size:
     settled_bytes: int = 0
     since_full_count: int = 0
     bytes: int = 0
+    system_prompt: str | None = None  # the one counted once by the store (_count_system_prompt)
 
     def count(self, messages: Sequence[Message], offset: int) -> int:
         """Bring the counts up to date with ``messages``; their text storage (see RECOUNTED_TAIL)."""
@@ -142,6 +163,9 @@ class SessionStore:
         # Least recently active first, so both expiry and eviction pop from the front.
         self._states: OrderedDict[str, ConversationState] = OrderedDict()
         self._sizes: dict[str, _Size] = {}
+        # Each system prompt string once, whatever number of conversations hold it: id -> the string
+        # and how many of the sizes count it. (By identity: equal strings apart are memory apart.)
+        self._prompt_holders: dict[int, tuple[str, int]] = {}
         self.bytes = 0
 
     def __len__(self) -> int:
@@ -176,10 +200,12 @@ class SessionStore:
         size = self._sizes.setdefault(key, _Size())
         before = size.bytes
         text_bytes = size.count(messages, offset)
-        size.bytes = _estimate(text_bytes, size.argument_characters, len(messages)) + sum(
+        prompt = system_prompt(messages)
+        size.bytes = _estimate(text_bytes - _size_of(prompt), size.argument_characters, len(messages)) + sum(
             output.nbytes for output in state.previous_outputs
         )
         self.bytes += size.bytes - before
+        self._count_system_prompt(size, prompt)
         # The state just changed is the last one evicted (it may alone be over the bound).
         self._states.move_to_end(key)
         while self.max_bytes and self.bytes > self.max_bytes and len(self._states) > 1:
@@ -201,4 +227,25 @@ class SessionStore:
         size = self._sizes.pop(key, None)
         if size is not None:
             self.bytes -= size.bytes
+            self._count_system_prompt(size, None)
         self._on_evict(evicted, reason)
+
+    def _count_system_prompt(self, size: _Size, prompt: str | None) -> None:
+        """Let ``size`` count ``prompt`` instead of the prompt it counted: a string's bytes are in
+        ``self.bytes`` while at least one conversation's size counts it."""
+        previous = size.system_prompt
+        if prompt is previous:
+            return
+        if previous is not None:
+            text, holders = self._prompt_holders[id(previous)]
+            if holders == 1:
+                del self._prompt_holders[id(previous)]
+                self.bytes -= getsizeof(text)
+            else:
+                self._prompt_holders[id(previous)] = (text, holders - 1)
+        if prompt is not None:
+            holders = self._prompt_holders.get(id(prompt), (prompt, 0))[1]
+            if holders == 0:
+                self.bytes += getsizeof(prompt)
+            self._prompt_holders[id(prompt)] = (prompt, holders + 1)
+        size.system_prompt = prompt

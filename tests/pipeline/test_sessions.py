@@ -87,6 +87,101 @@ def test_the_estimate_grows_with_text_storage_arguments_and_messages():
     )
 
 
+def _prompted(store: SessionStore, key: str, prompt: str, text: str = "hello") -> list[Message]:
+    """``key``'s conversation: ``prompt`` as its system prompt (kept first), then a user message."""
+    state = store.touch(key)
+    state.conversation.messages[:] = [Message(Role.SYSTEM, prompt), Message(Role.USER, text)]
+    store.resize(key)
+    return state.conversation.messages
+
+
+def test_a_system_prompt_that_conversations_share_is_counted_once():
+    import sys
+
+    from otelsignals.pipeline.sessions import estimated_bytes
+
+    now = [0.0]
+    store = SessionStore(60, 100, clock=lambda: now[0], max_bytes=0)
+    prompt = "You are the support agent of an online shop. " * 1000  # ~46 KB, one string
+    held = []
+    for key in "abc":
+        held.append(_prompted(store, key, prompt))
+        now[0] += 10
+    bodies = sum(estimated_bytes(messages) for messages in held)
+    assert store.bytes == bodies + sys.getsizeof(prompt)
+    # Equal text in a string of its own is memory of its own.
+    apart = "".join(["You are the support agent of an online shop. "] * 1000)
+    assert apart == prompt and apart is not prompt
+    held.append(_prompted(store, "d", apart))
+    assert store.bytes == bodies + estimated_bytes(held[-1]) + 2 * sys.getsizeof(prompt)
+    # The prompt's bytes stay while a conversation holding it stays, and leave with the last one.
+    now[0] = 65
+    assert store.expire() == 1  # "a"
+    left = bodies - estimated_bytes(held[0]) + estimated_bytes(held[-1])
+    assert store.bytes == left + 2 * sys.getsizeof(prompt)
+    now[0] = 100
+    assert store.expire() == 3
+    assert store.bytes == 0
+
+
+def test_a_conversation_counts_the_system_prompt_it_holds_now():
+    import sys
+
+    from otelsignals.pipeline.sessions import estimated_bytes
+
+    store = SessionStore(3600, 100, max_bytes=0)
+    first, second = "p" * 30_000, "q" * 10_000
+    messages = _prompted(store, "a", first)
+    b = estimated_bytes(_prompted(store, "b", first))
+    assert store.bytes == estimated_bytes(messages) + b + sys.getsizeof(first)
+    messages[0] = Message(Role.SYSTEM, second)  # another prompt
+    store.resize("a")
+    assert store.bytes == estimated_bytes(messages) + b + sys.getsizeof(first) + sys.getsizeof(second)
+    del messages[0]  # trimmed away
+    store.resize("a")
+    assert store.bytes == estimated_bytes(messages) + b + sys.getsizeof(first)
+
+
+def test_the_byte_bound_holds_every_conversation_of_an_agent_whose_prompt_fits_once():
+    evicted: list[str] = []
+    store = SessionStore(3600, 1000, lambda state, why: evicted.append(why), max_bytes=1024**2)
+    prompt = "Follow the refund policy below. " * 3000  # ~94 KB
+    for key in range(20):
+        _prompted(store, str(key), prompt)
+    # 20 copies of the prompt would be ~2 MB, over the bound; the one string the 20 share is not.
+    assert evicted == [] and len(store) == 20 and store.bytes <= 1024**2
+
+
+def test_the_analyzer_counts_the_system_prompt_an_agents_conversations_share_once():
+    """The demo's agents read the same system prompt in every conversation (one string for all of
+    them, conversation.SHARED_SYSTEM_PROMPTS): the store counts it once."""
+    import sys
+
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otelsignals.demo.traffic import send_demo_traffic
+    from otelsignals.offline import traces_in_time_order
+    from otelsignals.pipeline.analyzer import Analyzer
+    from otelsignals.pipeline.sessions import estimated_bytes, system_prompt
+    from otelsignals.telemetry import Telemetry
+
+    spans = InMemorySpanExporter()
+    send_demo_traffic(None, None, _exporter_factory=lambda service, transport: spans)
+    analyzer = Analyzer(Telemetry())
+    for trace in traces_in_time_order([encode_spans(list(spans.get_finished_spans()))]):
+        analyzer.process(trace)
+    states = list(analyzer.sessions)
+    prompts = [system_prompt(state.conversation.messages) for state in states]
+    distinct = {id(prompt): prompt for prompt in prompts if prompt is not None}
+    assert len(distinct) < sum(prompt is not None for prompt in prompts), "no prompt is shared"
+    conversations = sum(
+        estimated_bytes(state.conversation.messages) + sum(output.nbytes for output in state.previous_outputs)
+        for state in states
+    )
+    assert analyzer.sessions.bytes == conversations + sum(map(sys.getsizeof, distinct.values()))
+
+
 def test_the_byte_bound_evicts_the_least_recently_active_and_counts_it():
     evicted: list[tuple[str, str]] = []
     store = SessionStore(
@@ -217,9 +312,10 @@ def test_a_long_conversation_counts_its_latest_texts_at_once_and_the_older_ones_
     # A system prompt put in front moves every message counted before: all are counted again.
     from otelsignals.model import Message, Role, ToolCall
 
-    messages.insert(0, Message(Role.SYSTEM, "s" * 50_000, [ToolCall("f", {"a": "b" * 100})]))
+    prompt = "s" * 50_000
+    messages.insert(0, Message(Role.SYSTEM, prompt, [ToolCall("f", {"a": "b" * 100})]))
     store.resize("a")
-    assert store.bytes == estimated_bytes(messages)
+    assert store.bytes == estimated_bytes(messages) + sys.getsizeof(prompt)  # the prompt once (below)
 
 
 def test_the_answers_kept_for_loop_detection_are_counted():
