@@ -40,6 +40,15 @@ other spans), merged as the pipeline merges them and trimmed to ``sessions.max_m
 default); the deep size of each part of the state of 1 KiB or more, in KiB, after each number of
 turns (the merge alone: no detectors run). A part that grows from column to column grows with the
 conversation's length, which message trimming does not bound.
+
+    .venv/bin/python bench/session_memory.py --conventions 1,3,8
+
+The session store's estimate against the measured state per instrumentation convention: the demo
+conversations of each convention (otelsignals/demo), their turns said the given numbers of times
+over (a longer history each time), analysed by the Analyzer; ``--long-texts`` makes each user
+message 20 times as long and ends it with an emoji (text Python keeps at 4 bytes a character).
+An estimate under the measured state (a ratio under 1) lets that convention's conversations take
+more memory than ``sessions.max_bytes``.
 """
 
 from __future__ import annotations
@@ -410,6 +419,66 @@ def long_conversation(sizes: list[int]) -> str:
     return "\n".join(lines)
 
 
+def conventions(repeats: list[int], long_texts: bool) -> str:
+    import copy
+
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import otelsignals.demo.traffic as traffic
+    from otelsignals.offline import traces_in_time_order
+
+    demo = traffic.load_conversations()
+    names = list(traffic.CONVENTIONS)
+    lines = [
+        "| convention | "
+        + " | ".join(f"turns x{count}: messages, estimate / measured" for count in repeats)
+        + " |",
+        "|---|" + "---|" * len(repeats),
+    ]
+    cells: dict[str, list[str]] = {name: [] for name in names}
+    for count in repeats:
+        conversations = copy.deepcopy(demo)
+        for conversation in conversations:
+            conversation["turns"] = [
+                copy.deepcopy(turn) for _ in range(count) for turn in conversation["turns"]
+            ]
+            for number, turn in enumerate(conversation["turns"]):
+                said = turn["user"] * 20 + " \N{THUMBS UP SIGN}" if long_texts else turn["user"]
+                turn["user"] = f"({number}) {said}"
+        spans = InMemorySpanExporter()
+        traffic.load_conversations = lambda conversations=conversations: conversations
+        try:
+            traffic.send_demo_traffic(
+                None, None, _exporter_factory=lambda service, transport, into=spans: into
+            )
+        finally:
+            traffic.load_conversations = lambda: demo
+        analyzer = fresh_analyzer()
+        for trace in traces_in_time_order([encode_spans(list(spans.get_finished_spans()))]):
+            analyzer.process(trace)
+        # (the demo conversations without a session id, one conversation per trace, are left out)
+        convention_of = {c["session_id"]: c["convention"] for c in conversations if c["session_id"]}
+        measured: Counter[str] = Counter()
+        estimated: Counter[str] = Counter()
+        messages: Counter[str] = Counter()
+        seen: set[int] = {id(analyzer), id(analyzer.sessions)}
+        for state in analyzer.sessions:
+            name = convention_of.get(state.conversation.key)
+            if name is None:
+                continue
+            measured[name] += sum(deep_size(value, seen) for _, value in parts_of(state))
+            estimated[name] += analyzer.sessions._sizes[state.conversation.key].bytes
+            messages[name] += len(state.conversation.messages)
+        for name in names:
+            cells[name].append(
+                f"{messages[name]:,}, {estimated[name] / measured[name]:.2f}" if measured[name] else "–"
+            )
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(cells[name]) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workload-conversations", type=int, default=60)
@@ -420,7 +489,12 @@ def main() -> None:
     parser.add_argument("--resident-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--resize", help="conversation sizes, e.g. 100,1000,3000: CPU per resize")
     parser.add_argument("--long", help="turns, e.g. 1000,5000: what one long conversation keeps, by part")
+    parser.add_argument("--conventions", help="e.g. 1,3,8: the estimate per convention, turns said so often")
+    parser.add_argument("--long-texts", action="store_true", help="--conventions: long user messages")
     args = parser.parse_args()
+    if args.conventions:
+        print(conventions([int(count) for count in args.conventions.split(",")], args.long_texts))
+        return
     if args.long:
         print(long_conversation([int(size) for size in args.long.split(",")]))
         return

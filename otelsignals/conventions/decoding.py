@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from sys import getsizeof
 from typing import Any
 
 import numpy as np
@@ -155,12 +156,18 @@ ATTRIBUTE_BRANCHES = 2
 # What a model call adds after its history (the answer, token usage…): a span sharing all of a kept
 # one's attributes but as many as this is taken to extend it, without comparing the other branch.
 ANSWER_ATTRIBUTES = 16
+# What a kept attribute or event holds besides its key and value strings (held_bytes): the pair's
+# tuple and dict slot, or the view and its dict, and the readers' groups made of them (measured with
+# bench/session_memory.py --conventions).
+MEMO_BYTES_PER_ATTRIBUTE = 150
+MEMO_BYTES_PER_EVENT = 400
 
 # One-byte tags of the Span fields read here (field number << 3 | wire type 2, length-delimited).
 _ATTRIBUTES_FIELD, _EVENTS_FIELD = 9, 11
 _ATTRIBUTE_TAG, _EVENT_TAG = 0x4A, 0x5A
 _EVENT_TIME_TAG = 0x09  # Event.time_unix_nano: field 1, fixed64
 _STAMP_BYTES = np.arange(8, dtype=np.int64)
+_NO_SIZES = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(slots=True, eq=False)
@@ -172,7 +179,22 @@ class DecodedAttributes:
     ends: np.ndarray  # int64
     pairs: list[tuple[str, Any]]
     values: dict[str, Any]  # dict(pairs): also the span view's attributes, never changed
+    # int64, running totals: sizes[i] is what the keys and values of pairs[: i + 1] take (strings
+    # of their own: the messages read from them are built anew)
+    sizes: np.ndarray
     groups: dict[str, IndexedFold] = field(default_factory=dict)
+
+    def held_bytes(self) -> int:
+        """The memory this record holds (for the session byte bound, pipeline/sessions.py)."""
+        return (
+            getsizeof(self.region)
+            + self.ends.nbytes
+            + self.sizes.nbytes
+            + getsizeof(self.pairs)
+            + getsizeof(self.values)
+            + _total(self.sizes)
+            + MEMO_BYTES_PER_ATTRIBUTE * len(self.pairs)
+        )
 
 
 @dataclass(slots=True)
@@ -195,6 +217,38 @@ class DecodedEvents:
     ends: np.ndarray  # int64
     stamps: np.ndarray  # int64: offset of each 8-byte timestamp
     views: list[EventView]
+    sizes: np.ndarray  # int64, running totals of what each view's attribute keys and values take
+
+    def held_bytes(self) -> int:
+        """The memory this record holds (for the session byte bound, pipeline/sessions.py)."""
+        return (
+            getsizeof(self.region)
+            + self.ends.nbytes
+            + self.stamps.nbytes
+            + self.sizes.nbytes
+            + getsizeof(self.views)
+            + _total(self.sizes)
+            + MEMO_BYTES_PER_EVENT * len(self.views)
+        )
+
+
+def _total(sizes: np.ndarray) -> int:
+    return int(sizes[-1]) if len(sizes) else 0
+
+
+def _pair_sizes(pairs: list[tuple[str, Any]]) -> list[int]:
+    return [getsizeof(key) + getsizeof(value) for key, value in pairs]
+
+
+def _view_sizes(views: list[EventView]) -> list[int]:
+    return [
+        sum(map(getsizeof, view.attributes)) + sum(map(getsizeof, view.attributes.values())) for view in views
+    ]
+
+
+def _running_totals(shared: np.ndarray, fresh: list[int]) -> np.ndarray:
+    """Running totals of sizes: ``shared`` (running totals already), then ``fresh`` sizes."""
+    return np.concatenate((shared, np.cumsum(fresh, dtype=np.int64) + _total(shared)))
 
 
 class SpanDecodeMemo:
@@ -216,6 +270,12 @@ class SpanDecodeMemo:
             if match.shared + ANSWER_ATTRIBUTES >= len(branch.ends):
                 break  # the span resends this one whole but for its answer: no other can do better
         return best, found
+
+    def held_bytes(self) -> int:
+        """The memory the kept records hold (for the session byte bound, pipeline/sessions.py); a
+        value two records share is counted in each."""
+        events = 0 if self.events is None else self.events.held_bytes()
+        return events + sum(branch.held_bytes() for branch in self.branches)
 
     def keep(self, decoded: DecodedAttributes, base: DecodedAttributes | None, shared: int) -> None:
         # A base the new span extends whole is of no further use; one it differs from at its end
@@ -429,7 +489,11 @@ def _attribute_values(
         if len(fresh) < MEMO_MIN_ATTRIBUTES:
             return values, None
         decoded = DecodedAttributes(
-            data[layout.attributes_at : layout.attributes_end], tail_ends, fresh, values
+            data[layout.attributes_at : layout.attributes_end],
+            tail_ends,
+            fresh,
+            values,
+            _running_totals(_NO_SIZES, _pair_sizes(fresh)),
         )
         memo.keep(decoded, None, 0)
         return values, AttributeOrigin(decoded)
@@ -438,6 +502,10 @@ def _attribute_values(
     for position in match.replaced:
         pairs[position] = _span_pairs([_attribute_at(data, layout.attributes_at, match.ends, position)])[0]
     values = _values(base, pairs, shared, match.replaced)
+    sizes = base.sizes[:shared].copy()
+    for position in match.replaced:  # the running totals from there on move by the change
+        before = int(sizes[position]) - (int(sizes[position - 1]) if position else 0)
+        sizes[position:] += _pair_sizes([pairs[position]])[0] - before
     pairs += fresh
     values.update(fresh)
     decoded = DecodedAttributes(
@@ -445,6 +513,7 @@ def _attribute_values(
         np.concatenate((match.ends, tail_ends)),
         pairs,
         values,
+        _running_totals(sizes, _pair_sizes(fresh)),
     )
     if len(pairs) >= MEMO_MIN_ATTRIBUTES:
         memo.keep(decoded, base, shared)
@@ -482,13 +551,16 @@ def _event_views(data: bytes, layout: _Layout, span: Span, memo: SpanDecodeMemo)
     views = fresh
     ends = np.array(layout.event_tail, dtype=np.int64)
     stamps = np.array(layout.stamps, dtype=np.int64)
+    shared_sizes = _NO_SIZES
     if kept is not None and shared:
         views = kept.views[:shared] + fresh
         ends = np.concatenate((kept.ends[:shared], ends))
         stamps = np.concatenate((kept.stamps[kept.stamps < layout.shared_event_bytes], stamps))
+        shared_sizes = kept.sizes[:shared]
     if len(views) >= MEMO_MIN_EVENTS and (kept is None or shared < len(views) or len(kept.views) <= shared):
         # (a late span with a shorter history leaves the longer one kept)
-        memo.events = DecodedEvents(data[layout.events_at : layout.events_end], ends, stamps, views)
+        sizes = _running_totals(shared_sizes, _view_sizes(fresh))
+        memo.events = DecodedEvents(data[layout.events_at : layout.events_end], ends, stamps, views, sizes)
     return views
 
 

@@ -201,8 +201,12 @@ class SessionStore:
         before = size.bytes
         text_bytes = size.count(messages, offset)
         prompt = system_prompt(messages)
-        size.bytes = _estimate(text_bytes - _size_of(prompt), size.argument_characters, len(messages)) + sum(
-            output.nbytes for output in state.previous_outputs
+        size.bytes = (
+            _estimate(text_bytes - _size_of(prompt), size.argument_characters, len(messages))
+            + sum(output.nbytes for output in state.previous_outputs)
+            # The span decoder's records of the latest long spans: with the indexed conventions
+            # (OpenLLMetry, OpenInference, GenAI events) their values are the history's text again.
+            + state.decoder_memory.spans.held_bytes()
         )
         self.bytes += size.bytes - before
         self._count_system_prompt(size, prompt)

@@ -4,7 +4,9 @@ the conversation."""
 
 from __future__ import annotations
 
+import itertools
 import random
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -73,6 +75,24 @@ def decode_all(spans: list[Span], memory: ConversationMemory | None):
 
 def entries(view):
     return _indexed_entries(view, (PROMPT_PREFIXES, COMPLETION_PREFIXES))
+
+
+def assert_sizes_as_counted_anew(spans: list[Span]) -> None:
+    """After each span, the running totals of every kept record (carried over from the record it
+    extends, with the replaced values' sizes changed) are its keys' and values' sizes counted anew."""
+    memory = ConversationMemory()
+    for span in spans:
+        decode_all([span], memory)
+        for branch in memory.spans.branches:
+            anew = [sys.getsizeof(key) + sys.getsizeof(value) for key, value in branch.pairs]
+            assert branch.sizes.tolist() == list(itertools.accumulate(anew))
+        events = memory.spans.events
+        if events is not None:
+            anew = [
+                sum(map(sys.getsizeof, view.attributes)) + sum(map(sys.getsizeof, view.attributes.values()))
+                for view in events.views
+            ]
+            assert events.sizes.tolist() == list(itertools.accumulate(anew))
 
 
 def growing_conversation(turns: int, body: bool) -> list[Span]:
@@ -145,6 +165,7 @@ def test_any_edit_of_a_long_span_decodes_as_if_alone(data):
         assert with_memo.attributes == without.attributes
         assert with_memo.events == without.events
         assert entries(with_memo) == entries(without)
+    assert_sizes_as_counted_anew(spans)
 
 
 def event_span(events: list[tuple[str, str]], n: int) -> Span:
@@ -194,6 +215,7 @@ def test_any_edit_of_resent_events_decodes_as_if_alone(data):
     memory = ConversationMemory()
     for with_memo, without in zip(decode_all(spans, memory), decode_all(spans, None), strict=True):
         assert with_memo.events == without.events
+    assert_sizes_as_counted_anew(spans)
 
 
 def test_a_span_whose_attributes_are_not_one_run_is_decoded_in_full():

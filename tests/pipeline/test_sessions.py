@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from otelsignals.conversation import ConversationState
 from otelsignals.model import Message, Role
 from otelsignals.pipeline.sessions import SessionStore
@@ -176,10 +178,61 @@ def test_the_analyzer_counts_the_system_prompt_an_agents_conversations_share_onc
     distinct = {id(prompt): prompt for prompt in prompts if prompt is not None}
     assert len(distinct) < sum(prompt is not None for prompt in prompts), "no prompt is shared"
     conversations = sum(
-        estimated_bytes(state.conversation.messages) + sum(output.nbytes for output in state.previous_outputs)
+        estimated_bytes(state.conversation.messages)
+        + sum(output.nbytes for output in state.previous_outputs)
+        + state.decoder_memory.spans.held_bytes()
         for state in states
     )
     assert analyzer.sessions.bytes == conversations + sum(map(sys.getsizeof, distinct.values()))
+
+
+def _deep_size(root: object, seen: set[int]) -> int:
+    """What ``root`` reaches and ``seen`` does not hold yet (classes and functions are code)."""
+    import gc
+    import sys
+
+    total, stack = 0, [root]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, type) or callable(item):
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        stack.extend(gc.get_referents(item))
+    return total
+
+
+@pytest.mark.parametrize("convention", ["openllmetry", "openinference", "genai_events", "genai"])
+def test_the_estimate_covers_what_a_long_conversation_holds_in_each_convention(convention):
+    """A history resent one attribute or event per message is kept decoded by the span decoder (its
+    values are the text again): the estimate counts it, so the byte bound holds for these
+    conventions too. Each demo conversation of the convention, its turns said three times over."""
+    import copy
+
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import otelsignals.demo.traffic as traffic
+    from otelsignals.offline import traces_in_time_order
+    from otelsignals.pipeline.analyzer import Analyzer
+    from otelsignals.telemetry import Telemetry
+
+    conversations = [c for c in traffic.load_conversations() if c["convention"] == convention]
+    for conversation in conversations:
+        conversation["turns"] = [copy.deepcopy(turn) for _ in range(3) for turn in conversation["turns"]]
+        for number, turn in enumerate(conversation["turns"]):
+            turn["user"] = f"({number}) {turn['user']}"
+    spans = InMemorySpanExporter()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(traffic, "load_conversations", lambda: conversations)
+        traffic.send_demo_traffic(None, None, _exporter_factory=lambda service, transport: spans)
+    analyzer = Analyzer(Telemetry())
+    for trace in traces_in_time_order([encode_spans(list(spans.get_finished_spans()))]):
+        analyzer.process(trace)
+    seen = {id(analyzer), id(analyzer.sessions)}
+    measured = sum(_deep_size(state, seen) for state in analyzer.sessions)
+    assert len(analyzer.sessions) >= len(conversations) > 0  # (one without a session id: one per trace)
+    assert measured <= analyzer.sessions.bytes <= 2 * measured
 
 
 def test_the_byte_bound_evicts_the_least_recently_active_and_counts_it():
