@@ -34,7 +34,7 @@ def estimated_bytes(messages: Sequence[Message]) -> int:
     """The memory ``messages`` hold in a conversation's state, estimated (see above), but for the
     text of its system prompt (:func:`system_prompt`)."""
     return _estimate(
-        text_storage_bytes(messages) - _size_of(system_prompt(messages)),
+        text_storage_bytes(messages[_leading_prompts(messages) :]),
         argument_characters(messages),
         len(messages),
     )
@@ -43,14 +43,15 @@ def estimated_bytes(messages: Sequence[Message]) -> int:
 def system_prompt(messages: Sequence[Message]) -> str | None:
     """The text of the conversation's system prompt, kept first (conversation.py): one string that
     every conversation of an agent may share (conversation.SHARED_SYSTEM_PROMPTS)."""
-    if not messages or messages[0].role is not Role.SYSTEM:
+    if not _leading_prompts(messages):
         return None
     text = stored_message_text(messages[0])  # never compacted: a system prompt is left plain
     return text if isinstance(text, str) else None
 
 
-def _size_of(text: str | None) -> int:
-    return 0 if text is None else getsizeof(text)
+def _leading_prompts(messages: Sequence[Message]) -> int:
+    """1 when the first message is the system prompt, whose text the store counts (once), else 0."""
+    return 1 if messages and messages[0].role is Role.SYSTEM else 0
 
 
 def _estimate(text_bytes: int, argument_characters: int, messages: int) -> int:
@@ -136,13 +137,24 @@ class _Size:
             # Trimmed, a message put in front (a system prompt), or time for a full count.
             counted = self.settled = self.settled_bytes = self.since_full_count = self.argument_characters = 0
         self.argument_characters += argument_characters(messages[counted:])
+        first = _leading_prompts(messages)  # (a prompt put in front makes a full count: above)
         tail_start = max(0, len(messages) - RECOUNTED_TAIL)
         if tail_start > self.settled:
-            self.settled_bytes += text_storage_bytes(messages[self.settled : tail_start])
+            self.settled_bytes += text_storage_bytes(messages[max(first, self.settled) : tail_start])
             self.settled = tail_start
         self.offset, self.counted = offset, len(messages)
         self.last_counted = messages[-1] if messages else None
-        return self.settled_bytes + text_storage_bytes(messages[self.settled :])
+        return self.settled_bytes + text_storage_bytes(messages[max(first, self.settled) :])
+
+
+@dataclass(slots=True)
+class _HeldPrompt:
+    """A system prompt string counted once: how many sizes count it, and the bytes it added (a
+    string's getsizeof grows once its UTF-8 form is asked for: the same bytes leave as came)."""
+
+    text: str
+    holders: int
+    counted: int
 
 
 class SessionStore:
@@ -163,9 +175,9 @@ class SessionStore:
         # Least recently active first, so both expiry and eviction pop from the front.
         self._states: OrderedDict[str, ConversationState] = OrderedDict()
         self._sizes: dict[str, _Size] = {}
-        # Each system prompt string once, whatever number of conversations hold it: id -> the string
-        # and how many of the sizes count it. (By identity: equal strings apart are memory apart.)
-        self._prompt_holders: dict[int, tuple[str, int]] = {}
+        # Each system prompt string once, whatever number of conversations hold it, by its id (by
+        # identity: equal strings apart are memory apart; the entry holds the string, so the id stays).
+        self._prompts: dict[int, _HeldPrompt] = {}
         self.bytes = 0
 
     def __len__(self) -> int:
@@ -200,16 +212,15 @@ class SessionStore:
         size = self._sizes.setdefault(key, _Size())
         before = size.bytes
         text_bytes = size.count(messages, offset)
-        prompt = system_prompt(messages)
         size.bytes = (
-            _estimate(text_bytes - _size_of(prompt), size.argument_characters, len(messages))
+            _estimate(text_bytes, size.argument_characters, len(messages))
             + sum(output.nbytes for output in state.previous_outputs)
             # The span decoder's records of the latest long spans: with the indexed conventions
             # (OpenLLMetry, OpenInference, GenAI events) their values are the history's text again.
             + state.decoder_memory.spans.held_bytes()
         )
         self.bytes += size.bytes - before
-        self._count_system_prompt(size, prompt)
+        self._count_system_prompt(size, system_prompt(messages))
         # The state just changed is the last one evicted (it may alone be over the bound).
         self._states.move_to_end(key)
         while self.max_bytes and self.bytes > self.max_bytes and len(self._states) > 1:
@@ -241,15 +252,15 @@ class SessionStore:
         if prompt is previous:
             return
         if previous is not None:
-            text, holders = self._prompt_holders[id(previous)]
-            if holders == 1:
-                del self._prompt_holders[id(previous)]
-                self.bytes -= getsizeof(text)
-            else:
-                self._prompt_holders[id(previous)] = (text, holders - 1)
+            released = self._prompts[id(previous)]
+            released.holders -= 1
+            if not released.holders:
+                del self._prompts[id(previous)]
+                self.bytes -= released.counted
         if prompt is not None:
-            holders = self._prompt_holders.get(id(prompt), (prompt, 0))[1]
-            if holders == 0:
-                self.bytes += getsizeof(prompt)
-            self._prompt_holders[id(prompt)] = (prompt, holders + 1)
+            held = self._prompts.get(id(prompt))
+            if held is None:
+                held = self._prompts[id(prompt)] = _HeldPrompt(prompt, 0, getsizeof(prompt))
+                self.bytes += held.counted
+            held.holders += 1
         size.system_prompt = prompt

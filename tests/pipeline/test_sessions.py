@@ -142,6 +142,48 @@ def test_a_conversation_counts_the_system_prompt_it_holds_now():
     del messages[0]  # trimmed away
     store.resize("a")
     assert store.bytes == estimated_bytes(messages) + b + sys.getsizeof(first)
+    messages.insert(0, Message(Role.SYSTEM, first))
+    store.resize("a")
+    assert store.bytes == estimated_bytes(messages) + b + sys.getsizeof(first)
+    # An equal prompt in a string of its own is memory of its own; the other one leaves with "b".
+    alike = "".join(["p" * 15_000, "p" * 15_000])
+    messages[0] = Message(Role.SYSTEM, alike)
+    store.resize("a")
+    assert store.bytes == estimated_bytes(messages) + b + 2 * sys.getsizeof(first)
+    store.max_sessions = 1
+    store.touch("a")  # "b" is evicted
+    assert store.bytes == estimated_bytes(messages) + sys.getsizeof(alike)
+
+
+def test_a_prompt_leaves_the_count_with_the_bytes_it_came_with():
+    """A string's getsizeof grows once its UTF-8 form is asked for (orjson, sqlite, protobuf do,
+    e.g. for the conversation index): what a prompt added is what leaves, or the count drifts."""
+    import orjson
+
+    now = [0.0]
+    store = SessionStore(60, 100, clock=lambda: now[0], max_bytes=0)
+    prompt = "You’re the shop’s assistant — be brief. " * 500  # not ASCII
+    _prompted(store, "a", prompt)
+    _prompted(store, "b", prompt)
+    orjson.dumps(prompt)
+    now[0] = 61
+    assert store.expire() == 2
+    assert store.bytes == 0
+
+
+def test_a_prompt_replaced_in_a_long_conversation_is_counted_at_once():
+    import sys
+
+    from otelsignals.pipeline.sessions import RECOUNTED_TAIL, estimated_bytes
+
+    store = SessionStore(3600, 100, max_bytes=0)
+    messages = _prompted(store, "a", "s" * 100)
+    for n in range(2 * RECOUNTED_TAIL):  # the prompt is far behind the recounted tail
+        _say(store, "a", f"message {n}")
+    prompt = "t" * 1_000_000
+    messages[0] = Message(Role.SYSTEM, prompt)
+    store.resize("a")
+    assert store.bytes == estimated_bytes(messages) + sys.getsizeof(prompt)
 
 
 def test_the_byte_bound_holds_every_conversation_of_an_agent_whose_prompt_fits_once():
