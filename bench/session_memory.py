@@ -189,7 +189,8 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
     seen: set[int] = {id(analyzer), id(analyzer.sessions)}
     by_part: Counter[str] = Counter()
     duplicated: Counter[str] = Counter()
-    total = characters = utf8 = 0
+    total = characters = utf8 = prompt_utf8 = 0
+    prompts: dict[int, str] = {}  # the distinct system prompt strings, each held once
     rows: list[tuple[float, ...]] = []  # per conversation: the model's inputs, then the size measured
     for state in states:
         texts: dict[str, str] = {}
@@ -204,6 +205,10 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
                     if first is not item:
                         duplicated[part] += size
         state_characters, state_utf8 = kept_text(state)
+        prompt = system_prompt(state.conversation.messages)
+        if prompt is not None:
+            prompts[id(prompt)] = prompt
+            prompt_utf8 += len(prompt.encode("utf-8", "surrogatepass"))
         characters += state_characters
         utf8 += state_utf8
         total += state_size
@@ -218,6 +223,10 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
         "bytes_per_utf8_byte": total / utf8 if utf8 else 0.0,
         "bytes_per_character": total / characters if characters else 0.0,
         "estimated_bytes": analyzer.sessions.bytes,
+        # The system prompts: their text as every conversation keeps it, the memory they take once.
+        "prompt_utf8_bytes": prompt_utf8,
+        "prompt_bytes": sum(map(sys.getsizeof, prompts.values())),
+        "prompts": len(prompts),
         "parts": dict(by_part.most_common()),
         "duplicated_text_bytes": dict(duplicated.most_common()),
         "rows": rows,
@@ -264,6 +273,7 @@ def fit(results: list[dict[str, Any]]) -> str:
 def report(result: dict[str, Any], top: int) -> str:
     mib = 2**20
     total = result["bytes"]
+    own_text = max(1, result["text_utf8_bytes"] - result["prompt_utf8_bytes"])
     lines = [
         f"### {result['set']}: {result['conversations']:,} conversations, {result['traces']:,} traces",
         "",
@@ -273,7 +283,11 @@ def report(result: dict[str, Any], top: int) -> str:
         f"{total / result['conversations'] / 1024:.0f} KiB per conversation). "
         f"sessions_bytes estimates {result['estimated_bytes'] / mib:.1f} MiB "
         f"({result['estimated_bytes'] / total:.2f} of the measured). Duplicated long text: "
-        f"{sum(result['duplicated_text_bytes'].values()) / mib:.1f} MiB.",
+        f"{sum(result['duplicated_text_bytes'].values()) / mib:.1f} MiB. Of the text, "
+        f"{result['prompt_utf8_bytes'] / mib:.1f} MiB is the conversations' system prompts, "
+        f"{result['prompts']:,} strings held once ({result['prompt_bytes'] / mib:.2f} MiB): without them, "
+        f"{(total - result['prompt_bytes']) / own_text:.2f} "
+        "bytes of state per byte of the conversations' own text.",
         "",
         "| part of the state | MiB | bytes per UTF-8 byte of text | of which duplicated text (MiB) |",
         "|---|---|---|---|",
