@@ -442,7 +442,8 @@ def conventions(repeats: list[int], long_texts: bool) -> str:
     import otelsignals.demo.traffic as traffic
     from otelsignals.offline import traces_in_time_order
 
-    demo = traffic.load_conversations()
+    load = traffic.load_conversations
+    demo = load()
     names = list(traffic.CONVENTIONS)
     lines = [
         "| convention | "
@@ -467,7 +468,7 @@ def conventions(repeats: list[int], long_texts: bool) -> str:
                 None, None, _exporter_factory=lambda service, transport, into=spans: into
             )
         finally:
-            traffic.load_conversations = lambda: demo
+            traffic.load_conversations = load
         analyzer = fresh_analyzer()
         for trace in traces_in_time_order([encode_spans(list(spans.get_finished_spans()))]):
             analyzer.process(trace)

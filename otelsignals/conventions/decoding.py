@@ -179,8 +179,8 @@ class DecodedAttributes:
     ends: np.ndarray  # int64
     pairs: list[tuple[str, Any]]
     values: dict[str, Any]  # dict(pairs): also the span view's attributes, never changed
-    # int64, running totals: sizes[i] is what the keys and values of pairs[: i + 1] take (strings
-    # of their own: the messages read from them are built anew)
+    # int64: what each pair's key and value take (mostly objects of their own: the messages read
+    # from them are built anew), carried over with the pairs a span shares with its base
     sizes: np.ndarray
     groups: dict[str, IndexedFold] = field(default_factory=dict)
 
@@ -192,7 +192,7 @@ class DecodedAttributes:
             + self.sizes.nbytes
             + getsizeof(self.pairs)
             + getsizeof(self.values)
-            + _total(self.sizes)
+            + int(self.sizes.sum())
             + MEMO_BYTES_PER_ATTRIBUTE * len(self.pairs)
         )
 
@@ -217,7 +217,7 @@ class DecodedEvents:
     ends: np.ndarray  # int64
     stamps: np.ndarray  # int64: offset of each 8-byte timestamp
     views: list[EventView]
-    sizes: np.ndarray  # int64, running totals of what each view's attribute keys and values take
+    sizes: np.ndarray  # int64: what each view's attribute keys and values take
 
     def held_bytes(self) -> int:
         """The memory this record holds (for the session byte bound, pipeline/sessions.py)."""
@@ -227,28 +227,41 @@ class DecodedEvents:
             + self.stamps.nbytes
             + self.sizes.nbytes
             + getsizeof(self.views)
-            + _total(self.sizes)
+            + int(self.sizes.sum())
             + MEMO_BYTES_PER_EVENT * len(self.views)
         )
 
 
-def _total(sizes: np.ndarray) -> int:
-    return int(sizes[-1]) if len(sizes) else 0
+def _value_size(value: Any) -> int:
+    """What a decoded value holds: a string's size; an array's or a key-value list's with what it
+    holds; a Utf8Text's with its bytes (in a kept record, the value's own serialized copy)."""
+    kind = type(value)
+    if kind is list:
+        return getsizeof(value) + sum(map(_value_size, value))
+    if kind is dict:
+        return getsizeof(value) + sum(getsizeof(key) + _value_size(item) for key, item in value.items())
+    if kind is Utf8Text:
+        return getsizeof(value) + getsizeof(value.data)
+    return getsizeof(value)
+
+
+def _sizes(shared: np.ndarray, fresh: list[int]) -> np.ndarray:
+    """The sizes of a record: ``shared`` (its base's, for the items it shares), then ``fresh``."""
+    sizes = np.empty(len(shared) + len(fresh), dtype=np.int64)
+    sizes[: len(shared)] = shared
+    sizes[len(shared) :] = fresh
+    return sizes
 
 
 def _pair_sizes(pairs: list[tuple[str, Any]]) -> list[int]:
-    return [getsizeof(key) + getsizeof(value) for key, value in pairs]
+    return [getsizeof(key) + _value_size(value) for key, value in pairs]
 
 
 def _view_sizes(views: list[EventView]) -> list[int]:
     return [
-        sum(map(getsizeof, view.attributes)) + sum(map(getsizeof, view.attributes.values())) for view in views
+        sum(map(getsizeof, view.attributes)) + sum(map(_value_size, view.attributes.values()))
+        for view in views
     ]
-
-
-def _running_totals(shared: np.ndarray, fresh: list[int]) -> np.ndarray:
-    """Running totals of sizes: ``shared`` (running totals already), then ``fresh`` sizes."""
-    return np.concatenate((shared, np.cumsum(fresh, dtype=np.int64) + _total(shared)))
 
 
 class SpanDecodeMemo:
@@ -493,7 +506,7 @@ def _attribute_values(
             tail_ends,
             fresh,
             values,
-            _running_totals(_NO_SIZES, _pair_sizes(fresh)),
+            _sizes(_NO_SIZES, _pair_sizes(fresh)),
         )
         memo.keep(decoded, None, 0)
         return values, AttributeOrigin(decoded)
@@ -502,10 +515,9 @@ def _attribute_values(
     for position in match.replaced:
         pairs[position] = _span_pairs([_attribute_at(data, layout.attributes_at, match.ends, position)])[0]
     values = _values(base, pairs, shared, match.replaced)
-    sizes = base.sizes[:shared].copy()
-    for position in match.replaced:  # the running totals from there on move by the change
-        before = int(sizes[position]) - (int(sizes[position - 1]) if position else 0)
-        sizes[position:] += _pair_sizes([pairs[position]])[0] - before
+    sizes = _sizes(base.sizes[:shared], _pair_sizes(fresh))
+    for position in match.replaced:
+        sizes[position] = _pair_sizes([pairs[position]])[0]
     pairs += fresh
     values.update(fresh)
     decoded = DecodedAttributes(
@@ -513,7 +525,7 @@ def _attribute_values(
         np.concatenate((match.ends, tail_ends)),
         pairs,
         values,
-        _running_totals(sizes, _pair_sizes(fresh)),
+        sizes,
     )
     if len(pairs) >= MEMO_MIN_ATTRIBUTES:
         memo.keep(decoded, base, shared)
@@ -559,7 +571,7 @@ def _event_views(data: bytes, layout: _Layout, span: Span, memo: SpanDecodeMemo)
         shared_sizes = kept.sizes[:shared]
     if len(views) >= MEMO_MIN_EVENTS and (kept is None or shared < len(views) or len(kept.views) <= shared):
         # (a late span with a shorter history leaves the longer one kept)
-        sizes = _running_totals(shared_sizes, _view_sizes(fresh))
+        sizes = _sizes(shared_sizes, _view_sizes(fresh))
         memo.events = DecodedEvents(data[layout.events_at : layout.events_end], ends, stamps, views, sizes)
     return views
 

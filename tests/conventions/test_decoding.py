@@ -4,10 +4,10 @@ the conversation."""
 
 from __future__ import annotations
 
-import itertools
 import random
 import sys
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -78,21 +78,49 @@ def entries(view):
 
 
 def assert_sizes_as_counted_anew(spans: list[Span]) -> None:
-    """After each span, the running totals of every kept record (carried over from the record it
-    extends, with the replaced values' sizes changed) are its keys' and values' sizes counted anew."""
+    """After each span, the sizes every kept record carries (its base's for what it shares, the
+    replaced values' anew) are its keys' and values' sizes counted anew."""
+    size = decoding._value_size
     memory = ConversationMemory()
     for span in spans:
         decode_all([span], memory)
         for branch in memory.spans.branches:
-            anew = [sys.getsizeof(key) + sys.getsizeof(value) for key, value in branch.pairs]
-            assert branch.sizes.tolist() == list(itertools.accumulate(anew))
+            assert branch.sizes.tolist() == [sys.getsizeof(key) + size(value) for key, value in branch.pairs]
         events = memory.spans.events
         if events is not None:
             anew = [
-                sum(map(sys.getsizeof, view.attributes)) + sum(map(sys.getsizeof, view.attributes.values()))
+                sum(map(sys.getsizeof, view.attributes)) + sum(map(size, view.attributes.values()))
                 for view in events.views
             ]
-            assert events.sizes.tolist() == list(itertools.accumulate(anew))
+            assert events.sizes.tolist() == anew
+
+
+def test_a_kept_record_counts_what_its_values_hold():
+    """Values that are not plain strings (an array, a key-value list, a history kept as UTF-8
+    bytes) are counted with what they hold: a kept record's held_bytes covers its deep size."""
+    from bench.session_memory import deep_size
+
+    structured = AnyValue()
+    for index in range(20):
+        message = structured.array_value.values.add().kvlist_value.values
+        message.append(attribute("message.role", "user"))
+        message.append(attribute("message.content", f"question {index} " + "q" * 3000))
+    history = [{"role": "user", "parts": [{"type": "text", "content": "h" * 3000}]}] * 20
+    spans = []
+    for n in range(2):
+        span = chat_span([("user", f"m{i} " + "x" * 200) for i in range(LONG + n)], "a", n=n)
+        span.attributes.append(KeyValue(key="llm.input_messages", value=structured))
+        span.attributes.append(attribute("gen_ai.input.messages", orjson.dumps(history).decode()))
+        tags = AnyValue()
+        tags.array_value.values.extend([AnyValue(string_value=f"tag {i} " + "t" * 500) for i in range(100)])
+        span.attributes.append(KeyValue(key="tags", value=tags))
+        spans.append(span)
+    memory = ConversationMemory()
+    decode_all(spans, memory)
+    assert memory.spans.branches
+    for branch in memory.spans.branches:
+        held = deep_size(branch, set())
+        assert held <= branch.held_bytes() <= 2 * held
 
 
 def growing_conversation(turns: int, body: bool) -> list[Span]:

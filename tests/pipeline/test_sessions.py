@@ -228,22 +228,6 @@ def test_the_analyzer_counts_the_system_prompt_an_agents_conversations_share_onc
     assert analyzer.sessions.bytes == conversations + sum(map(sys.getsizeof, distinct.values()))
 
 
-def _deep_size(root: object, seen: set[int]) -> int:
-    """What ``root`` reaches and ``seen`` does not hold yet (classes and functions are code)."""
-    import gc
-    import sys
-
-    total, stack = 0, [root]
-    while stack:
-        item = stack.pop()
-        if id(item) in seen or isinstance(item, type) or callable(item):
-            continue
-        seen.add(id(item))
-        total += sys.getsizeof(item)
-        stack.extend(gc.get_referents(item))
-    return total
-
-
 @pytest.mark.parametrize("convention", ["openllmetry", "openinference", "genai_events", "genai"])
 def test_the_estimate_covers_what_a_long_conversation_holds_in_each_convention(convention):
     """A history resent one attribute or event per message is kept decoded by the span decoder (its
@@ -255,6 +239,7 @@ def test_the_estimate_covers_what_a_long_conversation_holds_in_each_convention(c
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     import otelsignals.demo.traffic as traffic
+    from bench.session_memory import deep_size
     from otelsignals.offline import traces_in_time_order
     from otelsignals.pipeline.analyzer import Analyzer
     from otelsignals.telemetry import Telemetry
@@ -272,7 +257,7 @@ def test_the_estimate_covers_what_a_long_conversation_holds_in_each_convention(c
     for trace in traces_in_time_order([encode_spans(list(spans.get_finished_spans()))]):
         analyzer.process(trace)
     seen = {id(analyzer), id(analyzer.sessions)}
-    measured = sum(_deep_size(state, seen) for state in analyzer.sessions)
+    measured = sum(deep_size(state, seen) for state in analyzer.sessions)
     assert len(analyzer.sessions) >= len(conversations) > 0  # (one without a session id: one per trace)
     assert measured <= analyzer.sessions.bytes <= 2 * measured
 
