@@ -28,6 +28,9 @@ BYTES_PER_TEXT_BYTE = 1.12
 BYTES_PER_ARGUMENT_CHARACTER = 22
 BYTES_PER_MESSAGE = 640
 BYTES_PER_CONVERSATION = 22_000
+# A message the span decoder's history cache holds and the conversation does not (_copies_bytes):
+# the message, its tool result and lists, besides its text and arguments.
+BYTES_PER_HELD_COPY = 300
 
 
 def estimated_bytes(messages: Sequence[Message]) -> int:
@@ -123,6 +126,7 @@ class _Size:
     since_full_count: int = 0
     bytes: int = 0
     system_prompt: str | None = None  # the one counted once by the store (_count_system_prompt)
+    copies: int = 0  # _copies_bytes, as last counted
 
     def count(self, messages: Sequence[Message], offset: int) -> int:
         """Bring the counts up to date with ``messages``; their text storage (see RECOUNTED_TAIL)."""
@@ -155,6 +159,21 @@ class _HeldPrompt:
     text: str
     holders: int
     counted: int
+
+
+def _copies_bytes(state: ConversationState) -> int:
+    """What the messages held by the span decoder's history cache and not by the conversation take:
+    copies it never adopted (the Vercel AI SDK's outer span resends the caller's messages in a form
+    of its own) and messages trimmed from the conversation since."""
+    own = set(map(id, state.conversation.messages))
+    copies = [
+        message for key, message in state.decoder_memory.histories.held_messages().items() if key not in own
+    ]
+    return int(
+        text_storage_bytes(copies)
+        + BYTES_PER_ARGUMENT_CHARACTER * argument_characters(copies)
+        + BYTES_PER_HELD_COPY * len(copies)
+    )
 
 
 class SessionStore:
@@ -212,12 +231,17 @@ class SessionStore:
         size = self._sizes.setdefault(key, _Size())
         before = size.bytes
         text_bytes = size.count(messages, offset)
+        if len(messages) <= RECOUNTED_TAIL or size.since_full_count <= 1:
+            # A pass over the histories: each trace while the conversation is short, then with the
+            # full counts (a long conversation's copies are counted late by at most that many traces).
+            size.copies = _copies_bytes(state)
         size.bytes = (
             _estimate(text_bytes, size.argument_characters, len(messages))
             + sum(output.nbytes for output in state.previous_outputs)
             # The span decoder's records of the latest long spans: with the indexed conventions
             # (OpenLLMetry, OpenInference, GenAI events) their values are the history's text again.
             + state.decoder_memory.spans.held_bytes()
+            + size.copies
         )
         self.bytes += size.bytes - before
         self._count_system_prompt(size, system_prompt(messages))
