@@ -146,17 +146,11 @@ class HistoryCache:
             branch.add(raw, build(raw))
         return list(branch.messages)
 
-    def held_messages(self) -> dict[int, Message]:
-        """Every message a remembered history holds, once each, by id (for the session byte bound,
-        which counts those the conversation does not hold itself: pipeline/sessions.py)."""
-        held: dict[int, Message] = {}
-        for remembered in self._last.values():
-            for history in remembered:
-                held.update(zip(map(id, history.messages), history.messages, strict=True))
-        for branches in self._indexed.values():
-            for branch in branches:
-                held.update(zip(map(id, branch.messages), branch.messages, strict=True))
-        return held
+    def message_lists(self) -> list[list[Message]]:
+        """The message lists of the histories remembered here (for the session byte bound, which
+        counts the messages the conversation does not hold itself: pipeline/sessions.py)."""
+        lists = [history.messages for remembered in self._last.values() for history in remembered]
+        return lists + [branch.messages for branches in self._indexed.values() for branch in branches]
 
     def holds(self, messages: list[Message]) -> bool:
         """Whether ``messages`` is the very list of a history remembered here (which :meth:`adopt`

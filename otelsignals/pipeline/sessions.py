@@ -127,6 +127,7 @@ class _Size:
     bytes: int = 0
     system_prompt: str | None = None  # the one counted once by the store (_count_system_prompt)
     copies: int = 0  # _copies_bytes, as last counted
+    copies_counted_at: int = 0  # the number of messages then
 
     def count(self, messages: Sequence[Message], offset: int) -> int:
         """Bring the counts up to date with ``messages``; their text storage (see RECOUNTED_TAIL)."""
@@ -164,16 +165,33 @@ class _HeldPrompt:
 def _copies_bytes(state: ConversationState) -> int:
     """What the messages held by the span decoder's history cache and not by the conversation take:
     copies it never adopted (the Vercel AI SDK's outer span resends the caller's messages in a form
-    of its own) and messages trimmed from the conversation since."""
-    own = set(map(id, state.conversation.messages))
-    copies = [
-        message for key, message in state.decoder_memory.histories.held_messages().items() if key not in own
-    ]
-    return int(
-        text_storage_bytes(copies)
-        + BYTES_PER_ARGUMENT_CHARACTER * argument_characters(copies)
-        + BYTES_PER_HELD_COPY * len(copies)
-    )
+    of its own) and messages trimmed from the conversation since; their texts and tool calls only
+    when the conversation does not hold those objects too."""
+    messages = state.conversation.messages
+    held = set(map(id, messages))
+    held.update(id(stored_message_text(message)) for message in messages)
+    held.update(id(message.tool_calls) for message in messages)
+    copies = 0
+    for history in state.decoder_memory.histories.message_lists():
+        for message in history:
+            if id(message) in held:
+                continue
+            held.add(id(message))
+            copies += BYTES_PER_HELD_COPY
+            text = stored_message_text(message)
+            if text is not None and id(text) not in held:
+                held.add(id(text))
+                copies += getsizeof(text)
+            result = message.tool_result
+            result_text = None if result is None else stored_result_text(result)
+            if result_text is not None and id(result_text) not in held:
+                held.add(id(result_text))
+                copies += getsizeof(result_text)
+            calls = message.tool_calls
+            if calls and id(calls) not in held:
+                held.add(id(calls))
+                copies += BYTES_PER_ARGUMENT_CHARACTER * sum(_length(call.arguments) for call in calls)
+    return copies
 
 
 class SessionStore:
@@ -231,10 +249,14 @@ class SessionStore:
         size = self._sizes.setdefault(key, _Size())
         before = size.bytes
         text_bytes = size.count(messages, offset)
-        if len(messages) <= RECOUNTED_TAIL or size.since_full_count <= 1:
-            # A pass over the histories: each trace while the conversation is short, then with the
-            # full counts (a long conversation's copies are counted late by at most that many traces).
-            size.copies = _copies_bytes(state)
+        if (
+            len(messages) <= RECOUNTED_TAIL
+            or size.since_full_count == 0
+            or len(messages) - size.copies_counted_at >= max(RECOUNTED_TAIL, size.copies_counted_at // 8)
+        ):
+            # A pass over the histories: on each trace while the conversation is short, then with
+            # each full count and whenever it has grown by an eighth (at least RECOUNTED_TAIL).
+            size.copies, size.copies_counted_at = _copies_bytes(state), len(messages)
         size.bytes = (
             _estimate(text_bytes, size.argument_characters, len(messages))
             + sum(output.nbytes for output in state.previous_outputs)
