@@ -28,9 +28,10 @@ BYTES_PER_TEXT_BYTE = 1.12
 BYTES_PER_ARGUMENT_CHARACTER = 22
 BYTES_PER_MESSAGE = 640
 BYTES_PER_CONVERSATION = 22_000
-# A message the span decoder's history cache holds and the conversation does not (_copies_bytes):
-# the message, its tool result and lists, besides its text and arguments.
-BYTES_PER_HELD_COPY = 300
+# A message the span decoder's history cache holds and the conversation does not (_copies_bytes),
+# besides its text and arguments: the message and its tool result (~180 bytes), its tool-call list
+# and calls, its fingerprint, and its places in the cache's histories and the latest split.
+BYTES_PER_HELD_COPY = 400
 
 
 def estimated_bytes(messages: Sequence[Message]) -> int:
