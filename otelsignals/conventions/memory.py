@@ -147,17 +147,15 @@ class HistoryCache:
         return list(branch.messages)
 
     def message_lists(self) -> list[list[Message]]:
-        """The message lists of the histories remembered here (for the session byte bound, which
-        counts the messages the conversation does not hold itself: pipeline/sessions.py)."""
+        """The message lists of the histories remembered here (also for the session byte bound,
+        which counts the messages the conversation does not hold itself: pipeline/sessions.py)."""
         lists = [history.messages for remembered in self._last.values() for history in remembered]
         return lists + [branch.messages for branches in self._indexed.values() for branch in branches]
 
     def holds(self, messages: list[Message]) -> bool:
         """Whether ``messages`` is the very list of a history remembered here (which :meth:`adopt`
         changes)."""
-        return any(messages is h.messages for remembered in self._last.values() for h in remembered) or any(
-            messages is branch.messages for branches in self._indexed.values() for branch in branches
-        )
+        return any(messages is history for history in self.message_lists())
 
     def adopt(self, replacements: Mapping[int, Message], start: int, end: int) -> None:
         """Hand back ``replacements[id(message)]`` instead of ``message`` from now on, at the
@@ -166,9 +164,7 @@ class HistoryCache:
         history's copy of it that reads the same, so that the copy does not keep the message's text
         alive. (The spans of one trace are all read before any is merged: a later call's history
         extends the one whose copies are adopted, the same objects at the same positions.)"""
-        histories = [h.messages for remembered in self._last.values() for h in remembered]
-        histories += [branch.messages for branches in self._indexed.values() for branch in branches]
-        for messages in histories:
+        for messages in self.message_lists():
             adopt_in(messages, replacements, start, end)
             if len(messages) > end:
                 adopt_in(messages, replacements, len(messages) - (end - start), len(messages))
