@@ -82,6 +82,7 @@ from otelsignals.pipeline.sessions import (  # noqa: E402
     BYTES_PER_MESSAGE,
     BYTES_PER_TEXT_BYTE,
     argument_characters,
+    records_bytes,
     system_prompt,
     text_storage_bytes,
 )
@@ -212,7 +213,7 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
         characters += state_characters
         utf8 += state_utf8
         total += state_size
-        rows.append((*model_inputs(state.conversation.messages), state_size))
+        rows.append((*model_inputs(state), state_size))
     return {
         "set": name,
         "traces": count,
@@ -233,23 +234,26 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
     }
 
 
-def model_inputs(messages: list[Any]) -> tuple[float, float, float, float]:
+def model_inputs(state: ConversationState) -> tuple[float, ...]:
     """What the memory model of otelsignals/pipeline/sessions.py reads: (text storage but the system
-    prompt's, argument characters, messages, 1)."""
+    prompt's, argument characters, messages, 1, the records of traces, signals and calls as
+    estimated)."""
+    messages = state.conversation.messages
     prompt = system_prompt(messages)
     text = text_storage_bytes(messages) - (0 if prompt is None else sys.getsizeof(prompt))
-    return (text, argument_characters(messages), len(messages), 1.0)
+    return (text, argument_characters(messages), len(messages), 1.0, records_bytes(state))
 
 
 def fit(results: list[dict[str, Any]]) -> str:
-    """The memory model's coefficients, by least squares over every conversation of every set, and
-    each set's median error with them and with the model as shipped."""
+    """The memory model's per-message coefficients, by least squares over every conversation of
+    every set on what its records (counted per trace, signal and call as shipped) leave, and each
+    set's median error with them and with the model as shipped."""
     import numpy as np
 
     table = np.array([row for result in results for row in result["rows"]], dtype=float)
-    coefficients, *_ = np.linalg.lstsq(table[:, :4], table[:, 4], rcond=None)
+    coefficients, *_ = np.linalg.lstsq(table[:, :4], table[:, 5] - table[:, 4], rcond=None)
     lines = [
-        "Least squares over every conversation: bytes = "
+        "Least squares over every conversation: bytes = records as shipped + "
         f"{coefficients[0]:.2f} x text storage + {coefficients[1]:.2f} x argument characters + "
         f"{coefficients[2]:.0f} x messages + {coefficients[3]:.0f}",
         "",
@@ -259,9 +263,9 @@ def fit(results: list[dict[str, Any]]) -> str:
     ]
     for result in results:
         rows = np.array(result["rows"], dtype=float)
-        measured = rows[:, 4]
-        fitted = rows[:, :4] @ coefficients
-        shipped = np.array([row[:4] for row in result["rows"]]) @ np.array(SHIPPED_MODEL)
+        measured = rows[:, 5]
+        fitted = rows[:, :4] @ coefficients + rows[:, 4]
+        shipped = rows[:, :4] @ np.array(SHIPPED_MODEL) + rows[:, 4]
         lines.append(
             f"| {result['set']} | {np.median(np.abs(fitted - measured) / measured):.0%} | "
             f"{np.median(np.abs(shipped - measured) / measured):.0%} | "

@@ -152,6 +152,11 @@ class HistoryCache:
         lists = [history.messages for remembered in self._last.values() for history in remembered]
         return lists + [branch.messages for branches in self._indexed.values() for branch in branches]
 
+    def indexed_positions(self) -> int:
+        """How many positions the indexed histories remembered here hold a raw key for (a fork
+        holds its own list of the keys it shares)."""
+        return sum(len(branch.raws) for branches in self._indexed.values() for branch in branches)
+
     def holds(self, messages: list[Message]) -> bool:
         """Whether ``messages`` is the very list of a history remembered here (which :meth:`adopt`
         changes)."""

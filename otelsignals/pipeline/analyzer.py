@@ -112,6 +112,8 @@ class Analyzer:
             state, update, self.signals.baseline_user_turns, self.agent_baselines, self._disabled
         )
         self._record_trace(state, update, analysis)
+        # Counted once the trace's records are in (its signals, metrics, latest answer).
+        self._resize(update.key)
         telemetry = self.telemetry
         for signal in analysis.new_signals:
             telemetry.detected_signals.labels(signal.type).inc()
@@ -221,14 +223,14 @@ class Analyzer:
 
     def _merged(self, state: ConversationState, update: TraceUpdate) -> None:
         """After ``update`` was merged into ``state``: the conversation trimmed to
-        ``sessions.max_messages``, its older messages compacted, its size counted."""
+        ``sessions.max_messages``, its older messages compacted (its size is counted once the
+        trace is analysed: _resize)."""
         trimmed = state.trim(self.config.max_messages)
         if trimmed:
             # Indices moved: the trace's new messages now start that much earlier.
             update.first_new_message = max(0, update.first_new_message - trimmed)
             self.telemetry.trimmed_messages.inc(trimmed)
         self.telemetry.compacted_messages.inc(state.compact(update.first_new_message - PLAIN_MESSAGES))
-        self._resize(update.key)
 
     def apply_late_log_events(self) -> list[Analysis]:
         """Content that came as log records after its span was analysed: read it into the
@@ -256,6 +258,7 @@ class Analyzer:
                     state, update, self.signals.baseline_user_turns, self.agent_baselines, self._disabled
                 )
             )
+            self._resize(key)
         return analyses
 
     def expire(self) -> None:

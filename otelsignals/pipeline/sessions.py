@@ -15,23 +15,37 @@ from otelsignals.compaction import stored_message_text, stored_result_text
 from otelsignals.conversation import ConversationState
 from otelsignals.model import Message, Role
 
-# What one open conversation costs in memory, as a function of what it keeps: least squares of the
-# measured deep sizes of conversation states (bench/session_memory.py: the 473 real agent
-# conversations of the development set and the tool-using agent workload) on the bytes its texts
-# take as Python strings (1, 2 or 4 bytes per character, whichever their widest character needs), the
-# tool-call arguments as JSON characters, its messages, and the conversation itself. The messages,
-# the detectors' prepared text, the history cache and the per-trace records all grow with these.
+# What one open conversation's messages cost in memory, as a function of what they hold: least
+# squares of the measured deep sizes of conversation states (bench/session_memory.py: the 473 real
+# agent conversations of the development set and the tool-using agent workload), less their
+# records (records_bytes), on the bytes its texts take as Python strings (1, 2 or 4 bytes per
+# character, whichever their widest character needs), the tool-call arguments as JSON characters,
+# its messages, and the conversation itself, rounded up (the fit of 2026-11-29: 1.13, 9.2, 275 and
+# 16,072). The messages, the detectors' prepared text and the history cache grow with these.
 # Arguments cost far more than their JSON text: they are kept parsed (a dict, its keys, its values).
 # A conversation's system prompt is left out: the store counts each such string once, whatever
 # number of conversations hold it (SessionStore.resize).
 BYTES_PER_TEXT_BYTE = 1.12
 BYTES_PER_ARGUMENT_CHARACTER = 22
-BYTES_PER_MESSAGE = 640
-BYTES_PER_CONVERSATION = 22_000
+BYTES_PER_MESSAGE = 400
+BYTES_PER_CONVERSATION = 20_000
+# The records a conversation keeps of its latest traces, signals and model calls (RECENT_SIGNALS,
+# RECENT_MODEL_CALLS), whatever number of messages it keeps: a conversation trimmed to
+# sessions.max_messages still holds them (records_bytes). Measured means on the real set and the
+# workload, rounded up: 441-458 bytes a trace (its metrics, analysed span, latency, where its
+# messages end, its id), 435-446 a signal (its snippet and metadata), 83-98 a model call.
+BYTES_PER_TRACE = 500
+BYTES_PER_SIGNAL = 500
+BYTES_PER_MODEL_CALL = 100
 # A message the span decoder's history cache holds and the conversation does not (_copies_bytes),
 # besides its text and arguments: the message and its tool result (~180 bytes), its tool-call list
 # and calls, its fingerprint, and its places in the cache's histories and the latest split.
 BYTES_PER_HELD_COPY = 400
+# A position of an indexed history in the cache (OpenLLMetry, OpenInference, GenAI events): its raw
+# key (the entry or event read for it, built anew, its values the decoder's) and its end. Measured
+# beyond everything else counted, on the demo conversations of those conventions trimmed to 10
+# messages or not: 63-401 bytes, whatever the texts' length.
+BYTES_PER_INDEXED_POSITION = 400
 
 
 def estimated_bytes(messages: Sequence[Message]) -> int:
@@ -41,6 +55,27 @@ def estimated_bytes(messages: Sequence[Message]) -> int:
         text_storage_bytes(messages[_leading_prompts(messages) :]),
         argument_characters(messages),
         len(messages),
+    )
+
+
+def records_bytes(state: ConversationState) -> int:
+    """The memory of ``state``'s per-trace, per-signal and per-model-call records, estimated."""
+    return (
+        BYTES_PER_TRACE * len(state.trace_spans)
+        + BYTES_PER_SIGNAL * len(state.recent_signals)
+        + BYTES_PER_MODEL_CALL * len(state.conversation.llm_calls)
+    )
+
+
+def bytes_beside_messages(state: ConversationState) -> int:
+    """What ``state`` holds that does not follow its messages, counted anew on each resize: its
+    records, the latest answers' embeddings, and the span decoder's records of the latest long
+    spans (with the indexed conventions, OpenLLMetry, OpenInference and GenAI events, their values
+    are the history's text again)."""
+    return (
+        records_bytes(state)
+        + sum(output.nbytes for output in state.previous_outputs)
+        + state.decoder_memory.spans.held_bytes()
     )
 
 
@@ -128,7 +163,8 @@ class _Size:
     bytes: int = 0
     system_prompt: str | None = None  # the one counted once by the store (_count_system_prompt)
     copies: int = 0  # _copies_bytes, as last counted
-    copies_counted_at: int = 0  # the number of messages then
+    copies_counted_at: int = 0  # the number of messages the history cache held then
+    copies_age: int = 0  # resizes since
 
     def count(self, messages: Sequence[Message], offset: int) -> int:
         """Bring the counts up to date with ``messages``; their text storage (see RECOUNTED_TAIL)."""
@@ -163,17 +199,18 @@ class _HeldPrompt:
     counted: int
 
 
-def _copies_bytes(state: ConversationState) -> int:
-    """What the messages held by the span decoder's history cache and not by the conversation take:
-    copies it never adopted (the Vercel AI SDK's outer span resends the caller's messages in a form
-    of its own) and messages trimmed from the conversation since; their texts and tool calls only
-    when the conversation does not hold those objects too."""
+def _copies_bytes(state: ConversationState, histories: list[list[Message]]) -> int:
+    """What the span decoder's history cache (its message lists: ``histories``) holds and the
+    conversation does not: the raw keys of its indexed histories, and messages, copies it never
+    adopted (the Vercel AI SDK's outer span resends the caller's messages in a form of its own) and
+    messages trimmed from the conversation since; their texts and tool calls only when the
+    conversation does not hold those objects too."""
     messages = state.conversation.messages
     held = set(map(id, messages))
     held.update(id(stored_message_text(message)) for message in messages)
     held.update(id(message.tool_calls) for message in messages)
-    copies = 0
-    for history in state.decoder_memory.histories.message_lists():
+    copies = BYTES_PER_INDEXED_POSITION * state.decoder_memory.histories.indexed_positions()
+    for history in histories:
         for message in history:
             if id(message) in held:
                 continue
@@ -250,20 +287,23 @@ class SessionStore:
         size = self._sizes.setdefault(key, _Size())
         before = size.bytes
         text_bytes = size.count(messages, offset)
+        histories = state.decoder_memory.histories.message_lists()
+        held = sum(map(len, histories))
+        size.copies_age += 1
         if (
-            len(messages) <= RECOUNTED_TAIL
-            or size.since_full_count == 0
-            or len(messages) - size.copies_counted_at >= max(RECOUNTED_TAIL, size.copies_counted_at // 8)
+            len(messages) + held <= 2 * RECOUNTED_TAIL
+            or size.copies_age >= FULL_RECOUNT_EVERY
+            or held - size.copies_counted_at >= max(RECOUNTED_TAIL, size.copies_counted_at // 8)
         ):
-            # A pass over the histories: on each trace while the conversation is short, then with
-            # each full count and whenever it has grown by an eighth (at least RECOUNTED_TAIL).
-            size.copies, size.copies_counted_at = _copies_bytes(state), len(messages)
+            # A pass over the histories and the conversation: on each resize while both are short,
+            # then every FULL_RECOUNT_EVERY resizes and whenever the histories have grown by an
+            # eighth (at least RECOUNTED_TAIL). Not by the conversation's length nor with its full
+            # counts: one trimmed to sessions.max_messages stays short, and is counted in full on
+            # every trace, while the histories the client resends grow.
+            size.copies, size.copies_counted_at, size.copies_age = _copies_bytes(state, histories), held, 0
         size.bytes = (
             _estimate(text_bytes, size.argument_characters, len(messages))
-            + sum(output.nbytes for output in state.previous_outputs)
-            # The span decoder's records of the latest long spans: with the indexed conventions
-            # (OpenLLMetry, OpenInference, GenAI events) their values are the history's text again.
-            + state.decoder_memory.spans.held_bytes()
+            + bytes_beside_messages(state)
             + size.copies
         )
         self.bytes += size.bytes - before

@@ -212,7 +212,7 @@ def test_the_analyzer_counts_the_system_prompt_an_agents_conversations_share_onc
     from otelsignals.demo.traffic import send_demo_traffic
     from otelsignals.offline import traces_in_time_order
     from otelsignals.pipeline.analyzer import Analyzer
-    from otelsignals.pipeline.sessions import _copies_bytes, estimated_bytes, system_prompt
+    from otelsignals.pipeline.sessions import bytes_beside_messages, estimated_bytes, system_prompt
     from otelsignals.telemetry import Telemetry
 
     spans = InMemorySpanExporter()
@@ -226,9 +226,8 @@ def test_the_analyzer_counts_the_system_prompt_an_agents_conversations_share_onc
     assert len(distinct) < sum(prompt is not None for prompt in prompts), "no prompt is shared"
     conversations = sum(
         estimated_bytes(state.conversation.messages)
-        + sum(output.nbytes for output in state.previous_outputs)
-        + state.decoder_memory.spans.held_bytes()
-        + _copies_bytes(state)  # (recounted on every trace of a conversation this short)
+        + bytes_beside_messages(state)
+        + analyzer.sessions._sizes[state.conversation.key].copies
         for state in states
     )
     assert analyzer.sessions.bytes == conversations + sum(map(sys.getsizeof, distinct.values()))
@@ -299,15 +298,48 @@ def test_a_trimmed_conversation_counts_the_history_its_decoder_still_holds(conve
     assert held <= counted <= 3 * held
 
 
+@pytest.mark.parametrize("convention", ["openllmetry", "openinference", "genai_events", "genai", "vercel_ai"])
+def test_the_estimate_covers_a_long_conversation_trimmed_to_few_messages(convention):
+    """A conversation kept to sessions.max_messages still keeps a record of each of its latest
+    traces, signals and model calls, and the span decoder the history the client resends (for the
+    indexed conventions, a raw key per position): the estimate follows those, not the messages.
+    Each demo conversation of the convention, its turns said 20 times over, kept to 10 messages."""
+    from bench.session_memory import deep_size
+
+    analyzer = _demo_analyzer(convention, 20, max_messages=10)
+    assert max(len(state.conversation.messages) for state in analyzer.sessions) <= 10
+    seen = {id(analyzer), id(analyzer.sessions)}
+    measured = sum(deep_size(state, seen) for state in analyzer.sessions)
+    assert measured <= analyzer.sessions.bytes <= 2 * measured
+
+
+def test_a_trimmed_conversation_counts_its_decoders_histories_as_they_grow_not_on_every_trace(monkeypatch):
+    """A conversation trimmed to few messages is counted in full on every trace (its messages moved),
+    but the pass over the history cache, which grows with everything the client resends, runs as
+    that grows (by an eighth) and every FULL_RECOUNT_EVERY traces: on every trace, a long
+    conversation's passes would cost in proportion to its length each."""
+    import otelsignals.pipeline.sessions as sessions
+
+    passes = []
+    count = sessions._copies_bytes
+    monkeypatch.setattr(
+        sessions, "_copies_bytes", lambda state, histories: passes.append(1) or count(state, histories)
+    )
+    analyzer = _demo_analyzer("genai_events", 20, max_messages=10)
+    traces = sum(len(state.trace_spans) for state in analyzer.sessions)
+    assert traces > 200
+    assert 0 < len(passes) < traces / 2  # (on every trace while the histories are short)
+
+
 def test_the_byte_bound_evicts_the_least_recently_active_and_counts_it():
     evicted: list[tuple[str, str]] = []
     store = SessionStore(
-        3600, 100, lambda state, why: evicted.append((state.conversation.key, why)), max_bytes=80_000
+        3600, 100, lambda state, why: evicted.append((state.conversation.key, why)), max_bytes=75_000
     )
     for key in "abcd":
-        _say(store, key, "w" * 2000)  # about 25 KB each
+        _say(store, key, "w" * 2000)  # about 23 KB each
     assert evicted == [("a", "bytes")]
-    assert store.bytes <= 80_000
+    assert store.bytes <= 75_000
     _say(store, "b", "more " * 2000)  # b is now the most recently active: c goes next
     assert evicted[-1] == ("c", "bytes")
     assert sorted(state.conversation.key for state in store) == ["b", "d"]
