@@ -141,7 +141,8 @@ def parts_of(state: ConversationState) -> Iterator[tuple[str, Any]]:
 
 def referents(root: object, seen: set[int]) -> Iterator[object]:
     """Every object ``root`` reaches and ``seen`` does not hold yet (classes and functions are
-    shared code, not state)."""
+    shared code, not state). A dict's keys too: the collector does not list the keys of a dict
+    whose keys are all strings (strings hold no references), and those keys are memory."""
     stack = [root]
     while stack:
         item = stack.pop()
@@ -150,6 +151,8 @@ def referents(root: object, seen: set[int]) -> Iterator[object]:
         seen.add(id(item))
         yield item
         stack.extend(gc.get_referents(item))
+        if isinstance(item, dict):
+            stack.extend(item)
 
 
 def deep_size(root: object, seen: set[int]) -> int:
@@ -193,6 +196,7 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
     total = characters = utf8 = prompt_utf8 = 0
     prompts: dict[int, str] = {}  # the distinct system prompt strings, each held once
     rows: list[tuple[float, ...]] = []  # per conversation: the model's inputs, then the size measured
+    ratios: list[float] = []  # per conversation: the store's estimate over the size measured
     for state in states:
         texts: dict[str, str] = {}
         state_size = 0
@@ -206,10 +210,14 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
                     if first is not item:
                         duplicated[part] += size
         state_characters, state_utf8 = kept_text(state)
+        estimate = analyzer.sessions._sizes[state.conversation.key].bytes
         prompt = system_prompt(state.conversation.messages)
         if prompt is not None:
+            if id(prompt) not in prompts:  # (measured with the first conversation that holds it)
+                estimate += sys.getsizeof(prompt)
             prompts[id(prompt)] = prompt
             prompt_utf8 += len(prompt.encode("utf-8", "surrogatepass"))
+        ratios.append(estimate / state_size)
         characters += state_characters
         utf8 += state_utf8
         total += state_size
@@ -231,6 +239,8 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
         "parts": dict(by_part.most_common()),
         "duplicated_text_bytes": dict(duplicated.most_common()),
         "rows": rows,
+        "conversations_under": sum(ratio < 1 for ratio in ratios),
+        "lowest_ratio": min(ratios, default=0.0),
     }
 
 
@@ -286,7 +296,9 @@ def report(result: dict[str, Any], top: int) -> str:
         f"per UTF-8 byte of text** ({result['bytes_per_character']:.2f} per character, "
         f"{total / result['conversations'] / 1024:.0f} KiB per conversation). "
         f"sessions_bytes estimates {result['estimated_bytes'] / mib:.1f} MiB "
-        f"({result['estimated_bytes'] / total:.2f} of the measured). Duplicated long text: "
+        f"({result['estimated_bytes'] / total:.2f} of the measured; {result['conversations_under']} "
+        f"conversations under their measured state, the lowest at {result['lowest_ratio']:.2f}). "
+        "Duplicated long text: "
         f"{sum(result['duplicated_text_bytes'].values()) / mib:.1f} MiB. Of the text, "
         f"{result['prompt_utf8_bytes'] / mib:.1f} MiB is the conversations' system prompts, "
         f"{result['prompts']:,} strings held once ({result['prompt_bytes'] / mib:.2f} MiB): without them, "

@@ -69,6 +69,9 @@ MAX_TOOLS_KEPT = 256  # tool definitions kept per conversation (the first ones s
 RECENT_MODEL_CALLS = 500
 RECENT_TRACE_IDS = RECENT_SIGNALS
 SEEN_SPANS_KEPT = 1024
+# Tool call ids and their tools' names, to name a result that gives only the call id: the latest this
+# many calls (a result comes within a few calls of its call).
+TOOL_NAMES_KEPT = 512
 # SPEC §7: who the agent is.
 AGENT_ID_ATTRIBUTES = ("gen_ai.agent.id", "gen_ai.agent.name")
 # The agent of a conversation none of whose spans names one (no agent attribute, no service.name):
@@ -224,13 +227,14 @@ def _share_with_call(result: ToolResult, call: ToolCall) -> None:
 
 def _latest(kept: dict[Any, Any], key: Any, value: Any, bound: int = SHARED_VALUES) -> Any:
     """The value kept under ``key``, else ``value`` (then kept, the oldest forgotten beyond
-    ``bound``); either way now the latest used."""
+    ``bound``); either way now the latest used. A text kept under itself (``key is value``) stays
+    its own key: put back under the equal copy just read, the dict would keep that copy too."""
     found = kept.pop(key, None)
     if found is None:
         found = value
         if len(kept) >= bound:
             del kept[next(iter(kept))]
-    kept[key] = found
+    kept[found if key is value else key] = found
     return found
 
 
@@ -253,7 +257,7 @@ class ConversationState:
     body_trimmed: int = 0  # body messages dropped from the front by trim()
     first_body_fingerprint: int | None = None  # of the conversation's very first body message
     seen_spans: RecentIds = field(default_factory=lambda: RecentIds(SEEN_SPANS_KEPT))
-    tool_names: dict[str, str] = field(default_factory=dict)  # tool call id -> tool name
+    tool_names: dict[str, str] = field(default_factory=dict)  # tool call id -> name (TOOL_NAMES_KEPT)
     provisional: list[Message] = field(default_factory=list)  # tool results no snapshot has placed yet
     unanswered: RecentList[ToolCall] = field(default_factory=lambda: RecentList(64))  # calls awaiting results
     # What the span decoder remembers of the conversation (decoded spans, histories read).
@@ -322,10 +326,13 @@ class ConversationState:
 
     def append(self, message: Message, indexed: bool = True) -> None:
         """Show ``message``; ``indexed`` also records it in the history index (snapshot messages)."""
+        tool_names = self.tool_names
         for call in message.tool_calls:
             call.name = _shared_name(call.name)
             if call.id:
-                self.tool_names[call.id] = call.name
+                tool_names[call.id] = call.name
+                if len(tool_names) > TOOL_NAMES_KEPT:
+                    del tool_names[next(iter(tool_names))]
         self.unanswered.extend(message.tool_calls)
         if message.finish_reason:  # "stop", "tool_calls": one object each, not one per message
             message.finish_reason = _shared_name(message.finish_reason)

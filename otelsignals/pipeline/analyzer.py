@@ -108,12 +108,15 @@ class Analyzer:
             return None
         state = self.sessions.get(update.key)
         assert state is not None, "assemble() just touched it"
-        analysis = analyze_update(
-            state, update, self.signals.baseline_user_turns, self.agent_baselines, self._disabled
-        )
-        self._record_trace(state, update, analysis)
-        # Counted once the trace's records are in (its signals, metrics, latest answer).
-        self._resize(update.key)
+        try:
+            analysis = analyze_update(
+                state, update, self.signals.baseline_user_turns, self.agent_baselines, self._disabled
+            )
+            self._record_trace(state, update, analysis)
+        finally:
+            # Counted once the trace's records are in (its signals, metrics, latest answer), and
+            # when the analysis failed (an embeddings endpoint down): the merged messages count.
+            self._resize(update.key)
         telemetry = self.telemetry
         for signal in analysis.new_signals:
             telemetry.detected_signals.labels(signal.type).inc()
@@ -253,12 +256,14 @@ class Analyzer:
             state.seen_spans.discard(span_id)
             update = apply_trace(state, trace_id, [(view, reading)])
             self._merged(state, update)
-            analyses.append(
-                analyze_update(
-                    state, update, self.signals.baseline_user_turns, self.agent_baselines, self._disabled
+            try:
+                analyses.append(
+                    analyze_update(
+                        state, update, self.signals.baseline_user_turns, self.agent_baselines, self._disabled
+                    )
                 )
-            )
-            self._resize(key)
+            finally:
+                self._resize(key)
         return analyses
 
     def expire(self) -> None:

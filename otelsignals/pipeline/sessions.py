@@ -20,23 +20,25 @@ from otelsignals.model import Message, Role
 # agent conversations of the development set and the tool-using agent workload), less their
 # records (records_bytes), on the bytes its texts take as Python strings (1, 2 or 4 bytes per
 # character, whichever their widest character needs), the tool-call arguments as JSON characters,
-# its messages, and the conversation itself, rounded up (the fit of 2026-11-29: 1.13, 9.2, 275 and
-# 16,072). The messages, the detectors' prepared text and the history cache grow with these.
+# its messages, and the conversation itself, rounded up (the fit of 2026-11-29: 1.08, 9.9, 171 and
+# 17,360). The messages, the detectors' prepared text and the history cache grow with these.
 # Arguments cost far more than their JSON text: they are kept parsed (a dict, its keys, its values).
 # A conversation's system prompt is left out: the store counts each such string once, whatever
 # number of conversations hold it (SessionStore.resize).
 BYTES_PER_TEXT_BYTE = 1.12
 BYTES_PER_ARGUMENT_CHARACTER = 22
 BYTES_PER_MESSAGE = 400
-BYTES_PER_CONVERSATION = 20_000
-# The records a conversation keeps of its latest traces, signals and model calls (RECENT_SIGNALS,
-# RECENT_MODEL_CALLS), whatever number of messages it keeps: a conversation trimmed to
-# sessions.max_messages still holds them (records_bytes). Measured means on the real set and the
-# workload, rounded up: 441-458 bytes a trace (its metrics, analysed span, latency, where its
-# messages end, its id), 435-446 a signal (its snippet and metadata), 83-98 a model call.
-BYTES_PER_TRACE = 500
-BYTES_PER_SIGNAL = 500
+BYTES_PER_CONVERSATION = 22_000
+# The records a conversation keeps of its latest traces, signals, model calls and tool calls
+# (RECENT_SIGNALS, RECENT_MODEL_CALLS, TOOL_NAMES_KEPT), whatever number of messages it keeps: a
+# conversation trimmed to sessions.max_messages still holds them (records_bytes). Measured on the
+# real set and the workload: 523-539 bytes a trace (its metrics, analysed span, latency, where its
+# messages end, its id), 435-447 a signal (snippet and metadata; 684 with a snippet of 200
+# characters that Python keeps at 4 bytes each), 83-98 a model call, ~130 a tool call's id and name.
+BYTES_PER_TRACE = 600
+BYTES_PER_SIGNAL = 700
 BYTES_PER_MODEL_CALL = 100
+BYTES_PER_TOOL_NAME = 150
 # A message the span decoder's history cache holds and the conversation does not (_copies_bytes),
 # besides its text and arguments: the message and its tool result (~180 bytes), its tool-call list
 # and calls, its fingerprint, and its places in the cache's histories and the latest split.
@@ -44,8 +46,8 @@ BYTES_PER_HELD_COPY = 400
 # A position of an indexed history in the cache (OpenLLMetry, OpenInference, GenAI events): its raw
 # key (the entry or event read for it, built anew, its values the decoder's) and its end. Measured
 # beyond everything else counted, on the demo conversations of those conventions trimmed to 10
-# messages or not: 63-401 bytes, whatever the texts' length.
-BYTES_PER_INDEXED_POSITION = 400
+# messages or not: 63-457 bytes, whatever the texts' length.
+BYTES_PER_INDEXED_POSITION = 500
 
 
 def estimated_bytes(messages: Sequence[Message]) -> int:
@@ -59,23 +61,25 @@ def estimated_bytes(messages: Sequence[Message]) -> int:
 
 
 def records_bytes(state: ConversationState) -> int:
-    """The memory of ``state``'s per-trace, per-signal and per-model-call records, estimated."""
+    """The memory of ``state``'s records of traces, signals, model calls and tool calls, estimated."""
     return (
         BYTES_PER_TRACE * len(state.trace_spans)
         + BYTES_PER_SIGNAL * len(state.recent_signals)
         + BYTES_PER_MODEL_CALL * len(state.conversation.llm_calls)
+        + BYTES_PER_TOOL_NAME * len(state.tool_names)
     )
 
 
-def bytes_beside_messages(state: ConversationState) -> int:
+def _bytes_beside_messages(state: ConversationState) -> int:
     """What ``state`` holds that does not follow its messages, counted anew on each resize: its
-    records, the latest answers' embeddings, and the span decoder's records of the latest long
-    spans (with the indexed conventions, OpenLLMetry, OpenInference and GenAI events, their values
-    are the history's text again)."""
+    records, the latest answers' embeddings, the span decoder's records of the latest long spans
+    (with the indexed conventions, OpenLLMetry, OpenInference and GenAI events, their values are
+    the history's text again) and the raw keys of its indexed histories."""
     return (
         records_bytes(state)
         + sum(output.nbytes for output in state.previous_outputs)
         + state.decoder_memory.spans.held_bytes()
+        + BYTES_PER_INDEXED_POSITION * state.decoder_memory.histories.indexed_positions()
     )
 
 
@@ -145,6 +149,9 @@ def _length(arguments: object) -> int:
 # to its length (73 µs at 258 messages).
 RECOUNTED_TAIL = 64
 FULL_RECOUNT_EVERY = 16
+# The history cache's messages are counted again (_copies_bytes) once that many more are held
+# (or an eighth more): a few long texts can weigh more than all the messages counted before.
+COPIES_RECOUNT_GROWTH = 16
 
 
 @dataclass
@@ -200,16 +207,16 @@ class _HeldPrompt:
 
 
 def _copies_bytes(state: ConversationState, histories: list[list[Message]]) -> int:
-    """What the span decoder's history cache (its message lists: ``histories``) holds and the
-    conversation does not: the raw keys of its indexed histories, and messages, copies it never
-    adopted (the Vercel AI SDK's outer span resends the caller's messages in a form of its own) and
-    messages trimmed from the conversation since; their texts and tool calls only when the
-    conversation does not hold those objects too."""
+    """What the messages of the span decoder's history cache (its message lists: ``histories``)
+    take that the conversation does not hold: copies it never adopted (the Vercel AI SDK's outer
+    span resends the caller's messages in a form of its own) and messages trimmed from the
+    conversation since; their texts and tool calls only when the conversation does not hold those
+    objects too."""
     messages = state.conversation.messages
     held = set(map(id, messages))
     held.update(id(stored_message_text(message)) for message in messages)
     held.update(id(message.tool_calls) for message in messages)
-    copies = BYTES_PER_INDEXED_POSITION * state.decoder_memory.histories.indexed_positions()
+    copies = 0
     for history in histories:
         for message in history:
             if id(message) in held:
@@ -293,7 +300,7 @@ class SessionStore:
         if (
             len(messages) + held <= 2 * RECOUNTED_TAIL
             or size.copies_age >= FULL_RECOUNT_EVERY
-            or held - size.copies_counted_at >= max(RECOUNTED_TAIL, size.copies_counted_at // 8)
+            or held - size.copies_counted_at >= max(COPIES_RECOUNT_GROWTH, size.copies_counted_at // 8)
         ):
             # A pass over the histories and the conversation: on each resize while both are short,
             # then every FULL_RECOUNT_EVERY resizes and whenever the histories have grown by an
@@ -301,10 +308,14 @@ class SessionStore:
             # counts: one trimmed to sessions.max_messages stays short, and is counted in full on
             # every trace, while the histories the client resends grow.
             size.copies, size.copies_counted_at, size.copies_age = _copies_bytes(state, histories), held, 0
+        copies = size.copies
+        if held > size.copies_counted_at > 0:
+            # Between passes the cache's new messages are taken to be copies like those counted.
+            copies = copies * held // size.copies_counted_at
         size.bytes = (
             _estimate(text_bytes, size.argument_characters, len(messages))
-            + bytes_beside_messages(state)
-            + size.copies
+            + _bytes_beside_messages(state)
+            + copies
         )
         self.bytes += size.bytes - before
         self._count_system_prompt(size, system_prompt(messages))

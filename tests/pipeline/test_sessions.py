@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -11,6 +12,8 @@ from otelsignals.model import Message, Role
 from otelsignals.pipeline.sessions import SessionStore
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from otelsignals.pipeline.analyzer import Analyzer
 
 
@@ -212,7 +215,7 @@ def test_the_analyzer_counts_the_system_prompt_an_agents_conversations_share_onc
     from otelsignals.demo.traffic import send_demo_traffic
     from otelsignals.offline import traces_in_time_order
     from otelsignals.pipeline.analyzer import Analyzer
-    from otelsignals.pipeline.sessions import bytes_beside_messages, estimated_bytes, system_prompt
+    from otelsignals.pipeline.sessions import estimated_bytes, system_prompt
     from otelsignals.telemetry import Telemetry
 
     spans = InMemorySpanExporter()
@@ -224,18 +227,28 @@ def test_the_analyzer_counts_the_system_prompt_an_agents_conversations_share_onc
     prompts = [system_prompt(state.conversation.messages) for state in states]
     distinct = {id(prompt): prompt for prompt in prompts if prompt is not None}
     assert len(distinct) < sum(prompt is not None for prompt in prompts), "no prompt is shared"
-    conversations = sum(
-        estimated_bytes(state.conversation.messages)
-        + bytes_beside_messages(state)
-        + analyzer.sessions._sizes[state.conversation.key].copies
-        for state in states
+    # Each conversation's own size leaves its prompt out; the store adds each distinct string once.
+    sizes = analyzer.sessions._sizes
+    assert all(
+        sizes[state.conversation.key].bytes >= estimated_bytes(state.conversation.messages) for state in states
     )
+    conversations = sum(sizes[state.conversation.key].bytes for state in states)
     assert analyzer.sessions.bytes == conversations + sum(map(sys.getsizeof, distinct.values()))
 
 
-def _demo_analyzer(convention: str, repeats: int, max_messages: int = 2000) -> Analyzer:
+def _demo_analyzer(
+    convention: str,
+    repeats: int,
+    max_messages: int = 2000,
+    prepare: Callable[[Analyzer], None] | None = None,
+    each: Callable[[Analyzer, str], None] | None = None,
+    long_texts: bool = False,
+) -> Analyzer:
     """An Analyzer that read the demo conversations of ``convention``, their turns said ``repeats``
-    times over."""
+    times over (``prepare`` may change it first; a trace whose analysis raises is passed over, as
+    the analysis stage does; ``each`` is called with the conversation's key after each trace;
+    ``long_texts``: each user message 20 times as long, with an emoji, kept at 4 bytes a
+    character)."""
     import copy
 
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -253,14 +266,24 @@ def _demo_analyzer(convention: str, repeats: int, max_messages: int = 2000) -> A
             copy.deepcopy(turn) for _ in range(repeats) for turn in conversation["turns"]
         ]
         for number, turn in enumerate(conversation["turns"]):
-            turn["user"] = f"({number}) {turn['user']}"
+            said = turn["user"] * 20 + " \N{THUMBS UP SIGN}" if long_texts else turn["user"]
+            turn["user"] = f"({number}) {said}"
     spans = InMemorySpanExporter()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(traffic, "load_conversations", lambda: conversations)
         traffic.send_demo_traffic(None, None, _exporter_factory=lambda service, transport: spans)
     analyzer = Analyzer(Telemetry(), SessionsConfig(max_messages=max_messages))
+    if prepare is not None:
+        prepare(analyzer)
     for trace in traces_in_time_order([encode_spans(list(spans.get_finished_spans()))]):
-        analyzer.process(trace)
+        try:
+            analysis = analyzer.process(trace)
+        except Exception:
+            if prepare is None:
+                raise
+            continue
+        if each is not None and analysis is not None:
+            each(analyzer, analysis.conversation_id)
     assert len(analyzer.sessions) >= len(conversations) > 0  # (one without a session id: one per trace)
     return analyzer
 
@@ -298,19 +321,33 @@ def test_a_trimmed_conversation_counts_the_history_its_decoder_still_holds(conve
     assert held <= counted <= 3 * held
 
 
+@pytest.mark.parametrize("long_texts", [False, True], ids=["short", "long"])
 @pytest.mark.parametrize("convention", ["openllmetry", "openinference", "genai_events", "genai", "vercel_ai"])
-def test_the_estimate_covers_a_long_conversation_trimmed_to_few_messages(convention):
+def test_the_estimate_covers_a_long_conversation_trimmed_to_few_messages(convention, long_texts):
     """A conversation kept to sessions.max_messages still keeps a record of each of its latest
-    traces, signals and model calls, and the span decoder the history the client resends (for the
-    indexed conventions, a raw key per position): the estimate follows those, not the messages.
-    Each demo conversation of the convention, its turns said 20 times over, kept to 10 messages."""
-    from bench.session_memory import deep_size
+    traces, signals, model calls and tool calls, and the span decoder the history the client
+    resends (for the indexed conventions, a raw key per position): the estimate follows those, not
+    the messages, and between two passes over the history cache it follows the cache's growth.
+    Each demo conversation of the convention, its turns said 12 times over, kept to 10 messages,
+    checked after each of its traces (a young conversation's fixed part may be above the
+    estimate's, by up to a sixth), and all of them at the end."""
+    from bench.session_memory import deep_size, system_prompt
 
-    analyzer = _demo_analyzer(convention, 20, max_messages=10)
+    lowest = [2.0]
+
+    def check(analyzer: Analyzer, key: str) -> None:
+        state = analyzer.sessions.get(key)
+        assert state is not None
+        prompt = system_prompt(state.conversation.messages)
+        estimate = analyzer.sessions._sizes[key].bytes + (sys.getsizeof(prompt) if prompt else 0)
+        lowest[0] = min(lowest[0], estimate / deep_size(state, {id(analyzer), id(analyzer.sessions)}))
+
+    analyzer = _demo_analyzer(convention, 12, max_messages=10, each=check, long_texts=long_texts)
     assert max(len(state.conversation.messages) for state in analyzer.sessions) <= 10
     seen = {id(analyzer), id(analyzer.sessions)}
     measured = sum(deep_size(state, seen) for state in analyzer.sessions)
     assert measured <= analyzer.sessions.bytes <= 2 * measured
+    assert lowest[0] >= 0.85
 
 
 def test_a_trimmed_conversation_counts_its_decoders_histories_as_they_grow_not_on_every_trace(monkeypatch):
@@ -329,6 +366,27 @@ def test_a_trimmed_conversation_counts_its_decoders_histories_as_they_grow_not_o
     traces = sum(len(state.trace_spans) for state in analyzer.sessions)
     assert traces > 200
     assert 0 < len(passes) < traces / 2  # (on every trace while the histories are short)
+
+
+def test_a_trace_whose_analysis_fails_is_still_counted():
+    """The size is counted after the analysis (its records are in): when the analysis raises (here
+    the embeddings endpoint is down), what the trace merged is counted all the same."""
+    from bench.session_memory import deep_size
+
+    class EndpointDown:
+        dimension = 8
+
+        def embed(self, texts):
+            raise ConnectionError("embeddings endpoint unreachable")
+
+    def embeddings_down(analyzer: Analyzer) -> None:
+        analyzer.embedder = EndpointDown()  # type: ignore[assignment]
+
+    analyzer = _demo_analyzer("genai", 2, prepare=embeddings_down)
+    seen = {id(analyzer), id(analyzer.sessions)}
+    measured = sum(deep_size(state, seen) for state in analyzer.sessions)
+    assert not any(state.trace_signals for state in analyzer.sessions)  # every analysis failed
+    assert measured <= analyzer.sessions.bytes <= 2 * measured
 
 
 def test_the_byte_bound_evicts_the_least_recently_active_and_counts_it():
