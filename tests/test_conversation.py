@@ -378,6 +378,23 @@ def test_a_long_conversation_remembers_the_tool_names_of_its_latest_calls_only()
     assert result is not None and result.name == f"tool_{latest % 7}"
 
 
+def test_a_text_read_again_is_kept_once_not_also_as_the_key_of_the_recent_texts():
+    """The recent-texts table gives the text it keeps for an equal one read again; the copy just
+    read must not stay behind as the table's key (each shared text would be held twice)."""
+    from otelsignals.conversation import SharedValues
+
+    shared = SharedValues()
+    first = "".join(["The refund was issued to the card ending in 4242 ", "on Monday, as you asked."])
+    again = "".join(["The refund was issued to the card ending in 4242 on ", "Monday, as you asked."])
+    assert first == again and first is not again
+    shared.share([Message(Role.ASSISTANT, first)])
+    read_again = Message(Role.ASSISTANT, again)
+    shared.share([read_again])
+    assert read_again.content is first
+    assert all(key is value for key, value in shared._texts.items())
+    assert not any(key is again for key in shared._texts)
+
+
 def test_without_content_tool_executions_and_model_calls_still_come_through():
     state = ConversationState.new("c1")
     model_call = view(1)
