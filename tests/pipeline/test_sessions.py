@@ -230,7 +230,8 @@ def test_the_analyzer_counts_the_system_prompt_an_agents_conversations_share_onc
     # Each conversation's own size leaves its prompt out; the store adds each distinct string once.
     sizes = analyzer.sessions._sizes
     assert all(
-        sizes[state.conversation.key].bytes >= estimated_bytes(state.conversation.messages) for state in states
+        sizes[state.conversation.key].bytes >= estimated_bytes(state.conversation.messages)
+        for state in states
     )
     conversations = sum(sizes[state.conversation.key].bytes for state in states)
     assert analyzer.sessions.bytes == conversations + sum(map(sys.getsizeof, distinct.values()))
