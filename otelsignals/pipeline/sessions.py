@@ -304,7 +304,7 @@ class SessionStore:
         ):
             # A pass over the histories and the conversation: on each resize while both are short,
             # then every FULL_RECOUNT_EVERY resizes and whenever the histories have grown by an
-            # eighth (at least RECOUNTED_TAIL). Not by the conversation's length nor with its full
+            # eighth (at least COPIES_RECOUNT_GROWTH). Not by the conversation's length nor its full
             # counts: one trimmed to sessions.max_messages stays short, and is counted in full on
             # every trace, while the histories the client resends grow.
             size.copies, size.copies_counted_at, size.copies_age = _copies_bytes(state, histories), held, 0

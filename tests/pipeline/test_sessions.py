@@ -332,7 +332,8 @@ def test_the_estimate_covers_a_long_conversation_trimmed_to_few_messages(convent
     Each demo conversation of the convention, its turns said 12 times over, kept to 10 messages,
     checked after each of its traces (a young conversation's fixed part may be above the
     estimate's, by up to a sixth), and all of them at the end."""
-    from bench.session_memory import deep_size, system_prompt
+    from bench.session_memory import deep_size
+    from otelsignals.pipeline.sessions import system_prompt
 
     lowest = [2.0]
 
@@ -360,9 +361,7 @@ def test_a_trimmed_conversation_counts_its_decoders_histories_as_they_grow_not_o
 
     passes = []
     count = sessions._copies_bytes
-    monkeypatch.setattr(
-        sessions, "_copies_bytes", lambda state, histories: passes.append(1) or count(state, histories)
-    )
+    monkeypatch.setattr(sessions, "_copies_bytes", lambda *arguments: passes.append(1) or count(*arguments))
     analyzer = _demo_analyzer("genai_events", 20, max_messages=10)
     traces = sum(len(state.trace_spans) for state in analyzer.sessions)
     assert traces > 200
@@ -396,7 +395,7 @@ def test_the_byte_bound_evicts_the_least_recently_active_and_counts_it():
         3600, 100, lambda state, why: evicted.append((state.conversation.key, why)), max_bytes=75_000
     )
     for key in "abcd":
-        _say(store, key, "w" * 2000)  # about 23 KB each
+        _say(store, key, "w" * 2000)  # about 25 KB each
     assert evicted == [("a", "bytes")]
     assert store.bytes <= 75_000
     _say(store, "b", "more " * 2000)  # b is now the most recently active: c goes next
