@@ -168,6 +168,10 @@ class SharedValues:
         self._texts: dict[str, str] = {}  # the latest used last
         self._calls: dict[int, list[ToolCall]] = {}  # by the message's fingerprint
 
+    def texts(self) -> list[str]:
+        """The texts kept (the session byte bound counts those the conversation no longer holds)."""
+        return list(self._texts.values())
+
     def share(self, messages: Iterable[Message]) -> None:
         for message in messages:
             content = stored_message_text(message)  # compacted text is not shared: it is no string

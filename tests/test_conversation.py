@@ -364,15 +364,16 @@ def test_a_long_conversation_remembers_the_tool_names_of_its_latest_calls_only()
     """A tool result that gives only its call's id is named from the call: the latest
     TOOL_NAMES_KEPT calls are remembered, not every call of a conversation of thousands of turns
     (which its message trimming would not give back)."""
-    from otelsignals.conversation import TOOL_NAMES_KEPT
+    import otelsignals.conversation
 
+    kept = getattr(otelsignals.conversation, "TOOL_NAMES_KEPT", 512)
     state = ConversationState.new("c1")
-    for turn in range(TOOL_NAMES_KEPT + 100):
+    for turn in range(kept + 100):
         call = ToolCall(f"tool_{turn % 7}", {"n": turn}, id=f"call-{turn}")
         state.append(assistant(None, call))
-    assert len(state.tool_names) == TOOL_NAMES_KEPT
+    assert len(state.tool_names) == kept
     assert "call-0" not in state.tool_names
-    latest = TOOL_NAMES_KEPT + 99
+    latest = kept + 99
     apply_trace(state, b"t2", [chat(1, [], [tool(f"call-{latest}", "ok")])])
     result = state.conversation.messages[-1].tool_result
     assert result is not None and result.name == f"tool_{latest % 7}"

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from sys import getsizeof
 from typing import Any, NamedTuple
 
 import orjson
 import xxhash
 
 from otelsignals.conventions.base import JSON_WHITESPACE, json_or_text, link_tool_names
-from otelsignals.conventions.decoding import SpanDecodeMemo, Utf8Text
+from otelsignals.conventions.decoding import EventView, SpanDecodeMemo, Utf8Text
 from otelsignals.model import Message
 
 
@@ -43,6 +44,9 @@ class HistoryCache:
     def __init__(self) -> None:
         self._last: dict[str, list[_JsonHistory]] = {}
         self._indexed: dict[str, list[_IndexedHistory]] = {}
+        # Messages built here so far (the session byte bound recounts what the cache holds as this
+        # grows: a cache of steady size can still hold other messages than at the last count).
+        self.built = 0
 
     def messages(
         self,
@@ -77,11 +81,13 @@ class HistoryCache:
         if longest is not None and found is not None:
             further = found.further
             messages = longest.messages + ((items or read)(further) if further else [])
+            self.built += len(messages) - len(longest.messages)
             link_tool_names(messages, len(longest.messages))
             self._remember(remembered, data, end, messages, (longest.head_length, found.head_hasher))
             return messages
         value = json_or_text(text)
         messages = read(value)
+        self.built += len(messages)
         if not isinstance(value, str):  # only valid JSON is continued
             self._remember(remembered, data, end, messages)
         return messages
@@ -143,7 +149,9 @@ class HistoryCache:
         branches.insert(0, branch)
         del branches[_INDEXED_BRANCHES:]
         for raw in raws[kept:]:
-            branch.add(raw, build(raw))
+            built = build(raw)
+            self.built += len(built)
+            branch.add(raw, built)
         return list(branch.messages)
 
     def message_lists(self) -> list[list[Message]]:
@@ -152,10 +160,13 @@ class HistoryCache:
         lists = [history.messages for remembered in self._last.values() for history in remembered]
         return lists + [branch.messages for branches in self._indexed.values() for branch in branches]
 
-    def indexed_positions(self) -> int:
-        """How many positions the indexed histories remembered here hold a raw key for (a fork
-        holds its own list of the keys it shares)."""
-        return sum(len(branch.raws) for branches in self._indexed.values() for branch in branches)
+    def raw_keys(self) -> list[tuple[list[Any], list[int]]]:
+        """The raw keys of the indexed histories remembered here and the bytes of the texts each
+        holds (:func:`raw_text_bytes`), a pair of lists per history (a fork holds its own lists of
+        the keys it shares)."""
+        return [
+            (branch.raws, branch.text_bytes) for branches in self._indexed.values() for branch in branches
+        ]
 
     def holds(self, messages: list[Message]) -> bool:
         """Whether ``messages`` is the very list of a history remembered here (which :meth:`adopt`
@@ -267,12 +278,13 @@ class _IndexedHistory:
     """The raw keys of an indexed history read before, the messages each position gave, and all
     of those messages in order."""
 
-    __slots__ = ("ends", "messages", "raws")
+    __slots__ = ("ends", "messages", "raws", "text_bytes")
 
     def __init__(self) -> None:
         self.raws: list[Any] = []
         self.ends: list[int] = []  # ends[i]: len(messages) once position i is read
         self.messages: list[Message] = []
+        self.text_bytes: list[int] = []  # raw_text_bytes(raws[i]), for the session byte bound
 
     def common_prefix(self, raws: list[Any]) -> int:
         """How many leading positions of ``raws`` equal this history's."""
@@ -295,14 +307,38 @@ class _IndexedHistory:
         self.raws.append(raw)
         self.messages.extend(messages)
         self.ends.append(len(self.messages))
+        self.text_bytes.append(raw_text_bytes(raw))
 
     def fork(self, positions: int) -> _IndexedHistory:
         """A new history holding this one's first ``positions`` positions (the same messages)."""
         fork = _IndexedHistory()
         fork.raws = self.raws[:positions]
         fork.ends = self.ends[:positions]
+        fork.text_bytes = self.text_bytes[:positions]
         fork.messages = self.messages[: fork.ends[-1]] if positions else []
         return fork
+
+
+# Strings shorter than this in a raw key are names and roles, shared or small: not counted.
+_LONG_TEXT = 64
+
+
+def raw_text_bytes(raw: Any) -> int:
+    """The bytes of the texts a raw key holds (an entry's fields, an event's attributes, nested):
+    read again from a history resent from another start, its texts are strings of its own."""
+    size = 0
+    stack = [raw]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += getsizeof(item) if len(item) >= _LONG_TEXT else 0
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, EventView):
+            stack.append(item.attributes)
+    return size
 
 
 @dataclass(slots=True, eq=False)

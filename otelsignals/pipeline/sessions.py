@@ -72,14 +72,13 @@ def records_bytes(state: ConversationState) -> int:
 
 def _bytes_beside_messages(state: ConversationState) -> int:
     """What ``state`` holds that does not follow its messages, counted anew on each resize: its
-    records, the latest answers' embeddings, the span decoder's records of the latest long spans
+    records, the latest answers' embeddings and the span decoder's records of the latest long spans
     (with the indexed conventions, OpenLLMetry, OpenInference and GenAI events, their values are
-    the history's text again) and the raw keys of its indexed histories."""
+    the history's text again)."""
     return (
         records_bytes(state)
         + sum(output.nbytes for output in state.previous_outputs)
         + state.decoder_memory.spans.held_bytes()
-        + BYTES_PER_INDEXED_POSITION * state.decoder_memory.histories.indexed_positions()
     )
 
 
@@ -149,8 +148,9 @@ def _length(arguments: object) -> int:
 # to its length (73 µs at 258 messages).
 RECOUNTED_TAIL = 64
 FULL_RECOUNT_EVERY = 16
-# The history cache's messages are counted again (_copies_bytes) once that many more are held
-# (or an eighth more): a few long texts can weigh more than all the messages counted before.
+# The history cache is counted again (_copies_bytes) once it has built that many more messages (or
+# an eighth more than it held): a few long texts can weigh more than all the messages counted
+# before.
 COPIES_RECOUNT_GROWTH = 16
 
 
@@ -170,8 +170,9 @@ class _Size:
     bytes: int = 0
     system_prompt: str | None = None  # the one counted once by the store (_count_system_prompt)
     copies: int = 0  # _copies_bytes, as last counted
-    copies_counted_at: int = 0  # the number of messages the history cache held then
-    copies_age: int = 0  # resizes since
+    copies_counted_at: int = 0  # the distinct messages and raw keys the history cache held then
+    copies_built: int = 0  # the number it had built by then (HistoryCache.built)
+    copies_age: int = FULL_RECOUNT_EVERY  # resizes since (the first resize counts them)
 
     def count(self, messages: Sequence[Message], offset: int) -> int:
         """Bring the counts up to date with ``messages``; their text storage (see RECOUNTED_TAIL)."""
@@ -206,37 +207,54 @@ class _HeldPrompt:
     counted: int
 
 
-def _copies_bytes(state: ConversationState, histories: list[list[Message]]) -> int:
-    """What the messages of the span decoder's history cache (its message lists: ``histories``)
-    take that the conversation does not hold: copies it never adopted (the Vercel AI SDK's outer
-    span resends the caller's messages in a form of its own) and messages trimmed from the
-    conversation since; their texts and tool calls only when the conversation does not hold those
-    objects too."""
+def _copies_bytes(state: ConversationState) -> tuple[int, int]:
+    """(What the span decoder's history cache and the conversation's recent texts hold that the
+    conversation does not, the number of distinct messages and of raw keys the cache holds). Messages: copies
+    never adopted (the Vercel AI SDK's outer span resends the caller's messages in a form of its
+    own) and messages trimmed from the conversation since, their texts and tool calls only when
+    the conversation does not hold those objects too; raw keys of indexed histories, with the
+    texts they hold apart (a history resent from another start, a client's latest messages only,
+    is read anew: its keys hold texts of their own); the recent texts kept to share a text read
+    again, which may outlive their messages."""
     messages = state.conversation.messages
     held = set(map(id, messages))
     held.update(id(stored_message_text(message)) for message in messages)
     held.update(id(message.tool_calls) for message in messages)
     copies = 0
-    for history in histories:
+    distinct: set[int] = set()  # the cache's messages, each once (its histories share most)
+    for history in state.decoder_memory.histories.message_lists():
+        distinct.update(map(id, history))
         for message in history:
             if id(message) in held:
                 continue
             held.add(id(message))
-            copies += BYTES_PER_HELD_COPY
-            text = stored_message_text(message)
-            if text is not None and id(text) not in held:
-                held.add(id(text))
-                copies += getsizeof(text)
+            copies += BYTES_PER_HELD_COPY + _text_bytes(stored_message_text(message), held)
             result = message.tool_result
-            result_text = None if result is None else stored_result_text(result)
-            if result_text is not None and id(result_text) not in held:
-                held.add(id(result_text))
-                copies += getsizeof(result_text)
+            if result is not None:
+                copies += _text_bytes(stored_result_text(result), held)
             calls = message.tool_calls
             if calls and id(calls) not in held:
                 held.add(id(calls))
                 copies += BYTES_PER_ARGUMENT_CHARACTER * sum(_length(call.arguments) for call in calls)
-    return copies
+    counted = len(distinct)
+    distinct.clear()  # now the raw keys, each once (a fork holds the keys it shares)
+    for raws, text_bytes in state.decoder_memory.histories.raw_keys():
+        for raw, size in zip(raws, text_bytes, strict=True):
+            if id(raw) not in distinct:
+                distinct.add(id(raw))
+                copies += BYTES_PER_INDEXED_POSITION + size
+    counted += len(distinct)
+    for text in state.shared.texts():
+        copies += _text_bytes(text, held)
+    return copies, counted
+
+
+def _text_bytes(text: object, held: set[int]) -> int:
+    """A text's size when nothing counted holds it yet (then it is)."""
+    if text is None or id(text) in held:
+        return 0
+    held.add(id(text))
+    return getsizeof(text)
 
 
 class SessionStore:
@@ -294,24 +312,28 @@ class SessionStore:
         size = self._sizes.setdefault(key, _Size())
         before = size.bytes
         text_bytes = size.count(messages, offset)
-        histories = state.decoder_memory.histories.message_lists()
-        held = sum(map(len, histories))
+        cache = state.decoder_memory.histories
+        built = cache.built - size.copies_built
         size.copies_age += 1
         if (
-            len(messages) + held <= 2 * RECOUNTED_TAIL
+            len(messages) + size.copies_counted_at + built <= 2 * RECOUNTED_TAIL
             or size.copies_age >= FULL_RECOUNT_EVERY
-            or held - size.copies_counted_at >= max(COPIES_RECOUNT_GROWTH, size.copies_counted_at // 8)
+            or built >= max(COPIES_RECOUNT_GROWTH, size.copies_counted_at // 4)
+            or built < 0  # a cache of its own again (the conversation resumed)
         ):
-            # A pass over the histories and the conversation: on each resize while both are short,
-            # then every FULL_RECOUNT_EVERY resizes and whenever the histories have grown by an
-            # eighth (at least COPIES_RECOUNT_GROWTH). Not by the conversation's length nor its full
-            # counts: one trimmed to sessions.max_messages stays short, and is counted in full on
-            # every trace, while the histories the client resends grow.
-            size.copies, size.copies_counted_at, size.copies_age = _copies_bytes(state, histories), held, 0
+            # A pass over the history cache and the conversation: on every resize while both are
+            # short, then every FULL_RECOUNT_EVERY resizes and whenever the cache has built 16 (or
+            # an eighth) more messages than it held at the last pass. Not by the conversation's
+            # length nor with its full counts: one trimmed to sessions.max_messages stays short,
+            # and is counted in full on every trace, while the histories the client resends grow;
+            # and not by the cache's size, which stays level while a client that resends its
+            # latest messages only replaces them.
+            size.copies, size.copies_counted_at = _copies_bytes(state)
+            size.copies_built, size.copies_age, built = cache.built, 0, 0
         copies = size.copies
-        if held > size.copies_counted_at > 0:
-            # Between passes the cache's new messages are taken to be copies like those counted.
-            copies = copies * held // size.copies_counted_at
+        if built and size.copies_counted_at >= COPIES_RECOUNT_GROWTH:
+            # Between passes the messages built since are taken to be copies like those counted.
+            copies += copies * built // size.copies_counted_at
         size.bytes = (
             _estimate(text_bytes, size.argument_characters, len(messages))
             + _bytes_beside_messages(state)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -244,12 +244,15 @@ def _demo_analyzer(
     prepare: Callable[[Analyzer], None] | None = None,
     each: Callable[[Analyzer, str], None] | None = None,
     long_texts: bool = False,
+    window: int = 0,
+    tolerate: tuple[type[Exception], ...] = (),
 ) -> Analyzer:
     """An Analyzer that read the demo conversations of ``convention``, their turns said ``repeats``
-    times over (``prepare`` may change it first; a trace whose analysis raises is passed over, as
-    the analysis stage does; ``each`` is called with the conversation's key after each trace;
-    ``long_texts``: each user message 20 times as long, with an emoji, kept at 4 bytes a
-    character)."""
+    times over (``prepare`` may change it first; a trace whose analysis raises one of
+    ``tolerate`` is passed over, as the analysis stage does; ``each`` is called with the
+    conversation's key after each trace; ``long_texts``: each user message 20 times as long,
+    with an emoji, kept at 4 bytes a character; ``window``: the client resends only its latest
+    ``window`` messages)."""
     import copy
 
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -272,6 +275,16 @@ def _demo_analyzer(
     spans = InMemorySpanExporter()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(traffic, "load_conversations", lambda: conversations)
+        if window:
+            import otelsignals.demo.emitter as emitter
+
+            emit_turn = emitter.ConversationEmitter._emit_turn
+
+            def windowed(self: Any, *arguments: Any) -> Any:
+                del self.history[:-window]
+                return emit_turn(self, *arguments)
+
+            patch.setattr(emitter.ConversationEmitter, "_emit_turn", windowed)
         traffic.send_demo_traffic(None, None, _exporter_factory=lambda service, transport: spans)
     analyzer = Analyzer(Telemetry(), SessionsConfig(max_messages=max_messages))
     if prepare is not None:
@@ -279,9 +292,7 @@ def _demo_analyzer(
     for trace in traces_in_time_order([encode_spans(list(spans.get_finished_spans()))]):
         try:
             analysis = analyzer.process(trace)
-        except Exception:
-            if prepare is None:
-                raise
+        except tolerate:
             continue
         if each is not None and analysis is not None:
             each(analyzer, analysis.conversation_id)
@@ -319,19 +330,25 @@ def test_a_trimmed_conversation_counts_the_history_its_decoder_still_holds(conve
                 deep_size(part, seen)
         held += deep_size(state.decoder_memory.histories, seen) + deep_size(state.last_inputs, seen)
         counted += analyzer.sessions._sizes[state.conversation.key].copies
-    assert held <= counted <= 3 * held
+    assert (
+        held <= counted <= 4 * held
+    )  # (the raw keys' texts the decoder's latest records hold too count twice)
 
 
-@pytest.mark.parametrize("long_texts", [False, True], ids=["short", "long"])
+@pytest.mark.parametrize(
+    ("long_texts", "window"), [(False, 0), (True, 0), (True, 10)], ids=["short", "long", "long-window"]
+)
 @pytest.mark.parametrize("convention", ["openllmetry", "openinference", "genai_events", "genai", "vercel_ai"])
-def test_the_estimate_covers_a_long_conversation_trimmed_to_few_messages(convention, long_texts):
+def test_the_estimate_covers_a_long_conversation_trimmed_to_few_messages(convention, long_texts, window):
     """A conversation kept to sessions.max_messages still keeps a record of each of its latest
     traces, signals, model calls and tool calls, and the span decoder the history the client
     resends (for the indexed conventions, a raw key per position): the estimate follows those, not
     the messages, and between two passes over the history cache it follows the cache's growth.
     Each demo conversation of the convention, its turns said 12 times over, kept to 10 messages,
     checked after each of its traces (a young conversation's fixed part may be above the
-    estimate's, by up to a sixth), and all of them at the end."""
+    estimate's, by up to a sixth), and all of them at the end. With a client that resends its
+    latest 10 messages only, the history cache's contents change while its size stays level, and
+    an indexed history is read anew each time: its raw keys hold texts of their own."""
     from bench.session_memory import deep_size
     from otelsignals.pipeline.sessions import system_prompt
 
@@ -344,7 +361,9 @@ def test_the_estimate_covers_a_long_conversation_trimmed_to_few_messages(convent
         estimate = analyzer.sessions._sizes[key].bytes + (sys.getsizeof(prompt) if prompt else 0)
         lowest[0] = min(lowest[0], estimate / deep_size(state, {id(analyzer), id(analyzer.sessions)}))
 
-    analyzer = _demo_analyzer(convention, 12, max_messages=10, each=check, long_texts=long_texts)
+    analyzer = _demo_analyzer(
+        convention, 12, max_messages=10, each=check, long_texts=long_texts, window=window
+    )
     assert max(len(state.conversation.messages) for state in analyzer.sessions) <= 10
     seen = {id(analyzer), id(analyzer.sessions)}
     measured = sum(deep_size(state, seen) for state in analyzer.sessions)
@@ -382,7 +401,7 @@ def test_a_trace_whose_analysis_fails_is_still_counted():
     def embeddings_down(analyzer: Analyzer) -> None:
         analyzer.embedder = EndpointDown()  # type: ignore[assignment]
 
-    analyzer = _demo_analyzer("genai", 2, prepare=embeddings_down)
+    analyzer = _demo_analyzer("genai", 2, prepare=embeddings_down, tolerate=(ConnectionError,))
     seen = {id(analyzer), id(analyzer.sessions)}
     measured = sum(deep_size(state, seen) for state in analyzer.sessions)
     assert not any(state.trace_signals for state in analyzer.sessions)  # every analysis failed
