@@ -149,7 +149,7 @@ def _length(arguments: object) -> int:
 RECOUNTED_TAIL = 64
 FULL_RECOUNT_EVERY = 16
 # The history cache is counted again (_copies_bytes) once it has built that many more messages (or
-# an eighth more than it held): a few long texts can weigh more than all the messages counted
+# a quarter more than it held): a few long texts can weigh more than all the messages counted
 # before.
 COPIES_RECOUNT_GROWTH = 16
 
@@ -323,7 +323,7 @@ class SessionStore:
         ):
             # A pass over the history cache and the conversation: on every resize while both are
             # short, then every FULL_RECOUNT_EVERY resizes and whenever the cache has built 16 (or
-            # an eighth) more messages than it held at the last pass. Not by the conversation's
+            # a quarter) more messages than it held at the last pass. Not by the conversation's
             # length nor with its full counts: one trimmed to sessions.max_messages stays short,
             # and is counted in full on every trace, while the histories the client resends grow;
             # and not by the cache's size, which stays level while a client that resends its

@@ -374,8 +374,8 @@ def test_the_estimate_covers_a_long_conversation_trimmed_to_few_messages(convent
 def test_a_trimmed_conversation_counts_its_decoders_histories_as_they_grow_not_on_every_trace(monkeypatch):
     """A conversation trimmed to few messages is counted in full on every trace (its messages moved),
     but the pass over the history cache, which grows with everything the client resends, runs as
-    that grows (by an eighth) and every FULL_RECOUNT_EVERY traces: on every trace, a long
-    conversation's passes would cost in proportion to its length each."""
+    the cache builds messages (a quarter more than it held) and every FULL_RECOUNT_EVERY traces: on
+    every trace, a long conversation's passes would cost in proportion to its length each."""
     import otelsignals.pipeline.sessions as sessions
 
     passes = []
