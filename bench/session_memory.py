@@ -449,9 +449,22 @@ def long_conversation(sizes: list[int]) -> str:
     return "\n".join(lines)
 
 
-def conventions(repeats: list[int], long_texts: bool) -> str:
+def repeated_demo(conversations: list[dict[str, Any]], count: int, long_texts: bool) -> list[dict[str, Any]]:
+    """Copies of demo ``conversations`` whose turns are said ``count`` times over, each user message
+    numbered (so that no two are equal); ``long_texts``: each 20 times as long, with an emoji (text
+    Python keeps at 4 bytes a character)."""
     import copy
 
+    conversations = copy.deepcopy(conversations)
+    for conversation in conversations:
+        conversation["turns"] = [copy.deepcopy(turn) for _ in range(count) for turn in conversation["turns"]]
+        for number, turn in enumerate(conversation["turns"]):
+            said = turn["user"] * 20 + " \N{THUMBS UP SIGN}" if long_texts else turn["user"]
+            turn["user"] = f"({number}) {said}"
+    return conversations
+
+
+def conventions(repeats: list[int], long_texts: bool) -> str:
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -469,14 +482,7 @@ def conventions(repeats: list[int], long_texts: bool) -> str:
     ]
     cells: dict[str, list[str]] = {name: [] for name in names}
     for count in repeats:
-        conversations = copy.deepcopy(demo)
-        for conversation in conversations:
-            conversation["turns"] = [
-                copy.deepcopy(turn) for _ in range(count) for turn in conversation["turns"]
-            ]
-            for number, turn in enumerate(conversation["turns"]):
-                said = turn["user"] * 20 + " \N{THUMBS UP SIGN}" if long_texts else turn["user"]
-                turn["user"] = f"({number}) {said}"
+        conversations = repeated_demo(demo, count, long_texts)
         spans = InMemorySpanExporter()
         traffic.load_conversations = lambda conversations=conversations: conversations
         try:

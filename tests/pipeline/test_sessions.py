@@ -253,25 +253,18 @@ def _demo_analyzer(
     conversation's key after each trace; ``long_texts``: each user message 20 times as long,
     with an emoji, kept at 4 bytes a character; ``window``: the client resends only its latest
     ``window`` messages)."""
-    import copy
-
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     import otelsignals.demo.traffic as traffic
+    from bench.session_memory import repeated_demo
     from otelsignals.config import SessionsConfig
     from otelsignals.offline import traces_in_time_order
     from otelsignals.pipeline.analyzer import Analyzer
     from otelsignals.telemetry import Telemetry
 
-    conversations = [c for c in traffic.load_conversations() if c["convention"] == convention]
-    for conversation in conversations:
-        conversation["turns"] = [
-            copy.deepcopy(turn) for _ in range(repeats) for turn in conversation["turns"]
-        ]
-        for number, turn in enumerate(conversation["turns"]):
-            said = turn["user"] * 20 + " \N{THUMBS UP SIGN}" if long_texts else turn["user"]
-            turn["user"] = f"({number}) {said}"
+    ours = [c for c in traffic.load_conversations() if c["convention"] == convention]
+    conversations = repeated_demo(ours, repeats, long_texts)
     spans = InMemorySpanExporter()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(traffic, "load_conversations", lambda: conversations)
