@@ -15,6 +15,7 @@ from otelsignals.signals.detect import detect
 from otelsignals.triage import NO_PRIORITY, AgentBaselines, Priority, Shape, priority
 
 SNIPPET_LIMIT = 200
+CUT_OFF_TURNS_KEPT = 8  # the priority's term saturates long before
 
 
 @dataclass
@@ -81,6 +82,7 @@ def analyze_update(
             signal.snippet = signal.snippet[:SNIPPET_LIMIT]
         state.leaf_counts[signal.type] += 1
     state.recent_signals.extend(found)
+    _note_cut_off_turn(state, update, found)
     state.tool_results_seen += sum(
         1 for message in conversation.messages[update.first_new_message :] if message.role is Role.TOOL
     )
@@ -98,18 +100,34 @@ def analyze_update(
     )
 
 
+def _note_cut_off_turn(state: ConversationState, update: TraceUpdate, found: list[SignalInstance]) -> None:
+    """Remember whether this trace's turn ended on a tool step, unanswered. A hand-off ends a turn
+    on a tool on purpose (the hand-off term ranks it). Judged again when a late part of the same
+    trace comes with model calls: an answer that came late takes the turn back off the list."""
+    if not update.llm_calls:
+        return  # a late part with tool spans only: it says nothing of how the turn ended
+    cut_off = update.ended_on_tool_step and not any(s.type == tx.HANDOFF for s in found)
+    listed = update.trace_id in state.cut_off_turns
+    if cut_off and not listed:
+        state.cut_off_turns = (*state.cut_off_turns, update.trace_id)[-CUT_OFF_TURNS_KEPT:]
+    elif listed and not cut_off:
+        state.cut_off_turns = tuple(t for t in state.cut_off_turns if t != update.trace_id)
+
+
 def rank(state: ConversationState, conversation_score: Score, baselines: AgentBaselines | None) -> Priority:
     """The conversation's triage priority, against its agent's usual size; then it joins that usual."""
     conversation = state.conversation
-    medians = baselines.medians(conversation.agent_id) if baselines is not None else None
+    usual = baselines.usual(conversation.agent_id) if baselines is not None else None
     shape = Shape(
         user_turns=conversation_score.user_turns,
         tool_calls=state.tool_results_seen,
-        median_user_turns=medians[0] if medians else None,
-        median_tool_calls=medians[1] if medians else None,
+        median_user_turns=usual.user_turns if usual else None,
+        median_tool_calls=usual.tool_calls if usual else None,
+        cut_off_turns=len(state.cut_off_turns),
+        usual_cut_off_share=usual.cut_off_share if usual else None,
     )
     if baselines is not None:
-        baselines.record(conversation.agent_id, conversation.key, shape.user_turns, shape.tool_calls)
+        baselines.record(conversation.agent_id, conversation.key, shape)
     handoff = next((s.metadata for s in reversed(state.recent_signals) if s.type == tx.HANDOFF), None)
     state.priority = priority(conversation_score, shape, handoff)
     return state.priority

@@ -277,6 +277,9 @@ class ConversationState:
     leaf_counts: Counter[str] = field(default_factory=Counter)
     tool_results_seen: int = 0  # tool executions analysed so far (kept when messages are trimmed)
     priority: Priority = NO_PRIORITY  # the triage priority after the latest analysed trace
+    # The trace ids of its latest turns that ended on a tool step, unanswered (analysis.py); a
+    # tuple, shared while empty, as most conversations never have one.
+    cut_off_turns: tuple[bytes, ...] = ()
     recent_signals: RecentList[SignalInstance] = field(default_factory=lambda: RecentList(RECENT_SIGNALS))
     # Per analysed trace, for the session metrics and the session span (evals.TraceSignals; the
     # trace's analysed span; the assistant's latest answers, prepared for loop detection).
@@ -490,6 +493,7 @@ class TraceUpdate:
     llm_calls: list[LlmCall]
     analysed_span_id: bytes | None  # the span that carries this trace's part of the conversation
     content_captured: bool
+    ended_on_tool_step: bool = False  # see _ended_on_tool_step
 
 
 def _ordered(readings: Sequence[tuple[SpanView, SpanReading]]) -> list[tuple[SpanView, SpanReading]]:
@@ -570,7 +574,28 @@ def apply_trace(
         llm_calls=llm_calls,
         analysed_span_id=carriers[-1][0].span_id if carriers else None,
         content_captured=conversation.content_captured,
+        ended_on_tool_step=_ended_on_tool_step(conversation.messages, start, with_content, parents),
     )
+
+
+def _ended_on_tool_step(
+    messages: Sequence[Message],
+    first_new: int,
+    model_calls: Sequence[tuple[SpanView, SpanReading]],
+    parents: Mapping[bytes, bytes] | None,
+) -> bool:
+    """Whether this trace is a whole agent turn that stopped after running a tool, with no answer.
+
+    A whole turn: its model calls (with content) sit under another span of the trace, an agent or
+    workflow run; a trace that is one lone model call (instrumentations without an agent span) is
+    one step of a turn. Stopped after a tool: the conversation's last message, added by this trace,
+    is a tool result. A step limit, a timeout or a crash in the agent's loop ends a turn so. A call
+    for tools left last is not enough: an agent that waits for a person to approve a tool ends its
+    turn on one.
+    """
+    if not parents or len(messages) <= first_new or messages[-1].role is not Role.TOOL:
+        return False
+    return any(view.parent_span_id in parents for view, _ in model_calls)
 
 
 def _ancestors(views: list[SpanView], parents: Mapping[bytes, bytes] | None) -> set[bytes]:

@@ -15,6 +15,11 @@ Hard evidence (the agent or its tools demonstrably went wrong, or the user left)
     environment exhaustion   1 − 0.90ⁿ   the outside world failed (less the agent's doing)
     escalation + quit        1 − 0.60ⁿ   the user asked for a person or gave up
     hand-off                 0.30        the agent passed the user to a person: it did not finish
+    turns cut off            1 − 0.40ⁿ   a whole agent turn (one trace) ended on a tool step: its
+                                         last message a tool result, no answer after it (a step
+                                         limit, a timeout, a crash in the agent's loop); not counted
+                                         for an agent whose turns end so in most of its
+                                         conversations (its design)
 
 Soft evidence (the conversation was hard going):
 
@@ -56,7 +61,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from otelsignals.scoring import Score
 from otelsignals.signals import taxonomy as tx
@@ -67,6 +72,8 @@ LOOP_WEIGHT = 0.30
 EXHAUSTION_WEIGHT = 0.10
 DISENGAGED_WEIGHT = 0.40  # escalation and quit
 HANDOFF_WEIGHT = 0.30
+CUT_OFF_WEIGHT = 0.60  # the user got no answer at all: stronger than asking for a person
+USUAL_CUT_OFF_SHARE = 0.5  # an agent whose conversations end turns on tools this often: its design
 NEGATIVE_STANCE_WEIGHT = 0.15
 MISALIGNMENT_WEIGHT = 0.12
 REPETITION_WEIGHT = 0.25
@@ -99,6 +106,8 @@ class Shape:
     tool_calls: int
     median_user_turns: float | None = None  # the agent's running medians, None before the baseline
     median_tool_calls: float | None = None
+    cut_off_turns: int = 0  # turns that ended on a tool step, unanswered (analysis.py)
+    usual_cut_off_share: float | None = None  # of the agent's conversations with one; None: no baseline
 
 
 def _per_instance(weight: float, count: int) -> float:
@@ -146,6 +155,12 @@ def turn_volume(shape: Shape) -> float:
     return max(relative_turn_volume(shape), absolute_turn_volume(shape))
 
 
+def counted_cut_off_turns(shape: Shape) -> int:
+    """The turns cut off, unless the agent's turns end on tools in most of its conversations."""
+    usual = shape.usual_cut_off_share
+    return 0 if usual is not None and usual >= USUAL_CUT_OFF_SHARE else shape.cut_off_turns
+
+
 def priority(score: Score, shape: Shape, handoff: Mapping[str, Any] | None = None) -> Priority:
     """The priority of a conversation as it stands (``score``: its signals so far)."""
     leaves, counts = score.leaf_counts, score.counts
@@ -156,6 +171,7 @@ def priority(score: Score, shape: Shape, handoff: Mapping[str, Any] | None = Non
         "environment_exhaustion": _per_instance(EXHAUSTION_WEIGHT, counts.get(tx.EXHAUSTION, 0)),
         "escalation_or_quit": _per_instance(DISENGAGED_WEIGHT, disengaged),
         "handoff": HANDOFF_WEIGHT if counts.get(tx.HANDOFF_CATEGORY, 0) else 0.0,
+        "cut_off_turns": _per_instance(CUT_OFF_WEIGHT, counted_cut_off_turns(shape)),
     }
     soft = {
         "negative_stance": _per_instance(NEGATIVE_STANCE_WEIGHT, leaves.get(tx.NEGATIVE_STANCE, 0)),
@@ -203,10 +219,10 @@ def _reasons(
         elif name == "escalation_or_quit":
             text = f"user asked for a person or gave up: {named((tx.ESCALATION, tx.QUIT))}"
         elif name == "handoff":
-            text = "agent handed the user to a person"
-            if handoff:
-                after = ", ".join(str(category) for category in handoff.get("after") or ())
-                text += f" (asked by {handoff.get('asked_by')}" + (f", after {after})" if after else ")")
+            text = _handoff_reason(handoff)
+        elif name == "cut_off_turns":
+            turns = counted_cut_off_turns(shape)
+            text = "agent's turn ended on a tool step, unanswered" + (f" ({turns}×)" if turns > 1 else "")
         elif name == "negative_stance":
             text = f"user frustrated ({leaves.get(tx.NEGATIVE_STANCE, 0)}×)"
         elif name == "misalignment":
@@ -220,6 +236,14 @@ def _reasons(
         out.append((p, text))
     out.sort(key=lambda item: -item[0])
     return [text for _, text in out]
+
+
+def _handoff_reason(handoff: Mapping[str, Any] | None) -> str:
+    text = "agent handed the user to a person"
+    if handoff:
+        after = ", ".join(str(category) for category in handoff.get("after") or ())
+        text += f" (asked by {handoff.get('asked_by')}" + (f", after {after})" if after else ")")
+    return text
 
 
 def _tool_volume_reason(shape: Shape) -> str:
@@ -237,21 +261,31 @@ def _turn_volume_reason(shape: Shape) -> str:
     return text
 
 
+class Usual(NamedTuple):
+    """What is usual for one agent: the medians of its conversations' sizes, and the share of its
+    conversations with a turn cut off (triage.Shape)."""
+
+    user_turns: float
+    tool_calls: float
+    cut_off_share: float
+
+
 @dataclass
 class _AgentSample:
-    sizes: OrderedDict[str, tuple[int, int]] = field(default_factory=OrderedDict)  # key → (turns, calls)
-    medians: tuple[float, float] | None = None
-    changes: int = 0  # updates since the medians were computed
+    # key → (user turns, tool calls, turns cut off)
+    sizes: OrderedDict[str, tuple[int, int, int]] = field(default_factory=OrderedDict)
+    usual: Usual | None = None
+    changes: int = 0  # updates since ``usual`` was computed
 
 
 class AgentBaselines:
-    """Per agent, the latest (user turns, tool calls) of its ``window`` most recently active
-    conversations, and their medians: what "long" and "many tool calls" mean for that agent.
+    """Per agent, the latest sizes of its ``window`` most recently active conversations, and what is
+    usual from them: what "long", "many tool calls" and "often cut off" mean for that agent.
 
     A conversation's entry is updated as it grows, so the medians mix finished conversations with
-    open ones (in a steady stream, mostly finished ones). The medians are recomputed after
-    ``refresh`` updates, not on every turn. Bounded: ``max_agents`` agents (least recently seen
-    forgotten) × ``window`` conversations.
+    open ones (in a steady stream, mostly finished ones). ``Usual`` is recomputed after ``refresh``
+    updates, not on every turn. Bounded: ``max_agents`` agents (least recently seen forgotten) ×
+    ``window`` conversations.
     """
 
     def __init__(
@@ -266,20 +300,23 @@ class AgentBaselines:
     def __len__(self) -> int:
         return len(self._agents)
 
-    def medians(self, agent: str | None) -> tuple[float, float] | None:
-        """(median user turns, median tool calls) of the agent's other conversations; None while
-        fewer than ``min_conversations`` are known."""
+    def usual(self, agent: str | None) -> Usual | None:
+        """What is usual for the agent's conversations; None while fewer than ``min_conversations``
+        are known."""
         sample = self._agents.get(agent or "")
         if sample is None or len(sample.sizes) < self.min_conversations:
             return None
-        if sample.medians is None or sample.changes >= self.refresh:
-            turns = sorted(size[0] for size in sample.sizes.values())
-            calls = sorted(size[1] for size in sample.sizes.values())
-            sample.medians = (_median(turns), _median(calls))
+        if sample.usual is None or sample.changes >= self.refresh:
+            sizes = sample.sizes.values()
+            sample.usual = Usual(
+                _median(sorted(size[0] for size in sizes)),
+                _median(sorted(size[1] for size in sizes)),
+                sum(1 for size in sizes if size[2]) / len(sizes),
+            )
             sample.changes = 0
-        return sample.medians
+        return sample.usual
 
-    def record(self, agent: str | None, conversation: str, user_turns: int, tool_calls: int) -> None:
+    def record(self, agent: str | None, conversation: str, shape: Shape) -> None:
         name = agent or ""
         sample = self._agents.get(name)
         if sample is None:
@@ -288,7 +325,7 @@ class AgentBaselines:
                 self._agents.popitem(last=False)
         else:
             self._agents.move_to_end(name)
-        sample.sizes[conversation] = (user_turns, tool_calls)
+        sample.sizes[conversation] = (shape.user_turns, shape.tool_calls, shape.cut_off_turns)
         sample.sizes.move_to_end(conversation)
         if len(sample.sizes) > self.window:
             sample.sizes.popitem(last=False)

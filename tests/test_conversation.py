@@ -993,3 +993,75 @@ def test_recent_model_calls_keep_a_call_in_under_100_bytes():
             size += sys.getsizeof(item)
             stack.extend(gc.get_referents(item))
     assert size / len(kept) < 100
+
+
+def _turn(
+    steps: list[str], under_agent: bool = True, content: bool = True
+) -> tuple[list, dict[bytes, bytes]]:
+    """One trace of an agent turn, as (readings, parents): "call" a model call answering with a
+    tool call (the tool run by its own span after it), "answer" a model call answering with text,
+    "silent" a model call with no output recorded. Each model call resends the history so far."""
+    agent = view(0)
+    parent = agent.span_id if under_agent else b""
+    history: list[Message] = [user("Is my order 12 shipped?")]
+    readings: list = []
+    for number, step in enumerate(steps):
+        start = 10 * (number + 1)
+        if step == "call":
+            call = ToolCall("order_status", {"order": 12}, id=f"c{number}")
+            readings.append(chat(start, list(history), [assistant(None, call)], parent=parent))
+            history.append(assistant(None, call))
+            result = ToolResult(call_id=call.id, name="order_status", content='{"status": "packed"}')
+            readings.append(
+                (
+                    view(start + 5, parent),
+                    SpanReading("tools", tool_execution=ToolExecution("order_status", call.id, None, result)),
+                )
+            )
+            history.append(tool(call.id, '{"status": "packed"}'))
+        else:
+            outputs = [assistant("It is packed, not shipped yet.")] if step == "answer" else []
+            readings.append(chat(start, list(history), outputs, parent=parent))
+            history.extend(outputs)
+    if not content:
+        readings = [
+            (
+                span,
+                SpanReading(
+                    r.convention, llm_call=r.llm_call, tool_execution=r.tool_execution, content_captured=False
+                ),
+            )
+            for span, r in readings
+        ]
+    parents = {span.span_id: span.parent_span_id for span, _ in readings} | {agent.span_id: b""}
+    return readings, parents
+
+
+@pytest.mark.parametrize(
+    ("steps", "under_agent", "content", "cut_off"),
+    [
+        (["call"], True, True, True),  # the loop stopped after running a tool: nobody answered
+        (["call", "call", "call"], True, True, True),  # a step limit
+        (["call", "answer"], True, True, False),  # the answer came after the tool: a normal turn
+        (["answer"], True, True, False),
+        (["call"], False, True, False),  # a lone model call is one step of a turn, not a turn
+        (["call", "answer"], False, True, False),
+        (["call"], True, False, False),  # no content recorded: how the turn ended is unknown
+        (["silent"], True, True, False),  # the last message is the user's: not a tool step
+    ],
+)
+def test_a_turn_that_ended_on_a_tool_step_is_told_from_its_near_misses(
+    steps: list[str], under_agent: bool, content: bool, cut_off: bool
+) -> None:
+    readings, parents = _turn(steps, under_agent, content)
+    update = apply_trace(ConversationState.new("c1"), b"t1", readings, parents)
+    assert update.ended_on_tool_step is cut_off
+
+
+def test_a_call_for_tools_left_last_is_not_a_turn_cut_off() -> None:
+    """An agent that asks a person to approve a tool ends its turn on the call: a near miss."""
+    agent = view(0)
+    call = ToolCall("refund_order", {"order": 12}, id="c1")
+    model_call = chat(1, [user("Refund order 12.")], [assistant(None, call)], parent=agent.span_id)
+    parents = {agent.span_id: b"", model_call[0].span_id: agent.span_id}
+    assert not apply_trace(ConversationState.new("c1"), b"t1", [model_call], parents).ended_on_tool_step

@@ -14,6 +14,7 @@ from otelsignals.triage import (
     ABSOLUTE_TOOL_CALLS_FULL,
     AgentBaselines,
     Shape,
+    Usual,
     priority,
     tool_volume,
     turn_volume,
@@ -126,15 +127,42 @@ def test_more_trouble_never_lowers_the_priority(leaves: dict, extra: str, calls:
 def test_agent_baselines_need_enough_conversations_and_stay_bounded() -> None:
     baselines = AgentBaselines(window=20, min_conversations=5, max_agents=2, refresh=1)
     for n in range(4):
-        baselines.record("support", f"c{n}", 4, n)
-    assert baselines.medians("support") is None
-    baselines.record("support", "c4", 6, 10)
-    assert baselines.medians("support") == (4.0, 2.0)
-    baselines.record("support", "c4", 8, 12)  # the same conversation grew: updated, not added
-    assert baselines.medians("support") == (4.0, 2.0)
+        baselines.record("support", f"c{n}", Shape(4, n))
+    assert baselines.usual("support") is None
+    baselines.record("support", "c4", Shape(6, 10, cut_off_turns=1))
+    assert baselines.usual("support") == Usual(4.0, 2.0, 0.2)
+    baselines.record("support", "c4", Shape(8, 12, cut_off_turns=2))  # the same conversation grew
+    assert baselines.usual("support") == Usual(4.0, 2.0, 0.2)  # updated, not added
     for n in range(50):
-        baselines.record("support", f"d{n}", 3, 1)
-    assert baselines.medians("support") == (3.0, 1.0)  # only the 20 latest conversations count
-    baselines.record("coding", "x", 1, 1)
-    baselines.record("data", "y", 1, 1)
-    assert len(baselines) == 2 and baselines.medians("support") is None  # least recently seen forgotten
+        baselines.record("support", f"d{n}", Shape(3, 1))
+    assert baselines.usual("support") == Usual(3.0, 1.0, 0.0)  # only the 20 latest conversations count
+    baselines.record("coding", "x", Shape(1, 1))
+    baselines.record("data", "y", Shape(1, 1))
+    assert len(baselines) == 2 and baselines.usual("support") is None  # least recently seen forgotten
+
+
+def test_a_turn_cut_off_is_hard_evidence_and_named() -> None:
+    cut_off = priority(scored(), Shape(3, 2, 4, 3, cut_off_turns=1))
+    assert set(cut_off.terms) == {"cut_off_turns"} and cut_off.reasons == [
+        "agent's turn ended on a tool step, unanswered"
+    ]
+    assert cut_off.value > priority(scored(escalation=1), QUIET).value  # no answer at all
+    twice = priority(scored(gratitude=3, success=2), Shape(3, 2, 4, 3, cut_off_turns=2))
+    assert twice.value > cut_off.value and "(2×)" in twice.reasons[0]  # satisfaction does not damp it
+
+
+@pytest.mark.parametrize(
+    ("usual_share", "counted"),
+    [
+        (None, True),  # no baseline yet for the agent: every cut-off turn counts
+        (0.0, True),
+        (0.49, True),  # a struggling agent: often cut off, but not in most conversations
+        (0.5, False),  # most of the agent's conversations end turns on tools: its design
+        (1.0, False),
+    ],
+)
+def test_an_agent_whose_turns_usually_end_on_tools_gets_no_cut_off_term(
+    usual_share: float | None, counted: bool
+) -> None:
+    shape = Shape(3, 2, 4, 3, cut_off_turns=1, usual_cut_off_share=usual_share)
+    assert ("cut_off_turns" in priority(scored(), shape).terms) is counted

@@ -9,6 +9,7 @@ random and of both trivial heuristics, and every failed tool result must carry a
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -83,3 +84,17 @@ def test_within_one_agent_the_priority_beats_both_heuristics(analysed: list) -> 
         assert triage_real.lift_at(ranked["priority"], labels, 0.2) > triage_real.lift_at(
             ranked[heuristic], labels, 0.2
         )
+
+
+def test_the_turns_cut_off_are_exactly_the_conversations_that_stop_on_a_tool_step(analysed: list) -> None:
+    """The cut-off term, read from the spans, against the trajectories' own last messages: a tool
+    result (37 conversations, each one of them failed); none of the others (which end on the
+    user's or the agent's words) gets it."""
+    stopped_on_tool = set()
+    with (triage_real.DEFAULT_DATA / "dev.jsonl").open(encoding="utf-8") as lines:
+        for line in lines:
+            record = json.loads(line)
+            if record["messages"][-1]["role"] == "tool":
+                stopped_on_tool.add(record["id"])
+    with_term = {o.id for o in analysed if "cut_off_turns" in o.last.priority.terms}
+    assert len(stopped_on_tool) == 37 and with_term == stopped_on_tool
