@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from otelsignals.conversation import ConversationState, TraceUpdate
+from otelsignals.conversation import ConversationState, CutOffTurn, TraceUpdate
 from otelsignals.model import Role, SignalInstance
 from otelsignals.scoring import Score, score
 from otelsignals.signals import taxonomy as tx
@@ -15,7 +15,7 @@ from otelsignals.signals.detect import detect
 from otelsignals.triage import NO_PRIORITY, AgentBaselines, Priority, Shape, priority
 
 SNIPPET_LIMIT = 200
-CUT_OFF_TURNS_KEPT = 8  # the priority's term saturates long before
+CUT_OFF_TURNS_KEPT = 4  # the priority's term is 0.97 at four
 
 
 @dataclass
@@ -101,17 +101,31 @@ def analyze_update(
 
 
 def _note_cut_off_turn(state: ConversationState, update: TraceUpdate, found: list[SignalInstance]) -> None:
-    """Remember whether this trace's turn ended on a tool step, unanswered. A hand-off ends a turn
-    on a tool on purpose (the hand-off term ranks it). Judged again when a late part of the same
-    trace comes with model calls: an answer that came late takes the turn back off the list."""
-    if not update.llm_calls:
-        return  # a late part with tool spans only: it says nothing of how the turn ended
-    cut_off = update.ended_on_tool_step and not any(s.type == tx.HANDOFF for s in found)
-    listed = update.trace_id in state.cut_off_turns
-    if cut_off and not listed:
-        state.cut_off_turns = (*state.cut_off_turns, update.trace_id)[-CUT_OFF_TURNS_KEPT:]
-    elif listed and not cut_off:
-        state.cut_off_turns = tuple(t for t in state.cut_off_turns if t != update.trace_id)
+    """Keep the conversation's turns cut off up to date with what this trace (or part of one) says.
+
+    A trace that holds a whole turn and ends on a tool that ran, unanswered, is listed; a hand-off
+    ends a turn on a tool on purpose (the hand-off term ranks it). A trace whose first words are
+    the agent's carries on the turn of the trace before it (a client that posts each step, an
+    application that answers a failed tool in a new trace): that one was not the turn's end. A late
+    part of a listed trace that brings the answer takes it back off; a part that only says the turn
+    stopped on a tool, without the spans around it, changes nothing.
+    """
+    end = update.turn_end
+    if end is None:
+        return
+    turns = state.cut_off_turns
+    trace_ids = state.conversation.trace_ids
+    if end.goes_on and len(trace_ids) > 1 and trace_ids[-1] == update.trace_id:
+        turns = _without(turns, trace_ids[-2])
+    if end.cut_off_tool is None or any(s.type == tx.HANDOFF for s in found):
+        turns = _without(turns, update.trace_id)
+    elif end.whole_turn:
+        turns = (*_without(turns, update.trace_id), (update.trace_id, end.cut_off_tool, end.ran_once))
+    state.cut_off_turns = turns[-CUT_OFF_TURNS_KEPT:]
+
+
+def _without(turns: tuple[CutOffTurn, ...], trace_id: bytes) -> tuple[CutOffTurn, ...]:
+    return tuple(turn for turn in turns if turn[0] != trace_id)
 
 
 def rank(state: ConversationState, conversation_score: Score, baselines: AgentBaselines | None) -> Priority:
@@ -123,8 +137,8 @@ def rank(state: ConversationState, conversation_score: Score, baselines: AgentBa
         tool_calls=state.tool_results_seen,
         median_user_turns=usual.user_turns if usual else None,
         median_tool_calls=usual.tool_calls if usual else None,
-        cut_off_turns=len(state.cut_off_turns),
-        usual_cut_off_share=usual.cut_off_share if usual else None,
+        cut_off_tools=tuple((tool, ran_once) for _, tool, ran_once in state.cut_off_turns),
+        design_tools=usual.design_tools if usual else frozenset(),
     )
     if baselines is not None:
         baselines.record(conversation.agent_id, conversation.key, shape)

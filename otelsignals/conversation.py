@@ -277,9 +277,9 @@ class ConversationState:
     leaf_counts: Counter[str] = field(default_factory=Counter)
     tool_results_seen: int = 0  # tool executions analysed so far (kept when messages are trimmed)
     priority: Priority = NO_PRIORITY  # the triage priority after the latest analysed trace
-    # The trace ids of its latest turns that ended on a tool step, unanswered (analysis.py); a
-    # tuple, shared while empty, as most conversations never have one.
-    cut_off_turns: tuple[bytes, ...] = ()
+    # Its latest turns cut off (analysis.py); a tuple, shared while empty, as most conversations
+    # never have one.
+    cut_off_turns: tuple[CutOffTurn, ...] = ()
     recent_signals: RecentList[SignalInstance] = field(default_factory=lambda: RecentList(RECENT_SIGNALS))
     # Per analysed trace, for the session metrics and the session span (evals.TraceSignals; the
     # trace's analysed span; the assistant's latest answers, prepared for loop detection).
@@ -482,6 +482,30 @@ class ConversationState:
         return excess
 
 
+CutOffTurn = tuple[bytes, str, bool]  # trace id, the tool that ran last, whether it ran once (TurnEnd)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnd:
+    """How the messages one trace added end (analysis.py counts the turns cut off from it).
+
+    ``cut_off_tool`` is set when the last assistant message the trace added asked for tools and a
+    tool result came after it, with no answer: the agent's loop stopped after running that tool (a
+    step limit, a timeout, a crash); its value is the tool's name ("" when unknown). A call for
+    tools left last, not run, is not a cut: an agent that waits for a person's approval ends so.
+    ``ran_once``: that tool ran only this once in the trace, as a final-answer tool does (an agent
+    stopped by a step limit has often run it before).
+    ``whole_turn``: the trace's model calls sit under another of its spans (an agent, workflow or
+    request span), so it holds a turn's end, not one lone model call. ``goes_on``: the first words
+    it added are the agent's, not the user's: it carries on the turn a previous trace began.
+    """
+
+    cut_off_tool: str | None
+    ran_once: bool
+    whole_turn: bool
+    goes_on: bool
+
+
 @dataclass
 class TraceUpdate:
     """What one trace added to its conversation."""
@@ -493,7 +517,7 @@ class TraceUpdate:
     llm_calls: list[LlmCall]
     analysed_span_id: bytes | None  # the span that carries this trace's part of the conversation
     content_captured: bool
-    ended_on_tool_step: bool = False  # see _ended_on_tool_step
+    turn_end: TurnEnd | None = None  # how its messages end; None: it added no assistant message
 
 
 def _ordered(readings: Sequence[tuple[SpanView, SpanReading]]) -> list[tuple[SpanView, SpanReading]]:
@@ -513,7 +537,8 @@ def apply_trace(
     ordered = _ordered(readings)
     new = state.seen_spans.admit(view.span_id for view, _ in ordered)
     fresh = [pair for pair, is_new in zip(ordered, new, strict=True) if is_new]
-    if trace_id not in conversation.trace_ids:
+    first_part = trace_id not in conversation.trace_ids
+    if first_part:
         # (a late part of a trace older than the latest RECENT_TRACE_IDS comes back in as the latest)
         conversation.trace_ids.append(trace_id)
         del conversation.trace_ids[:-RECENT_TRACE_IDS]
@@ -574,28 +599,39 @@ def apply_trace(
         llm_calls=llm_calls,
         analysed_span_id=carriers[-1][0].span_id if carriers else None,
         content_captured=conversation.content_captured,
-        ended_on_tool_step=_ended_on_tool_step(conversation.messages, start, with_content, parents),
+        turn_end=_turn_end(conversation.messages, start, with_content, parents, first_part),
     )
 
 
-def _ended_on_tool_step(
+def _turn_end(
     messages: Sequence[Message],
     first_new: int,
     model_calls: Sequence[tuple[SpanView, SpanReading]],
     parents: Mapping[bytes, bytes] | None,
-) -> bool:
-    """Whether this trace is a whole agent turn that stopped after running a tool, with no answer.
+    first_part: bool,
+) -> TurnEnd | None:
+    """How the messages from ``first_new`` on end (:class:`TurnEnd`); None without an assistant one.
+    ``first_part``: the trace was not seen before (a late part goes on with its own trace only)."""
+    added = messages[first_new:]
+    last = next((i for i in range(len(added) - 1, -1, -1) if added[i].role is Role.ASSISTANT), None)
+    if last is None:
+        return None
+    asked = added[last]
+    ran = [m for m in added[last + 1 :] if m.role is Role.TOOL]
+    cut_off_tool = None
+    if asked.tool_calls and ran:
+        cut_off_tool = _tool_name(ran[-1]) or asked.tool_calls[-1].name or ""
+    first_words = next(m.role for m in added if m.role is Role.USER or m.role is Role.ASSISTANT)
+    return TurnEnd(
+        cut_off_tool,
+        ran_once=sum(1 for m in added if m.role is Role.TOOL and _tool_name(m) == cut_off_tool) == 1,
+        whole_turn=parents is not None and any(view.parent_span_id in parents for view, _ in model_calls),
+        goes_on=first_part and first_words is Role.ASSISTANT,
+    )
 
-    A whole turn: its model calls (with content) sit under another span of the trace, an agent or
-    workflow run; a trace that is one lone model call (instrumentations without an agent span) is
-    one step of a turn. Stopped after a tool: the conversation's last message, added by this trace,
-    is a tool result. A step limit, a timeout or a crash in the agent's loop ends a turn so. A call
-    for tools left last is not enough: an agent that waits for a person to approve a tool ends its
-    turn on one.
-    """
-    if not parents or len(messages) <= first_new or messages[-1].role is not Role.TOOL:
-        return False
-    return any(view.parent_span_id in parents for view, _ in model_calls)
+
+def _tool_name(message: Message) -> str | None:
+    return message.tool_result.name if message.tool_result is not None else None
 
 
 def _ancestors(views: list[SpanView], parents: Mapping[bytes, bytes] | None) -> set[bytes]:

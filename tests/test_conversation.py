@@ -1038,24 +1038,36 @@ def _turn(
 
 
 @pytest.mark.parametrize(
-    ("steps", "under_agent", "content", "cut_off"),
+    ("steps", "under_agent", "cut_off_tool", "ran_once", "whole_turn"),
     [
-        (["call"], True, True, True),  # the loop stopped after running a tool: nobody answered
-        (["call", "call", "call"], True, True, True),  # a step limit
-        (["call", "answer"], True, True, False),  # the answer came after the tool: a normal turn
-        (["answer"], True, True, False),
-        (["call"], False, True, False),  # a lone model call is one step of a turn, not a turn
-        (["call", "answer"], False, True, False),
-        (["call"], True, False, False),  # no content recorded: how the turn ended is unknown
-        (["silent"], True, True, False),  # the last message is the user's: not a tool step
+        (["call"], True, "order_status", True, True),  # the loop stopped after running a tool
+        (["call", "call", "call"], True, "order_status", False, True),  # a step limit
+        (["call", "answer"], True, None, False, True),  # the answer came after the tool
+        (["answer"], True, None, False, True),
+        (["call"], False, "order_status", True, False),  # a lone model call: one step of a turn
+        (["call", "answer"], False, None, False, False),
     ],
 )
-def test_a_turn_that_ended_on_a_tool_step_is_told_from_its_near_misses(
-    steps: list[str], under_agent: bool, content: bool, cut_off: bool
+def test_how_a_trace_ends_is_read_from_its_last_assistant_message(
+    steps: list[str], under_agent: bool, cut_off_tool: str | None, ran_once: bool, whole_turn: bool
 ) -> None:
-    readings, parents = _turn(steps, under_agent, content)
-    update = apply_trace(ConversationState.new("c1"), b"t1", readings, parents)
-    assert update.ended_on_tool_step is cut_off
+    readings, parents = _turn(steps, under_agent)
+    end = apply_trace(ConversationState.new("c1"), b"t1", readings, parents).turn_end
+    assert end is not None and end.cut_off_tool == cut_off_tool
+    assert end.ran_once is ran_once and end.whole_turn is whole_turn
+    assert not end.goes_on  # the user spoke first
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        ["call"],  # no content recorded: the tool spans alone say nothing of an answer
+        ["silent"],  # the model call recorded its input only: the user's words are last
+    ],
+)
+def test_a_trace_that_added_no_assistant_message_says_nothing_of_how_the_turn_ended(steps: list[str]) -> None:
+    readings, parents = _turn(steps, content=steps != ["call"])
+    assert apply_trace(ConversationState.new("c1"), b"t1", readings, parents).turn_end is None
 
 
 def test_a_call_for_tools_left_last_is_not_a_turn_cut_off() -> None:
@@ -1064,4 +1076,37 @@ def test_a_call_for_tools_left_last_is_not_a_turn_cut_off() -> None:
     call = ToolCall("refund_order", {"order": 12}, id="c1")
     model_call = chat(1, [user("Refund order 12.")], [assistant(None, call)], parent=agent.span_id)
     parents = {agent.span_id: b"", model_call[0].span_id: agent.span_id}
-    assert not apply_trace(ConversationState.new("c1"), b"t1", [model_call], parents).ended_on_tool_step
+    end = apply_trace(ConversationState.new("c1"), b"t1", [model_call], parents).turn_end
+    assert end is not None and end.cut_off_tool is None
+
+
+def test_a_tool_that_ran_after_the_answer_does_not_make_the_turn_cut_off() -> None:
+    """An application that saves a memory after answering, or a tool span the history cannot place
+    (another name, the framework's own run id), ends up after the answer: the answer still counts."""
+    readings, parents = _turn(["call", "answer"])
+    agent_id = next(parent for parent in parents.values() if parent)
+    late = ToolResult(call_id="run-77", name="save_memory", content="saved")
+    after = (
+        view(90, agent_id),
+        SpanReading("tools", tool_execution=ToolExecution("save_memory", "run-77", None, late)),
+    )
+    parents[after[0].span_id] = agent_id
+    state = ConversationState.new("c1")
+    end = apply_trace(state, b"t1", [*readings, after], parents).turn_end
+    assert state.conversation.messages[-1].role is Role.TOOL  # the stray result is last
+    assert end is not None and end.cut_off_tool is None
+
+
+def test_a_trace_that_begins_with_the_agents_words_goes_on_with_the_turn_before_it() -> None:
+    state = ConversationState.new("c1")
+    readings, parents = _turn(["call"])
+    assert apply_trace(state, b"t1", readings, parents).turn_end.cut_off_tool == "order_status"
+    call = ToolCall("order_status", {"order": 12}, id="c0")
+    history = [assistant(None, call), tool("c0", '{"status": "packed"}')]  # as _turn said them
+    answer = chat(100, [user("Is my order 12 shipped?"), *history], [assistant("It is packed.")])
+    end = apply_trace(state, b"t2", [answer], {answer[0].span_id: b""}).turn_end
+    assert end is not None and end.goes_on and end.cut_off_tool is None
+    # The same words as a late part of the first trace: it goes on with its own trace only.
+    late = chat(200, [user("Is my order 12 shipped?"), *history], [assistant("It is packed, yes.")])
+    end = apply_trace(state, b"t1", [late], {late[0].span_id: b""}).turn_end
+    assert end is not None and not end.goes_on
