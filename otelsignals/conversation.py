@@ -490,8 +490,9 @@ class TurnEnd:
     """How the messages one trace added end (analysis.py counts the turns cut off from it).
 
     ``cut_off_tool`` is set when the last assistant message the trace added asked for tools and a
-    tool result came after it, with no answer: the agent's loop stopped after running that tool (a
-    step limit, a timeout, a crash); its value is the tool's name ("" when unknown). A call for
+    tool result came after it, with no model call and no answer after that: the agent's loop
+    stopped after running that tool (a step limit, a timeout, a crash); its value is the tool's
+    name ("" when unknown). A call for
     tools left last, not run, is not a cut: an agent that waits for a person's approval ends so.
     ``ran_once``: that tool ran only this once in the trace, as a final-answer tool does (an agent
     stopped by a step limit has often run it before).
@@ -611,20 +612,25 @@ def _turn_end(
     first_part: bool,
 ) -> TurnEnd | None:
     """How the messages from ``first_new`` on end (:class:`TurnEnd`); None without an assistant one.
-    ``first_part``: the trace was not seen before (a late part goes on with its own trace only)."""
+    ``model_calls``: the trace's, with content, in the order they started; ``first_part``: the trace
+    was not seen before (a late part goes on with its own trace only)."""
     added = messages[first_new:]
     last = next((i for i in range(len(added) - 1, -1, -1) if added[i].role is Role.ASSISTANT), None)
     if last is None:
         return None
     asked = added[last]
     ran = [m for m in added[last + 1 :] if m.role is Role.TOOL]
-    cut_off_tool = None
-    if asked.tool_calls and ran:
+    cut_off_tool, ran_once = None, False
+    # A model call after the tools ran that recorded no answer (a stream the instrumentation did not
+    # capture, a call that failed: its own signals say so) is not a loop that stopped on a tool.
+    no_call_after = not model_calls or any(m.tool_calls for m in model_calls[-1][1].output_messages)
+    if asked.tool_calls and ran and no_call_after:
         cut_off_tool = _tool_name(ran[-1]) or asked.tool_calls[-1].name or ""
+        ran_once = sum(1 for m in added if m.role is Role.TOOL and _tool_name(m) == cut_off_tool) == 1
     first_words = next(m.role for m in added if m.role is Role.USER or m.role is Role.ASSISTANT)
     return TurnEnd(
         cut_off_tool,
-        ran_once=sum(1 for m in added if m.role is Role.TOOL and _tool_name(m) == cut_off_tool) == 1,
+        ran_once,
         whole_turn=parents is not None and any(view.parent_span_id in parents for view, _ in model_calls),
         goes_on=first_part and first_words is Role.ASSISTANT,
     )

@@ -17,10 +17,11 @@ Hard evidence (the agent or its tools demonstrably went wrong, or the user left)
     hand-off                 0.30        the agent passed the user to a person: it did not finish
     turns cut off            1 − 0.40ⁿ   a whole agent turn (one trace) ended on a tool step: the
                                          tools its last assistant message asked for ran, and no
-                                         answer came after them (a step limit, a timeout, a crash
-                                         in the agent's loop; conversation.TurnEnd); not counted
-                                         when that tool ended turns so in half of the agent's
-                                         conversations or more (a final-answer tool: its design)
+                                         model call or answer came after them (a step limit, a
+                                         timeout, a crash in the agent's loop; conversation.TurnEnd);
+                                         not counted when that tool, run once, ended turns so in
+                                         half of the agent's conversations or more (a final-answer
+                                         tool: its design)
 
 Soft evidence (the conversation was hard going):
 

@@ -1046,6 +1046,9 @@ def _turn(
         (["answer"], True, None, False, True),
         (["call"], False, "order_status", True, False),  # a lone model call: one step of a turn
         (["call", "answer"], False, None, False, False),
+        # A model call after the tools that recorded no answer (a stream not captured, a failed
+        # call): the loop did not stop on the tool.
+        (["call", "silent"], True, None, False, True),
     ],
 )
 def test_how_a_trace_ends_is_read_from_its_last_assistant_message(
