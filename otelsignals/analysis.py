@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from otelsignals.conversation import ConversationState, CutOffTurn, TraceUpdate
+from otelsignals.conversation import ConversationState, TraceUpdate
 from otelsignals.model import Role, SignalInstance
 from otelsignals.scoring import Score, score
 from otelsignals.signals import taxonomy as tx
@@ -103,29 +103,27 @@ def analyze_update(
 def _note_cut_off_turn(state: ConversationState, update: TraceUpdate, found: list[SignalInstance]) -> None:
     """Keep the conversation's turns cut off up to date with what this trace (or part of one) says.
 
-    A trace that holds a whole turn and ends on a tool that ran, unanswered, is listed; a hand-off
-    ends a turn on a tool on purpose (the hand-off term ranks it). A trace whose first words are
-    the agent's carries on the turn of the trace before it (a client that posts each step, an
-    application that answers a failed tool in a new trace): that one was not the turn's end. A late
-    part of a listed trace that brings the answer takes it back off; a part that only says the turn
-    stopped on a tool, without the spans around it, changes nothing.
+    A trace that holds a whole turn and was cut off (conversation.TurnEnd) is listed, unless a
+    hand-off ended it on a tool on purpose (the hand-off term ranks it). Until the user speaks
+    again, the latest one is provisional: a new trace whose first words are the agent's carries
+    on that turn (a client that posts each step, an application that answers a failed tool in a
+    new trace), so it was not the turn's end. A late part of a listed trace that brings the answer
+    takes it back off; a part without the spans around it does not list anything.
     """
     end = update.turn_end
     if end is None:
         return
     turns = state.cut_off_turns
-    trace_ids = state.conversation.trace_ids
-    if end.goes_on and len(trace_ids) > 1 and trace_ids[-1] == update.trace_id:
-        turns = _without(turns, trace_ids[-2])
-    if end.cut_off_tool is None or any(s.type == tx.HANDOFF for s in found):
-        turns = _without(turns, update.trace_id)
-    elif end.whole_turn:
-        turns = (*_without(turns, update.trace_id), (update.trace_id, end.cut_off_tool, end.ran_once))
+    if end.first_words is Role.ASSISTANT:
+        turns = tuple(turn for turn in turns if turn[1])  # the provisional one was not the turn's end
+    elif end.first_words is Role.USER:
+        turns = tuple((trace_id, True) for trace_id, _ in turns)  # the user spoke after them
+    listed = any(trace_id == update.trace_id for trace_id, _ in turns)
+    if not end.cut_off or any(s.type == tx.HANDOFF for s in found):
+        turns = tuple(turn for turn in turns if turn[0] != update.trace_id)
+    elif end.whole_turn and not listed:
+        turns = (*turns, (update.trace_id, False))
     state.cut_off_turns = turns[-CUT_OFF_TURNS_KEPT:]
-
-
-def _without(turns: tuple[CutOffTurn, ...], trace_id: bytes) -> tuple[CutOffTurn, ...]:
-    return tuple(turn for turn in turns if turn[0] != trace_id)
 
 
 def rank(state: ConversationState, conversation_score: Score, baselines: AgentBaselines | None) -> Priority:
@@ -137,8 +135,8 @@ def rank(state: ConversationState, conversation_score: Score, baselines: AgentBa
         tool_calls=state.tool_results_seen,
         median_user_turns=usual.user_turns if usual else None,
         median_tool_calls=usual.tool_calls if usual else None,
-        cut_off_tools=tuple((tool, ran_once) for _, tool, ran_once in state.cut_off_turns),
-        design_tools=usual.design_tools if usual else frozenset(),
+        cut_off_turns=len(state.cut_off_turns),
+        usual_cut_off_share=usual.cut_off_share if usual else None,
     )
     if baselines is not None:
         baselines.record(conversation.agent_id, conversation.key, shape)

@@ -277,9 +277,9 @@ class ConversationState:
     leaf_counts: Counter[str] = field(default_factory=Counter)
     tool_results_seen: int = 0  # tool executions analysed so far (kept when messages are trimmed)
     priority: Priority = NO_PRIORITY  # the triage priority after the latest analysed trace
-    # Its latest turns cut off (analysis.py); a tuple, shared while empty, as most conversations
-    # never have one.
-    cut_off_turns: tuple[CutOffTurn, ...] = ()
+    # Its latest turns cut off (analysis.py): (trace id, final) each, final once the user spoke
+    # after it; a tuple, shared while empty, as most conversations never have one.
+    cut_off_turns: tuple[tuple[bytes, bool], ...] = ()
     recent_signals: RecentList[SignalInstance] = field(default_factory=lambda: RecentList(RECENT_SIGNALS))
     # Per analysed trace, for the session metrics and the session span (evals.TraceSignals; the
     # trace's analysed span; the assistant's latest answers, prepared for loop detection).
@@ -482,29 +482,31 @@ class ConversationState:
         return excess
 
 
-CutOffTurn = tuple[bytes, str, bool]  # trace id, the tool that ran last, whether it ran once (TurnEnd)
+_SPEAKERS = (Role.USER, Role.ASSISTANT)
 
 
 @dataclass(frozen=True, slots=True)
 class TurnEnd:
     """How the messages one trace added end (analysis.py counts the turns cut off from it).
 
-    ``cut_off_tool`` is set when the last assistant message the trace added asked for tools and a
-    tool result came after it, with no model call and no answer after that: the agent's loop
-    stopped after running that tool (a step limit, a timeout, a crash); its value is the tool's
-    name ("" when unknown). A call for
-    tools left last, not run, is not a cut: an agent that waits for a person's approval ends so.
-    ``ran_once``: that tool ran only this once in the trace, as a final-answer tool does (an agent
-    stopped by a step limit has often run it before).
+    ``cut_off``: the last assistant message the trace added asked for tools, they ran (their
+    results follow it), and no model call came after them: the agent's loop stopped after running
+    them (a step limit, a timeout, a crash). Not a cut: a call for tools left last, not run (an
+    agent that waits for a person's approval ends so); a model call after the tools whose answer
+    was not recorded (a stream the instrumentation did not capture; a failed call has signals of
+    its own); a tool span after the answer that no call of the last assistant message asked for.
+    An answer earlier in the trace does not make a later tool loop answered: a trace may hold
+    several exchanges (the development set's do).
+
     ``whole_turn``: the trace's model calls sit under another of its spans (an agent, workflow or
-    request span), so it holds a turn's end, not one lone model call. ``goes_on``: the first words
-    it added are the agent's, not the user's: it carries on the turn a previous trace began.
+    request span), so it holds a turn's end, not one lone model call. ``first_words``: who spoke
+    first among the messages a new trace added (None for a late part of a trace): the user begins
+    a turn; the agent carries on a turn that an earlier trace began.
     """
 
-    cut_off_tool: str | None
-    ran_once: bool
+    cut_off: bool
     whole_turn: bool
-    goes_on: bool
+    first_words: Role | None
 
 
 @dataclass
@@ -600,7 +602,7 @@ def apply_trace(
         llm_calls=llm_calls,
         analysed_span_id=carriers[-1][0].span_id if carriers else None,
         content_captured=conversation.content_captured,
-        turn_end=_turn_end(conversation.messages, start, with_content, parents, first_part),
+        turn_end=_turn_end(conversation.messages, start, model_calls, with_content, parents, first_part),
     )
 
 
@@ -608,36 +610,30 @@ def _turn_end(
     messages: Sequence[Message],
     first_new: int,
     model_calls: Sequence[tuple[SpanView, SpanReading]],
+    with_content: Sequence[tuple[SpanView, SpanReading]],
     parents: Mapping[bytes, bytes] | None,
     first_part: bool,
 ) -> TurnEnd | None:
     """How the messages from ``first_new`` on end (:class:`TurnEnd`); None without an assistant one.
-    ``model_calls``: the trace's, with content, in the order they started; ``first_part``: the trace
-    was not seen before (a late part goes on with its own trace only)."""
+    ``model_calls``: the trace's, in the order they started, ``with_content`` those that recorded
+    messages; ``first_part``: the trace was not seen before."""
     added = messages[first_new:]
     last = next((i for i in range(len(added) - 1, -1, -1) if added[i].role is Role.ASSISTANT), None)
     if last is None:
         return None
     asked = added[last]
-    ran = [m for m in added[last + 1 :] if m.role is Role.TOOL]
-    cut_off_tool, ran_once = None, False
-    # A model call after the tools ran that recorded no answer (a stream the instrumentation did not
-    # capture, a call that failed: its own signals say so) is not a loop that stopped on a tool.
-    no_call_after = not model_calls or any(m.tool_calls for m in model_calls[-1][1].output_messages)
-    if asked.tool_calls and ran and no_call_after:
-        cut_off_tool = _tool_name(ran[-1]) or asked.tool_calls[-1].name or ""
-        ran_once = sum(1 for m in added if m.role is Role.TOOL and _tool_name(m) == cut_off_tool) == 1
-    first_words = next(m.role for m in added if m.role is Role.USER or m.role is Role.ASSISTANT)
+    asked_ids = {call.id for call in asked.tool_calls if call.id}
+    results = [m.tool_result for m in added[last + 1 :] if m.role is Role.TOOL]
+    ran = any(not asked_ids or result is None or result.call_id in asked_ids for result in results)
+    # The trace's last model call asked for the tools: none came after them. (A part with no model
+    # call, log records read late, says only what its messages say.)
+    final_call = model_calls[-1][1] if model_calls else None
+    nothing_after = final_call is None or any(m.tool_calls for m in final_call.output_messages)
     return TurnEnd(
-        cut_off_tool,
-        ran_once,
-        whole_turn=parents is not None and any(view.parent_span_id in parents for view, _ in model_calls),
-        goes_on=first_part and first_words is Role.ASSISTANT,
+        cut_off=bool(asked.tool_calls) and ran and nothing_after,
+        whole_turn=parents is not None and any(view.parent_span_id in parents for view, _ in with_content),
+        first_words=next(m.role for m in added if m.role in _SPEAKERS) if first_part else None,
     )
-
-
-def _tool_name(message: Message) -> str | None:
-    return message.tool_result.name if message.tool_result is not None else None
 
 
 def _ancestors(views: list[SpanView], parents: Mapping[bytes, bytes] | None) -> set[bytes]:

@@ -19,9 +19,9 @@ Hard evidence (the agent or its tools demonstrably went wrong, or the user left)
                                          tools its last assistant message asked for ran, and no
                                          model call or answer came after them (a step limit, a
                                          timeout, a crash in the agent's loop; conversation.TurnEnd);
-                                         not counted when that tool, run once, ended turns so in
-                                         half of the agent's conversations or more (a final-answer
-                                         tool: its design)
+                                         not counted for an agent whose turns end so in half of
+                                         its latest conversations or more (its design: a
+                                         final-answer tool, one model step per request)
 
 Soft evidence (the conversation was hard going):
 
@@ -60,7 +60,7 @@ the end of nearly every conversation). Each term is reported with its contributi
 from __future__ import annotations
 
 import math
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -75,7 +75,7 @@ EXHAUSTION_WEIGHT = 0.10
 DISENGAGED_WEIGHT = 0.40  # escalation and quit
 HANDOFF_WEIGHT = 0.30
 CUT_OFF_WEIGHT = 0.60  # the user got no answer at all: stronger than asking for a person
-DESIGN_TOOL_SHARE = 0.5  # a tool that ends turns in this share of an agent's conversations: its design
+USUAL_CUT_OFF_SHARE = 0.5  # an agent whose conversations end turns on tools this often: its design
 NEGATIVE_STANCE_WEIGHT = 0.15
 MISALIGNMENT_WEIGHT = 0.12
 REPETITION_WEIGHT = 0.25
@@ -108,9 +108,8 @@ class Shape:
     tool_calls: int
     median_user_turns: float | None = None  # the agent's running medians, None before the baseline
     median_tool_calls: float | None = None
-    # Per turn cut off (analysis.py): the tool that ran last, and whether it ran only that once
-    cut_off_tools: tuple[tuple[str, bool], ...] = ()
-    design_tools: frozenset[str] = frozenset()  # tools that end the agent's turns by design (Usual)
+    cut_off_turns: int = 0  # turns cut off (analysis.py)
+    usual_cut_off_share: float | None = None  # of the agent's conversations with one; None: no baseline
 
 
 def _per_instance(weight: float, count: int) -> float:
@@ -159,9 +158,9 @@ def turn_volume(shape: Shape) -> float:
 
 
 def counted_cut_off_turns(shape: Shape) -> int:
-    """The turns cut off, but for those that stopped on a tool that ends this agent's turns by
-    design, run once as a final step."""
-    return sum(1 for tool, once in shape.cut_off_tools if not (once and tool in shape.design_tools))
+    """The turns cut off, unless the agent's turns end so in half of its conversations or more."""
+    usual = shape.usual_cut_off_share
+    return 0 if usual is not None and usual >= USUAL_CUT_OFF_SHARE else shape.cut_off_turns
 
 
 def priority(score: Score, shape: Shape, handoff: Mapping[str, Any] | None = None) -> Priority:
@@ -265,29 +264,25 @@ def _turn_volume_reason(shape: Shape) -> str:
 
 
 class Usual(NamedTuple):
-    """What is usual for one agent: the medians of its conversations' sizes, and the tools that end
-    its turns by design (a final-answer tool): each stopped a turn, run once as its final step, in
-    at least ``DESIGN_TOOL_SHARE`` of its conversations. A step limit or a crash stops on whatever
-    tool was running, often one that ran before in the turn, so a release that cuts off many turns
-    does not make them usual."""
+    """What is usual for one agent: the medians of its conversations' sizes, and the share of its
+    conversations with a turn cut off (triage.Shape)."""
 
     user_turns: float
     tool_calls: float
-    design_tools: frozenset[str]
+    cut_off_share: float
 
 
 @dataclass
 class _AgentSample:
-    # key → (user turns, tool calls, the tools run once that its turns cut off stopped on)
-    sizes: OrderedDict[str, tuple[int, int, frozenset[str]]] = field(default_factory=OrderedDict)
+    # key → (user turns, tool calls, whether a turn was cut off)
+    sizes: OrderedDict[str, tuple[int, int, bool]] = field(default_factory=OrderedDict)
     usual: Usual | None = None
     changes: int = 0  # updates since ``usual`` was computed
 
 
 class AgentBaselines:
     """Per agent, the latest sizes of its ``window`` most recently active conversations, and what is
-    usual from them: what "long" and "many tool calls" mean for that agent, and which tools end its
-    turns by design.
+    usual from them: what "long", "many tool calls" and "often cut off" mean for that agent.
 
     A conversation's entry is updated as it grows, so the medians mix finished conversations with
     open ones (in a steady stream, mostly finished ones). ``Usual`` is recomputed after ``refresh``
@@ -315,11 +310,10 @@ class AgentBaselines:
             return None
         if sample.usual is None or sample.changes >= self.refresh:
             sizes = sample.sizes.values()
-            ended_by = Counter(tool for size in sizes for tool in size[2])
             sample.usual = Usual(
                 _median(sorted(size[0] for size in sizes)),
                 _median(sorted(size[1] for size in sizes)),
-                frozenset(t for t, n in ended_by.items() if n >= DESIGN_TOOL_SHARE * len(sizes)),
+                sum(1 for size in sizes if size[2]) / len(sizes),
             )
             sample.changes = 0
         return sample.usual
@@ -333,8 +327,7 @@ class AgentBaselines:
                 self._agents.popitem(last=False)
         else:
             self._agents.move_to_end(name)
-        final_steps = frozenset(tool for tool, once in shape.cut_off_tools if once)
-        sample.sizes[conversation] = (shape.user_turns, shape.tool_calls, final_steps)
+        sample.sizes[conversation] = (shape.user_turns, shape.tool_calls, shape.cut_off_turns > 0)
         sample.sizes.move_to_end(conversation)
         if len(sample.sizes) > self.window:
             sample.sizes.popitem(last=False)

@@ -995,15 +995,18 @@ def test_recent_model_calls_keep_a_call_in_under_100_bytes():
     assert size / len(kept) < 100
 
 
-def _turn(
-    steps: list[str], under_agent: bool = True, content: bool = True
+def agent_turn(
+    steps: list[str],
+    under_agent: bool = True,
+    content: bool = True,
+    user_text: str = "Is my order 12 shipped?",
 ) -> tuple[list, dict[bytes, bytes]]:
     """One trace of an agent turn, as (readings, parents): "call" a model call answering with a
     tool call (the tool run by its own span after it), "answer" a model call answering with text,
     "silent" a model call with no output recorded. Each model call resends the history so far."""
     agent = view(0)
     parent = agent.span_id if under_agent else b""
-    history: list[Message] = [user("Is my order 12 shipped?")]
+    history: list[Message] = [user(user_text)]
     readings: list = []
     for number, step in enumerate(steps):
         start = 10 * (number + 1)
@@ -1038,27 +1041,28 @@ def _turn(
 
 
 @pytest.mark.parametrize(
-    ("steps", "under_agent", "cut_off_tool", "ran_once", "whole_turn"),
+    ("steps", "under_agent", "cut_off", "whole_turn"),
     [
-        (["call"], True, "order_status", True, True),  # the loop stopped after running a tool
-        (["call", "call", "call"], True, "order_status", False, True),  # a step limit
-        (["call", "answer"], True, None, False, True),  # the answer came after the tool
-        (["answer"], True, None, False, True),
-        (["call"], False, "order_status", True, False),  # a lone model call: one step of a turn
-        (["call", "answer"], False, None, False, False),
+        (["call"], True, True, True),  # the loop stopped after running a tool
+        (["call", "call", "call"], True, True, True),  # a step limit
+        (["call", "answer"], True, False, True),  # the answer came after the tool
+        (["answer"], True, False, True),
+        (["call"], False, True, False),  # a lone model call: one step of a turn
+        (["call", "answer"], False, False, False),
         # A model call after the tools that recorded no answer (a stream not captured, a failed
         # call): the loop did not stop on the tool.
-        (["call", "silent"], True, None, False, True),
+        (["call", "silent"], True, False, True),
+        # An answer, then a tool loop that stopped: a trace may hold several exchanges.
+        (["answer", "call"], True, True, True),
     ],
 )
 def test_how_a_trace_ends_is_read_from_its_last_assistant_message(
-    steps: list[str], under_agent: bool, cut_off_tool: str | None, ran_once: bool, whole_turn: bool
+    steps: list[str], under_agent: bool, cut_off: bool, whole_turn: bool
 ) -> None:
-    readings, parents = _turn(steps, under_agent)
+    readings, parents = agent_turn(steps, under_agent)
     end = apply_trace(ConversationState.new("c1"), b"t1", readings, parents).turn_end
-    assert end is not None and end.cut_off_tool == cut_off_tool
-    assert end.ran_once is ran_once and end.whole_turn is whole_turn
-    assert not end.goes_on  # the user spoke first
+    assert end is not None and end.cut_off is cut_off and end.whole_turn is whole_turn
+    assert end.first_words is Role.USER
 
 
 @pytest.mark.parametrize(
@@ -1069,24 +1073,43 @@ def test_how_a_trace_ends_is_read_from_its_last_assistant_message(
     ],
 )
 def test_a_trace_that_added_no_assistant_message_says_nothing_of_how_the_turn_ended(steps: list[str]) -> None:
-    readings, parents = _turn(steps, content=steps != ["call"])
+    readings, parents = agent_turn(steps, content=steps != ["call"])
     assert apply_trace(ConversationState.new("c1"), b"t1", readings, parents).turn_end is None
 
 
+def test_a_last_model_call_that_recorded_nothing_leaves_the_end_unknown() -> None:
+    """The tools ran, then a model call without content (not captured, or its log records still to
+    come): it may well have answered."""
+    readings, parents = agent_turn(["call"])
+    agent_id = next(parent for parent in parents.values() if parent)
+    silent = view(90, agent_id)
+    parents[silent.span_id] = agent_id
+    no_content = SpanReading("test", llm_call=LlmCall(silent.span_id), content_captured=False)
+    end = apply_trace(ConversationState.new("c1"), b"t1", [*readings, (silent, no_content)], parents).turn_end
+    assert end is not None and not end.cut_off
+
+
 def test_a_call_for_tools_left_last_is_not_a_turn_cut_off() -> None:
-    """An agent that asks a person to approve a tool ends its turn on the call: a near miss."""
+    """An agent that asks a person to approve a tool ends its turn on the call; a tool span that
+    ran meanwhile for another call (asking for the approval) is not the call's result."""
     agent = view(0)
     call = ToolCall("refund_order", {"order": 12}, id="c1")
     model_call = chat(1, [user("Refund order 12.")], [assistant(None, call)], parent=agent.span_id)
-    parents = {agent.span_id: b"", model_call[0].span_id: agent.span_id}
-    end = apply_trace(ConversationState.new("c1"), b"t1", [model_call], parents).turn_end
-    assert end is not None and end.cut_off_tool is None
+    approval = ToolResult(call_id="approval-9", name="request_approval", content="pending")
+    asking = (
+        view(5, agent.span_id),
+        SpanReading("tools", tool_execution=ToolExecution("request_approval", "approval-9", None, approval)),
+    )
+    for readings in ([model_call], [model_call, asking]):
+        parents = {agent.span_id: b""} | {span.span_id: agent.span_id for span, _ in readings}
+        end = apply_trace(ConversationState.new("c1"), b"t1", readings, parents).turn_end
+        assert end is not None and not end.cut_off
 
 
 def test_a_tool_that_ran_after_the_answer_does_not_make_the_turn_cut_off() -> None:
     """An application that saves a memory after answering, or a tool span the history cannot place
     (another name, the framework's own run id), ends up after the answer: the answer still counts."""
-    readings, parents = _turn(["call", "answer"])
+    readings, parents = agent_turn(["call", "answer"])
     agent_id = next(parent for parent in parents.values() if parent)
     late = ToolResult(call_id="run-77", name="save_memory", content="saved")
     after = (
@@ -1097,19 +1120,19 @@ def test_a_tool_that_ran_after_the_answer_does_not_make_the_turn_cut_off() -> No
     state = ConversationState.new("c1")
     end = apply_trace(state, b"t1", [*readings, after], parents).turn_end
     assert state.conversation.messages[-1].role is Role.TOOL  # the stray result is last
-    assert end is not None and end.cut_off_tool is None
+    assert end is not None and not end.cut_off
 
 
-def test_a_trace_that_begins_with_the_agents_words_goes_on_with_the_turn_before_it() -> None:
+def test_who_spoke_first_in_a_new_trace_and_none_in_a_late_part() -> None:
     state = ConversationState.new("c1")
-    readings, parents = _turn(["call"])
-    assert apply_trace(state, b"t1", readings, parents).turn_end.cut_off_tool == "order_status"
+    readings, parents = agent_turn(["call"])
+    first = apply_trace(state, b"t1", readings, parents).turn_end
+    assert first is not None and first.cut_off and first.first_words is Role.USER
     call = ToolCall("order_status", {"order": 12}, id="c0")
-    history = [assistant(None, call), tool("c0", '{"status": "packed"}')]  # as _turn said them
-    answer = chat(100, [user("Is my order 12 shipped?"), *history], [assistant("It is packed.")])
+    history = [user("Is my order 12 shipped?"), assistant(None, call), tool("c0", '{"status": "packed"}')]
+    answer = chat(100, history, [assistant("It is packed.")])
     end = apply_trace(state, b"t2", [answer], {answer[0].span_id: b""}).turn_end
-    assert end is not None and end.goes_on and end.cut_off_tool is None
-    # The same words as a late part of the first trace: it goes on with its own trace only.
-    late = chat(200, [user("Is my order 12 shipped?"), *history], [assistant("It is packed, yes.")])
+    assert end is not None and end.first_words is Role.ASSISTANT and not end.cut_off
+    late = chat(200, history, [assistant("It is packed, yes.")])
     end = apply_trace(state, b"t1", [late], {late[0].span_id: b""}).turn_end
-    assert end is not None and not end.goes_on
+    assert end is not None and end.first_words is None

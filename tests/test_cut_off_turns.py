@@ -15,14 +15,18 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otelsignals.analysis import CUT_OFF_TURNS_KEPT
+from otelsignals.analysis import CUT_OFF_TURNS_KEPT, analyze_update
+from otelsignals.conventions.base import SpanReading, ToolExecution
+from otelsignals.conversation import ConversationState, apply_trace
 from otelsignals.demo.emitter import ConversationEmitter
 from otelsignals.demo.traffic import CONVENTIONS, SPAN_LIMITS
+from otelsignals.model import Role, ToolCall, ToolResult
 from otelsignals.offline import read_requests, traces_in_time_order
 from otelsignals.otlp.wire import split_request
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.pipeline.assembler import ReleasedTrace
 from otelsignals.telemetry import Telemetry
+from tests.test_conversation import agent_turn, assistant, chat, tool, user, view
 
 LOOKUP = {"name": "get_order", "arguments": {"order_id": "A-7"}, "result": {"status": "packed"}}
 TRANSFER = {"name": "transfer_to_human_agents", "arguments": {"summary": "refund dispute"}, "result": "ok"}
@@ -124,17 +128,17 @@ def test_a_late_part_that_says_nothing_of_the_end_leaves_the_turn_cut_off() -> N
     assert "cut_off_turns" in terms(analyzer, "genai")
 
 
-def test_an_answer_in_late_log_records_takes_the_turn_back_off() -> None:
+def test_a_model_call_whose_content_comes_late_as_log_records_is_not_taken_for_a_cut() -> None:
     """OpenAI v2 with content as log records (a real recording): the last model call's records
-    held back until after its trace was analysed, as a slow log pipeline delivers them."""
+    held back until after its trace was analysed, as a slow log pipeline delivers them. Until they
+    come the call's answer is unknown, not missing; when they come, it is the answer."""
     folder = FIXTURES / "openai_v2_events"
     logs = ExportLogsServiceRequest.FromString((folder / "tools.logs.binpb").read_bytes())
     requests = read_requests(folder / "tools.binpb")
     traces = list(traces_in_time_order(requests))
     spans = [Span.FromString(record.data) for trace in traces for record in trace.spans]
-    last_call = max(
-        (s for s in spans if s.name.startswith("chat")), key=lambda span: span.start_time_unix_nano
-    )
+    model_calls = [span for span in spans if span.name.startswith("chat")]
+    last_call = max(model_calls, key=lambda span: span.start_time_unix_nano)
 
     def records(late: bool) -> ExportLogsServiceRequest:
         request = ExportLogsServiceRequest()
@@ -150,15 +154,17 @@ def test_an_answer_in_late_log_records_takes_the_turn_back_off() -> None:
     for trace in traces:
         analyzer.process(trace)
     (state,) = analyzer.sessions
-    assert state.cut_off_turns  # the answer is not there yet: the turn looks cut off
+    assert state.conversation.messages[-1].role is Role.TOOL  # what was read so far ends on a tool
+    assert not state.cut_off_turns
     analyzer.log_events.add(records(late=True))
     assert analyzer.apply_late_log_events()
+    assert state.conversation.messages[-1].role is Role.ASSISTANT
     assert not state.cut_off_turns and "cut_off_turns" not in state.priority.terms
 
 
 @pytest.mark.parametrize("recording", RECORDINGS, ids=lambda path: f"{path.parent.name}/{path.stem}")
 def test_no_conversation_recorded_from_a_real_library_is_cut_off(recording: Path) -> None:
-    """Every recording (tests/fixtures: eleven instrumentation variants, their answers, errors and
+    """Every recording (tests/fixtures: thirteen instrumentation variants, their answers, errors and
     tool calls, among them a Vercel AI SDK v4 app that answers a failed tool in a new trace)."""
     analyzer = Analyzer(Telemetry())
     logs = recording.with_suffix(".logs.binpb")
@@ -173,25 +179,69 @@ FINAL = {"name": "final_answer", "arguments": {"answer": "It is packed."}, "resu
 
 
 @pytest.mark.parametrize(
-    ("steps", "counted_after_the_baseline"),
+    ("cut_off_every", "counted_after_the_baseline"),
     [
-        ([{"tool_calls": [LOOKUP]}, {"tool_calls": [FINAL]}], False),  # a final-answer tool: design
-        ([{"tool_calls": [LOOKUP]}] * 3, True),  # stuck on one tool every time: still cut off
+        (1, False),  # every turn ends on a final-answer tool: the agent's design
+        (3, True),  # a third of its conversations cut off: a struggling agent, not its design
     ],
-    ids=["final-answer-tool", "stuck-on-a-tool"],
 )
-def test_an_agent_whose_turns_end_on_a_final_tool_by_design_stops_being_ranked_for_it(
-    steps: list[dict], counted_after_the_baseline: bool
+def test_an_agent_whose_turns_end_on_tools_by_design_stops_being_ranked_for_it(
+    cut_off_every: int, counted_after_the_baseline: bool
 ) -> None:
     analyzer = Analyzer(Telemetry())
     counted = []
-    for number in range(14):
+    for number in range(15):
         key = f"agent-{number}"
+        cut_off = number % cut_off_every == 0
+        steps = [{"tool_calls": [LOOKUP]}, {"tool_calls": [FINAL]} if cut_off else {"text": "Packed."}]
         for spans in spans_of("genai", [{"user": f"Where is order A-{number}?", "steps": steps}], key):
             analyzer.process(released(spans))
-        counted.append("cut_off_turns" in terms(analyzer, "genai", key))
+        if cut_off:
+            counted.append("cut_off_turns" in terms(analyzer, "genai", key))
     baseline = analyzer.agent_baselines.min_conversations
-    assert counted == [True] * baseline + [counted_after_the_baseline] * (14 - baseline)
+    before = sum(1 for n in range(baseline) if n % cut_off_every == 0)
+    assert counted == [True] * before + [counted_after_the_baseline] * (len(counted) - before)
+
+
+def test_a_turn_cut_off_is_provisional_until_the_user_speaks_again() -> None:
+    """A trace whose first words are the agent's takes back the latest turn cut off, even with a
+    trace in between that said nothing of a turn (a tool run alone); once the user spoke after a
+    turn cut off, it stays."""
+    for user_spoke_between in (False, True):
+        state = ConversationState.new("c1")
+        readings, parents = agent_turn(["call"])
+        note(state, b"t1", readings, parents)
+        assert state.cut_off_turns == ((b"t1", False),)
+        call = ToolCall("order_status", {"order": 12}, id="c0")
+        history = [user("Is my order 12 shipped?"), assistant(None, call), tool("c0", '{"status": "packed"}')]
+        if user_spoke_between:
+            history += [user("And order 13?")]
+            asked = chat(
+                50, list(history), [assistant("Order 13 is packed too.")], parent=parents_root(parents)
+            )
+            note(state, b"t2", [asked], {asked[0].span_id: parents_root(parents), parents_root(parents): b""})
+            history += [assistant("Order 13 is packed too.")]
+        else:
+            result = ToolResult(call_id="r1", name="audit_log", content="ok")
+            lone_tool = (
+                view(50),
+                SpanReading("tools", tool_execution=ToolExecution("audit_log", "r1", None, result)),
+            )
+            note(state, b"t2", [lone_tool], {lone_tool[0].span_id: b""})
+        # The client posts the history so far again: the model's answer is the only new message.
+        answer = chat(100, history, [assistant("Here is where things stand.")])
+        update = apply_trace(state, b"t3", [answer], {answer[0].span_id: b""})
+        assert update.turn_end is not None and update.turn_end.first_words is Role.ASSISTANT
+        analyze_update(state, update)
+        assert bool(state.cut_off_turns) is user_spoke_between
+
+
+def parents_root(parents: dict[bytes, bytes]) -> bytes:
+    return next(span_id for span_id, parent in parents.items() if not parent)
+
+
+def note(state: ConversationState, trace_id: bytes, readings: list, parents: dict[bytes, bytes]) -> None:
+    analyze_update(state, apply_trace(state, trace_id, readings, parents))
 
 
 def test_only_the_latest_turns_cut_off_are_kept() -> None:

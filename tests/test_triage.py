@@ -129,73 +129,40 @@ def test_agent_baselines_need_enough_conversations_and_stay_bounded() -> None:
     for n in range(4):
         baselines.record("support", f"c{n}", Shape(4, n))
     assert baselines.usual("support") is None
-    baselines.record("support", "c4", Shape(6, 10, cut_off_tools=(("finish", True),)))
-    assert baselines.usual("support") == Usual(4.0, 2.0, frozenset())  # 1 of 5 ended on "finish"
+    baselines.record("support", "c4", Shape(6, 10, cut_off_turns=1))
+    assert baselines.usual("support") == Usual(4.0, 2.0, 0.2)  # 1 of 5 had a turn cut off
     baselines.record("support", "c4", Shape(8, 12))  # the same conversation grew
-    assert baselines.usual("support") == Usual(4.0, 2.0, frozenset())  # updated, not added
+    assert baselines.usual("support") == Usual(4.0, 2.0, 0.0)  # updated, not added
     for n in range(50):
         baselines.record("support", f"d{n}", Shape(3, 1))
-    assert baselines.usual("support") == Usual(
-        3.0, 1.0, frozenset()
-    )  # only the 20 latest conversations count
+    assert baselines.usual("support") == Usual(3.0, 1.0, 0.0)  # only the 20 latest conversations count
     baselines.record("coding", "x", Shape(1, 1))
     baselines.record("data", "y", Shape(1, 1))
     assert len(baselines) == 2 and baselines.usual("support") is None  # least recently seen forgotten
 
 
 def test_a_turn_cut_off_is_hard_evidence_and_named() -> None:
-    cut_off = priority(scored(), Shape(3, 2, 4, 3, cut_off_tools=(("get_order", False),)))
+    cut_off = priority(scored(), Shape(3, 2, 4, 3, cut_off_turns=1))
     assert set(cut_off.terms) == {"cut_off_turns"} and cut_off.reasons == [
         "agent's turn ended on a tool step, unanswered"
     ]
     assert cut_off.value > priority(scored(escalation=1), QUIET).value  # no answer at all
-    twice = priority(
-        scored(gratitude=3, success=2),
-        Shape(3, 2, 4, 3, cut_off_tools=(("get_order", False), ("refund", True))),
-    )
+    twice = priority(scored(gratitude=3, success=2), Shape(3, 2, 4, 3, cut_off_turns=2))
     assert twice.value > cut_off.value and "(2×)" in twice.reasons[0]  # satisfaction does not damp it
 
 
-FINAL, LOOKUP = ("final_answer", True), ("get_order", False)  # (the tool that ran last, ran once)
-
-
 @pytest.mark.parametrize(
-    ("cut_off_tools", "design_tools", "counted"),
+    ("usual_share", "counted"),
     [
-        ((LOOKUP,), frozenset(), 1),  # no baseline yet, or no tool ends this agent's turns
-        ((FINAL,), frozenset({"final_answer"}), 0),  # the agent's turns end on it by design
-        ((FINAL, LOOKUP), frozenset({"final_answer"}), 1),  # only the design tool's turn is let go
-        ((("final_answer", False),), frozenset({"final_answer"}), 1),  # run over and over: stuck on it
-        ((LOOKUP, LOOKUP), frozenset({"final_answer"}), 2),
+        (None, True),  # no baseline yet for the agent: every cut-off turn counts
+        (0.0, True),
+        (0.49, True),  # a struggling agent: often cut off, but not in half of its conversations
+        (0.5, False),  # half of the agent's conversations end turns on tools: its design
+        (1.0, False),
     ],
 )
-def test_turns_that_stopped_on_a_tool_that_ends_the_agents_turns_by_design_do_not_count(
-    cut_off_tools: tuple[tuple[str, bool], ...], design_tools: frozenset[str], counted: int
+def test_an_agent_whose_turns_usually_end_on_tools_gets_no_cut_off_term(
+    usual_share: float | None, counted: bool
 ) -> None:
-    shape = Shape(3, 2, 4, 3, cut_off_tools=cut_off_tools, design_tools=design_tools)
-    expected = priority(scored(), Shape(3, 2, 4, 3, cut_off_tools=(LOOKUP,) * counted)).value
-    assert priority(scored(), shape).value == expected
-
-
-@pytest.mark.parametrize(
-    ("conversations", "design_tools"),
-    [
-        # A final-answer tool ends turns, run once, in most conversations: the agent's design.
-        ([(FINAL,)] * 6 + [()] * 4, {"final_answer"}),
-        ([(FINAL,)] * 5 + [()] * 5, {"final_answer"}),  # half is enough
-        ([(FINAL,)] * 4 + [()] * 6, set()),
-        # A release that cuts most turns off stops them on whatever tool was running, or on one it
-        # ran over and over: not usual.
-        ([(LOOKUP,), (("refund", False),), (("search", True),), (LOOKUP,), (("lookup", True),)] * 2, set()),
-        ([(LOOKUP,)] * 10, set()),
-        ([(LOOKUP, FINAL)] * 3 + [(FINAL,)] * 3 + [()] * 4, {"final_answer"}),
-    ],
-)
-def test_the_tools_that_end_an_agents_turns_by_design_are_the_ones_in_half_its_conversations(
-    conversations: list[tuple[tuple[str, bool], ...]], design_tools: set[str]
-) -> None:
-    baselines = AgentBaselines(min_conversations=10, refresh=1)
-    for number, tools in enumerate(conversations):
-        baselines.record("agent", f"c{number}", Shape(3, 4, cut_off_tools=tools))
-    usual = baselines.usual("agent")
-    assert usual is not None and usual.design_tools == design_tools
+    shape = Shape(3, 2, 4, 3, cut_off_turns=1, usual_cut_off_share=usual_share)
+    assert ("cut_off_turns" in priority(scored(), shape).terms) is counted
