@@ -114,15 +114,17 @@ def _note_cut_off_turn(state: ConversationState, update: TraceUpdate, found: lis
     if end is None:
         return
     turns = state.cut_off_turns
-    if end.first_words is Role.ASSISTANT:
+    if end.goes_on:
         turns = tuple(turn for turn in turns if turn[1])  # the provisional one was not the turn's end
-    elif end.first_words is Role.USER:
+    elif end.user_spoke:
         turns = tuple((trace_id, True) for trace_id, _ in turns)  # the user spoke after them
     listed = any(trace_id == update.trace_id for trace_id, _ in turns)
     if not end.cut_off or any(s.type == tx.HANDOFF for s in found):
         turns = tuple(turn for turn in turns if turn[0] != update.trace_id)
     elif end.whole_turn and not listed:
-        turns = (*turns, (update.trace_id, False))
+        # A late part of a trace older than the latest: the user has spoken since.
+        final = state.conversation.trace_ids[-1:] != [update.trace_id]
+        turns = (*turns, (update.trace_id, final))
     state.cut_off_turns = turns[-CUT_OFF_TURNS_KEPT:]
 
 

@@ -482,9 +482,6 @@ class ConversationState:
         return excess
 
 
-_SPEAKERS = (Role.USER, Role.ASSISTANT)
-
-
 @dataclass(frozen=True, slots=True)
 class TurnEnd:
     """How the messages one trace added end (analysis.py counts the turns cut off from it).
@@ -499,14 +496,15 @@ class TurnEnd:
     several exchanges (the development set's do).
 
     ``whole_turn``: the trace's model calls sit under another of its spans (an agent, workflow or
-    request span), so it holds a turn's end, not one lone model call. ``first_words``: who spoke
-    first among the messages a new trace added (None for a late part of a trace): the user begins
-    a turn; the agent carries on a turn that an earlier trace began.
+    request span), so it holds a turn's end, not one lone model call. ``user_spoke``: the trace
+    added a user message: a new turn began. ``goes_on``: a new trace that added none carries on a
+    turn an earlier trace began (a client that posts each step, a retry).
     """
 
     cut_off: bool
     whole_turn: bool
-    first_words: Role | None
+    goes_on: bool
+    user_spoke: bool
 
 
 @dataclass
@@ -622,9 +620,8 @@ def _turn_end(
     if last is None:
         return None
     asked = added[last]
-    asked_ids = {call.id for call in asked.tool_calls if call.id}
     results = [m.tool_result for m in added[last + 1 :] if m.role is Role.TOOL]
-    ran = any(not asked_ids or result is None or result.call_id in asked_ids for result in results)
+    ran = any(result is None or _answers(result, asked.tool_calls) for result in results)
     # The trace's last model call asked for the tools: none came after them. (A part with no model
     # call, log records read late, says only what its messages say.)
     final_call = model_calls[-1][1] if model_calls else None
@@ -632,8 +629,17 @@ def _turn_end(
     return TurnEnd(
         cut_off=bool(asked.tool_calls) and ran and nothing_after,
         whole_turn=parents is not None and any(view.parent_span_id in parents for view, _ in with_content),
-        first_words=next(m.role for m in added if m.role in _SPEAKERS) if first_part else None,
+        goes_on=first_part and not any(m.role is Role.USER for m in added),
+        user_spoke=any(m.role is Role.USER for m in added),
     )
+
+
+def _answers(result: ToolResult, calls: Sequence[ToolCall]) -> bool:
+    """Whether ``result`` is the result of one of ``calls``: by id, or, where the tool span wrote
+    no id (OpenLLMetry's and OpenInference's tool spans), by name."""
+    if result.call_id is not None:
+        return any(call.id == result.call_id for call in calls) or not any(call.id for call in calls)
+    return result.name is None or any(call.name == result.name for call in calls)
 
 
 def _ancestors(views: list[SpanView], parents: Mapping[bytes, bytes] | None) -> set[bytes]:

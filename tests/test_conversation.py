@@ -1062,7 +1062,7 @@ def test_how_a_trace_ends_is_read_from_its_last_assistant_message(
     readings, parents = agent_turn(steps, under_agent)
     end = apply_trace(ConversationState.new("c1"), b"t1", readings, parents).turn_end
     assert end is not None and end.cut_off is cut_off and end.whole_turn is whole_turn
-    assert end.first_words is Role.USER
+    assert end.user_spoke and not end.goes_on
 
 
 @pytest.mark.parametrize(
@@ -1123,16 +1123,16 @@ def test_a_tool_that_ran_after_the_answer_does_not_make_the_turn_cut_off() -> No
     assert end is not None and not end.cut_off
 
 
-def test_who_spoke_first_in_a_new_trace_and_none_in_a_late_part() -> None:
+def test_a_new_trace_without_the_users_words_goes_on_with_a_turn_and_a_late_part_with_none() -> None:
     state = ConversationState.new("c1")
     readings, parents = agent_turn(["call"])
     first = apply_trace(state, b"t1", readings, parents).turn_end
-    assert first is not None and first.cut_off and first.first_words is Role.USER
+    assert first is not None and first.cut_off and first.user_spoke and not first.goes_on
     call = ToolCall("order_status", {"order": 12}, id="c0")
     history = [user("Is my order 12 shipped?"), assistant(None, call), tool("c0", '{"status": "packed"}')]
     answer = chat(100, history, [assistant("It is packed.")])
     end = apply_trace(state, b"t2", [answer], {answer[0].span_id: b""}).turn_end
-    assert end is not None and end.first_words is Role.ASSISTANT and not end.cut_off
+    assert end is not None and end.goes_on and not end.user_spoke and not end.cut_off
     late = chat(200, history, [assistant("It is packed, yes.")])
     end = apply_trace(state, b"t1", [late], {late[0].span_id: b""}).turn_end
-    assert end is not None and end.first_words is None
+    assert end is not None and not end.goes_on  # a late part goes on with nothing

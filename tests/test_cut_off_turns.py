@@ -175,6 +175,44 @@ def test_no_conversation_recorded_from_a_real_library_is_cut_off(recording: Path
     assert [state.cut_off_turns for state in analyzer.sessions] == [() for _ in analyzer.sessions]
 
 
+MODEL_CALL_NAMES = ("chat", "openai.chat", "ChatCompletion")
+STOPPED_AFTER_A_TOOL = [
+    "openai_v2",
+    "openai_v2_events",
+    "openai_v2_legacy",
+    "openinference",
+    "openllmetry",
+    "openllmetry_events",
+    "openllmetry_legacy",
+    "pydantic_ai",
+    "pydantic_ai_v2",
+    "pydantic_ai_v6",
+    "vercel_ai",
+]
+
+
+@pytest.mark.parametrize("variant", STOPPED_AFTER_A_TOOL)
+def test_a_real_librarys_turn_that_stopped_after_its_tool_ran_is_cut_off(variant: str) -> None:
+    """A recording's tool turn with its last model call taken out, as when the agent's loop stops
+    right after the tool ran. Some libraries' tool spans write no call id (OpenLLMetry's,
+    OpenInference's): their result is the call's by the tool's name."""
+    folder = FIXTURES / variant
+    analyzer = Analyzer(Telemetry())
+    logs = folder / "tools.logs.binpb"
+    if logs.exists():
+        analyzer.log_events.add(ExportLogsServiceRequest.FromString(logs.read_bytes()))
+    *earlier, last = traces_in_time_order(read_requests(folder / "tools.binpb"))
+    for trace in earlier:
+        analyzer.process(trace)
+    spans = [(record, Span.FromString(record.data)) for record in last.spans]
+    calls = [(record, span) for record, span in spans if span.name.startswith(MODEL_CALL_NAMES)]
+    final_call, _ = max(calls, key=lambda pair: pair[1].start_time_unix_nano)
+    kept = [record for record in last.spans if record is not final_call]
+    analyzer.process(ReleasedTrace(last.trace_id, kept, "complete", sum(len(r.data) for r in kept)))
+    (state,) = analyzer.sessions
+    assert state.cut_off_turns and "cut_off_turns" in state.priority.terms
+
+
 FINAL = {"name": "final_answer", "arguments": {"answer": "It is packed."}, "result": "It is packed."}
 
 
@@ -231,9 +269,39 @@ def test_a_turn_cut_off_is_provisional_until_the_user_speaks_again() -> None:
         # The client posts the history so far again: the model's answer is the only new message.
         answer = chat(100, history, [assistant("Here is where things stand.")])
         update = apply_trace(state, b"t3", [answer], {answer[0].span_id: b""})
-        assert update.turn_end is not None and update.turn_end.first_words is Role.ASSISTANT
+        assert update.turn_end is not None and update.turn_end.goes_on
         analyze_update(state, update)
         assert bool(state.cut_off_turns) is user_spoke_between
+
+
+def test_a_trace_with_the_users_words_begins_a_turn_even_after_a_greeting_said_again() -> None:
+    """A stateless client that sends its fixed greeting before each new question: the trace's
+    first new words are the agent's, but the user spoke in it, so the turn cut off before stays."""
+    state = ConversationState.new("c1")
+    readings, parents = agent_turn(["call"])
+    note(state, b"t1", readings, parents)
+    agent = parents_root(parents)
+    greeting = assistant("Hi! I am the order assistant.")
+    asked = chat(
+        50, [greeting, user("Hello? Any news on order 12?")], [assistant("Still packed.")], parent=agent
+    )
+    update = apply_trace(state, b"t2", [asked], {asked[0].span_id: agent, agent: b""})
+    assert update.turn_end is not None and update.turn_end.user_spoke
+    analyze_update(state, update)
+    assert state.cut_off_turns == ((b"t1", True),)
+
+
+def test_a_late_part_of_an_older_trace_that_shows_a_cut_is_final_at_once() -> None:
+    """Its first part was released early; the user spoke in a newer trace since: a later trace
+    that begins with the agent's words does not take it back."""
+    state = ConversationState.new("c1")
+    answered, parents = agent_turn(["answer"])
+    note(state, b"t0", answered, parents)
+    more, more_parents = agent_turn(["answer"], user_text="And order 13?")
+    note(state, b"t1", more, more_parents)
+    late, late_parents = agent_turn(["call"], user_text="Is my order 12 shipped?")
+    note(state, b"t0", late, late_parents)  # t0's last step, arriving after t1
+    assert state.cut_off_turns == ((b"t0", True),)
 
 
 def parents_root(parents: dict[bytes, bytes]) -> bytes:
