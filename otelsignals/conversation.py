@@ -626,11 +626,12 @@ def _turn_end(
     # call, log records read late, says only what its messages say.)
     final_call = model_calls[-1][1] if model_calls else None
     nothing_after = final_call is None or any(m.tool_calls for m in final_call.output_messages)
+    user_spoke = any(m.role is Role.USER for m in added)
     return TurnEnd(
         cut_off=bool(asked.tool_calls) and ran and nothing_after,
         whole_turn=parents is not None and any(view.parent_span_id in parents for view, _ in with_content),
-        goes_on=first_part and not any(m.role is Role.USER for m in added),
-        user_spoke=any(m.role is Role.USER for m in added),
+        goes_on=first_part and not user_spoke,
+        user_spoke=user_spoke,
     )
 
 
