@@ -98,12 +98,18 @@ def script(convention: str, turns: int) -> dict:
 
 
 def traces_of(convention: str, turns: int) -> list[ReleasedTrace]:
+    return traces_of_conversation(script(convention, turns))
+
+
+def traces_of_conversation(conversation: dict) -> list[ReleasedTrace]:
+    """A scripted conversation (otelsignals/demo's format) emitted by the real SDK, one released
+    trace per turn, complete, in the order they started."""
     memory = InMemorySpanExporter()
     provider = TracerProvider(
-        resource=Resource.create({"service.name": "bench-agent"}), span_limits=SPAN_LIMITS
+        resource=Resource.create({"service.name": conversation["service_name"]}), span_limits=SPAN_LIMITS
     )
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    ConversationEmitter(script(convention, turns), provider, {}, 0, time.time_ns() - 10**12).emit()
+    ConversationEmitter(conversation, provider, {}, 0, time.time_ns() - 10**12).emit()
     provider.shutdown()
     by_trace: dict[int, list] = {}
     for span in memory.get_finished_spans():

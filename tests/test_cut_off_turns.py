@@ -3,30 +3,24 @@ after it, raises the conversation's priority, in every convention; its near miss
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from bench.reassembly import traces_of_conversation
 from otelsignals.analysis import CUT_OFF_TURNS_KEPT, analyze_update
 from otelsignals.conventions.base import SpanReading, ToolExecution
 from otelsignals.conversation import ConversationState, apply_trace
-from otelsignals.demo.emitter import ConversationEmitter
-from otelsignals.demo.traffic import CONVENTIONS, SPAN_LIMITS
+from otelsignals.demo.traffic import CONVENTIONS
 from otelsignals.model import Role, ToolCall, ToolResult
-from otelsignals.offline import read_requests, traces_in_time_order
-from otelsignals.otlp.wire import split_request
+from otelsignals.otlp.wire import SpanRecord
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.pipeline.assembler import ReleasedTrace
 from otelsignals.telemetry import Telemetry
 from tests.test_conversation import agent_turn, assistant, chat, tool, user, view
+from tests.test_reassembly_fixtures import recorded
 
 LOOKUP = {"name": "get_order", "arguments": {"order_id": "A-7"}, "result": {"status": "packed"}}
 TRANSFER = {"name": "transfer_to_human_agents", "arguments": {"summary": "refund dispute"}, "result": "ok"}
@@ -37,41 +31,43 @@ HANDED_OFF = {"user": "I want my money back.", "steps": [{"tool_calls": [TRANSFE
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RECORDINGS = sorted(p for p in FIXTURES.glob("*/*.binpb") if not p.name.endswith(".logs.binpb"))
+MODEL_CALL_NAMES = ("chat", "openai.chat", "ChatCompletion")
 
 
-def spans_of(convention: str, turns: list[dict], key: str = "") -> list[list[ReadableSpan]]:
-    """The spans of a scripted conversation in ``convention``, by trace, as the real SDK made them."""
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": "shop"}), span_limits=SPAN_LIMITS)
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    conversation = {
-        "id": key or f"cut-{convention}",
-        "agent_name": "shop-agent",
-        "service_name": "shop",
-        "convention": convention,
-        "session_id": key or f"cut-{convention}",
-        "model": "gpt-4o-mini",
-        "system_prompt": "You are the order-status assistant.",
-        "turns": turns,
-        "story": "",
-    }
-    ConversationEmitter(conversation, provider, {}, 0, time.time_ns() - 10**12).emit()
-    provider.shutdown()
-    by_trace: dict[int, list[ReadableSpan]] = {}
-    for span in memory.get_finished_spans():
-        by_trace.setdefault(span.context.trace_id, []).append(span)
-    return sorted(by_trace.values(), key=lambda spans: min(s.start_time or 0 for s in spans))
+def traces_of(convention: str, turns: list[dict], key: str = "") -> list[ReleasedTrace]:
+    """A scripted conversation in ``convention`` as the real SDK emits it, a released trace a turn."""
+    return traces_of_conversation(
+        {
+            "id": key or f"cut-{convention}",
+            "agent_name": "shop-agent",
+            "service_name": "shop",
+            "convention": convention,
+            "session_id": key or f"cut-{convention}",
+            "model": "gpt-4o-mini",
+            "system_prompt": "You are the order-status assistant.",
+            "turns": turns,
+            "story": "",
+        }
+    )
 
 
-def released(spans: list[ReadableSpan]) -> ReleasedTrace:
-    records = split_request(encode_spans(spans)).records
-    return ReleasedTrace(records[0].trace_id, records, "complete", sum(len(r.data) for r in records))
+def model_calls(trace: ReleasedTrace) -> list[SpanRecord]:
+    """The trace's model-call spans, in the order they started."""
+    spans = sorted(
+        ((Span.FromString(r.data), r) for r in trace.spans), key=lambda s: s[0].start_time_unix_nano
+    )
+    return [record for span, record in spans if span.name.startswith(MODEL_CALL_NAMES)]
+
+
+def part(trace: ReleasedTrace, records: list[SpanRecord]) -> ReleasedTrace:
+    """Some of ``trace``'s spans, released as the assembler releases a part of a trace."""
+    return ReleasedTrace(trace.trace_id, records, "complete", sum(len(r.data) for r in records))
 
 
 def analysed(convention: str, turns: list[dict]) -> Analyzer:
     analyzer = Analyzer(Telemetry())
-    for spans in spans_of(convention, turns):
-        analyzer.process(released(spans))
+    for trace in traces_of(convention, turns):
+        analyzer.process(trace)
     return analyzer
 
 
@@ -105,26 +101,24 @@ def test_an_answer_that_came_late_takes_the_turn_back_off_the_list() -> None:
     """A trace released before its last model call arrived (the assembler's wait ran out) looks cut
     off; the late model call with the answer, analysed as a late part of the same trace, says not."""
     answered_late = {"user": "Where is order A-7?", "steps": [{"tool_calls": [LOOKUP]}, {"text": "Packed."}]}
-    (spans,) = spans_of("genai", [answered_late])
-    model_calls = [s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == "chat"]
-    last_call = max(model_calls, key=lambda s: s.start_time or 0)
+    (trace,) = traces_of("genai", [answered_late])
+    last_call = model_calls(trace)[-1]
     analyzer = Analyzer(Telemetry())
-    analyzer.process(released([s for s in spans if s is not last_call]))
+    analyzer.process(part(trace, [r for r in trace.spans if r is not last_call]))
     assert "cut_off_turns" in terms(analyzer, "genai")
-    analyzer.process(released([last_call]))
+    analyzer.process(part(trace, [last_call]))
     assert "cut_off_turns" not in terms(analyzer, "genai")
 
 
 def test_a_late_part_that_says_nothing_of_the_end_leaves_the_turn_cut_off() -> None:
     """The cut-off turn's first model call arriving after the rest: the turn is still cut off."""
-    answered, cut_off = spans_of("genai", [ANSWERED, CUT_OFF])
-    model_calls = [s for s in cut_off if (s.attributes or {}).get("gen_ai.operation.name") == "chat"]
-    first_call = min(model_calls, key=lambda s: s.start_time or 0)
+    answered, cut_off = traces_of("genai", [ANSWERED, CUT_OFF])
+    first_call = model_calls(cut_off)[0]
     analyzer = Analyzer(Telemetry())
-    analyzer.process(released(answered))
-    analyzer.process(released([s for s in cut_off if s is not first_call]))
+    analyzer.process(answered)
+    analyzer.process(part(cut_off, [r for r in cut_off.spans if r is not first_call]))
     assert "cut_off_turns" in terms(analyzer, "genai")
-    analyzer.process(released([first_call]))
+    analyzer.process(part(cut_off, [first_call]))
     assert "cut_off_turns" in terms(analyzer, "genai")
 
 
@@ -132,13 +126,9 @@ def test_a_model_call_whose_content_comes_late_as_log_records_is_not_taken_for_a
     """OpenAI v2 with content as log records (a real recording): the last model call's records
     held back until after its trace was analysed, as a slow log pipeline delivers them. Until they
     come the call's answer is unknown, not missing; when they come, it is the answer."""
-    folder = FIXTURES / "openai_v2_events"
-    logs = ExportLogsServiceRequest.FromString((folder / "tools.logs.binpb").read_bytes())
-    requests = read_requests(folder / "tools.binpb")
-    traces = list(traces_in_time_order(requests))
-    spans = [Span.FromString(record.data) for trace in traces for record in trace.spans]
-    model_calls = [span for span in spans if span.name.startswith("chat")]
-    last_call = max(model_calls, key=lambda span: span.start_time_unix_nano)
+    logs = ExportLogsServiceRequest.FromString((FIXTURES / "openai_v2_events/tools.logs.binpb").read_bytes())
+    _, traces = recorded("openai_v2_events", "tools")
+    last_call = model_calls(traces[-1])[-1]
 
     def records(late: bool) -> ExportLogsServiceRequest:
         request = ExportLogsServiceRequest()
@@ -166,16 +156,12 @@ def test_a_model_call_whose_content_comes_late_as_log_records_is_not_taken_for_a
 def test_no_conversation_recorded_from_a_real_library_is_cut_off(recording: Path) -> None:
     """Every recording (tests/fixtures: thirteen instrumentation variants, their answers, errors and
     tool calls, among them a Vercel AI SDK v4 app that answers a failed tool in a new trace)."""
-    analyzer = Analyzer(Telemetry())
-    logs = recording.with_suffix(".logs.binpb")
-    if logs.exists():
-        analyzer.log_events.add(ExportLogsServiceRequest.FromString(logs.read_bytes()))
-    for trace in traces_in_time_order(read_requests(recording)):
+    analyzer, traces = recorded(recording.parent.name, recording.stem)
+    for trace in traces:
         analyzer.process(trace)
     assert [state.cut_off_turns for state in analyzer.sessions] == [() for _ in analyzer.sessions]
 
 
-MODEL_CALL_NAMES = ("chat", "openai.chat", "ChatCompletion")
 STOPPED_AFTER_A_TOOL = [
     "openai_v2",
     "openai_v2_events",
@@ -196,19 +182,11 @@ def test_a_real_librarys_turn_that_stopped_after_its_tool_ran_is_cut_off(variant
     """A recording's tool turn with its last model call taken out, as when the agent's loop stops
     right after the tool ran. Some libraries' tool spans write no call id (OpenLLMetry's,
     OpenInference's): their result is the call's by the tool's name."""
-    folder = FIXTURES / variant
-    analyzer = Analyzer(Telemetry())
-    logs = folder / "tools.logs.binpb"
-    if logs.exists():
-        analyzer.log_events.add(ExportLogsServiceRequest.FromString(logs.read_bytes()))
-    *earlier, last = traces_in_time_order(read_requests(folder / "tools.binpb"))
+    analyzer, (*earlier, last) = recorded(variant, "tools")
     for trace in earlier:
         analyzer.process(trace)
-    spans = [(record, Span.FromString(record.data)) for record in last.spans]
-    calls = [(record, span) for record, span in spans if span.name.startswith(MODEL_CALL_NAMES)]
-    final_call, _ = max(calls, key=lambda pair: pair[1].start_time_unix_nano)
-    kept = [record for record in last.spans if record is not final_call]
-    analyzer.process(ReleasedTrace(last.trace_id, kept, "complete", sum(len(r.data) for r in kept)))
+    final_call = model_calls(last)[-1]
+    analyzer.process(part(last, [record for record in last.spans if record is not final_call]))
     (state,) = analyzer.sessions
     assert state.cut_off_turns and "cut_off_turns" in state.priority.terms
 
@@ -232,8 +210,8 @@ def test_an_agent_whose_turns_end_on_tools_by_design_stops_being_ranked_for_it(
         key = f"agent-{number}"
         cut_off = number % cut_off_every == 0
         steps = [{"tool_calls": [LOOKUP]}, {"tool_calls": [FINAL]} if cut_off else {"text": "Packed."}]
-        for spans in spans_of("genai", [{"user": f"Where is order A-{number}?", "steps": steps}], key):
-            analyzer.process(released(spans))
+        for trace in traces_of("genai", [{"user": f"Where is order A-{number}?", "steps": steps}], key):
+            analyzer.process(trace)
         if cut_off:
             counted.append("cut_off_turns" in terms(analyzer, "genai", key))
     baseline = analyzer.agent_baselines.min_conversations

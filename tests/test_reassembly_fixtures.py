@@ -17,6 +17,7 @@ from otelsignals.config import Config
 from otelsignals.model import Role
 from otelsignals.offline import analyze_files, read_requests, traces_in_time_order
 from otelsignals.pipeline.analyzer import Analyzer
+from otelsignals.pipeline.assembler import ReleasedTrace
 from otelsignals.telemetry import Telemetry
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -26,13 +27,19 @@ CASES = sorted(
 )
 
 
-def reassemble(variant: str, scenario: str):
+def recorded(variant: str, scenario: str) -> tuple[Analyzer, list[ReleasedTrace]]:
+    """A fresh Analyzer holding the recording's log records, if any, and its traces in time order."""
     analyzer = Analyzer(Telemetry())
     logs = FIXTURES / variant / f"{scenario}.logs.binpb"
     if logs.exists():
         # The libraries that write content to log records: the receiver hands those to the analyzer.
         analyzer.log_events.add(ExportLogsServiceRequest.FromString(logs.read_bytes()))
-    for trace in traces_in_time_order(read_requests(FIXTURES / variant / f"{scenario}.binpb")):
+    return analyzer, list(traces_in_time_order(read_requests(FIXTURES / variant / f"{scenario}.binpb")))
+
+
+def reassemble(variant: str, scenario: str):
+    analyzer, traces = recorded(variant, scenario)
+    for trace in traces:
         analyzer.assemble(trace)
     return {state.conversation.key: state.conversation for state in analyzer.sessions}
 
