@@ -10,7 +10,8 @@ defaults, no session bound), then every conversation's state is measured:
 - ``workload``: bench/agent_workload.py's generated tool-using agent conversations (same seed).
 
 For each set: the states' deep size (everything a state references, objects shared between states
-counted once, the analyzer's shared tables not counted), the text the conversations keep (message
+counted once, the analyzer's shared tables not counted; the state object, its detector memory's
+table and keys, and the session store's record of it included), the text the conversations keep (message
 and tool-result text, tool-call arguments as JSON; in characters and in UTF-8 bytes), the ratio,
 the share of each part of the state, and the bytes held by long strings (64 characters or more)
 that repeat a string of the same state with another identity (duplicated text). Also the
@@ -139,6 +140,24 @@ def parts_of(state: ConversationState) -> Iterator[tuple[str, Any]]:
             yield outer.name, value
 
 
+def containers_of(state: ConversationState, record: object, seen: set[int]) -> Iterator[tuple[str, int]]:
+    """What holds a state's parts, which ``parts_of`` does not reach: the state object and its
+    attribute table (when it has one), the detector memory's own table and its keys (a key shared
+    between conversations counted once, as ``seen`` says), and the session store's record of the
+    state's size. (The store's table entries are not counted.)"""
+    yield "state (the object)", _shell_size(state)
+    memory = state.detector_memory
+    keys = [key for key in memory if id(key) not in seen]
+    seen.update(map(id, keys))
+    yield "detector_memory (its table and keys)", sys.getsizeof(memory) + sum(map(sys.getsizeof, keys))
+    yield "session store's record", _shell_size(record)
+
+
+def _shell_size(item: object) -> int:
+    attributes = getattr(item, "__dict__", None)
+    return sys.getsizeof(item) + (sys.getsizeof(attributes) if attributes is not None else 0)
+
+
 def referents(root: object, seen: set[int]) -> Iterator[object]:
     """Every object ``root`` reaches and ``seen`` does not hold yet (classes and functions are
     shared code, not state). A dict's keys too: the collector does not list the keys of a dict
@@ -209,8 +228,12 @@ def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
                     first = texts.setdefault(item, item)
                     if first is not item:
                         duplicated[part] += size
+        record = analyzer.sessions._sizes[state.conversation.key]
+        for part, size in containers_of(state, record, seen):
+            by_part[part] += size
+            state_size += size
         state_characters, state_utf8 = kept_text(state)
-        estimate = analyzer.sessions._sizes[state.conversation.key].bytes
+        estimate = record.bytes
         prompt = system_prompt(state.conversation.messages)
         if prompt is not None:
             if id(prompt) not in prompts:  # (measured with the first conversation that holds it)
@@ -504,7 +527,7 @@ def conventions(repeats: list[int], long_texts: bool) -> str:
             name = convention_of.get(state.conversation.key)
             if name is None:
                 continue
-            measured[name] += sum(deep_size(value, seen) for _, value in parts_of(state))
+            measured[name] += deep_size(state, seen)  # the state itself, and all it holds
             estimated[name] += analyzer.sessions._sizes[state.conversation.key].bytes
             messages[name] += len(state.conversation.messages)
         for name in names:

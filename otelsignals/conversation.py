@@ -242,7 +242,7 @@ def _latest(kept: dict[Any, Any], key: Any, value: Any, bound: int = SHARED_VALU
     return found
 
 
-@dataclass
+@dataclass(slots=True)
 class ConversationState:
     """One conversation as the assembler keeps it between traces.
 

@@ -154,7 +154,7 @@ FULL_RECOUNT_EVERY = 16
 COPIES_RECOUNT_GROWTH = 16
 
 
-@dataclass
+@dataclass(slots=True)
 class _Size:
     """What was counted of a state's messages, from ``offset`` on: the arguments of the first
     ``counted`` (the last of them ``last_counted``), the text storage of the first ``settled``

@@ -26,7 +26,7 @@ from typing import Any
 
 from otelsignals.model import LlmCall, SignalInstance
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.base import DetectionContext, DetectorSpec
+from otelsignals.signals.base import DetectionContext, DetectorSpec, memory_key
 from otelsignals.signals.errors import classify_failure
 from otelsignals.signals.failure import tool_failure_signals
 from otelsignals.signals.taxonomy import (
@@ -54,18 +54,23 @@ def _llm_message_index(ctx: DetectionContext, call: LlmCall) -> int:
     return ctx.absolute_index(len(messages) - 1)
 
 
-def _remembered(ctx: DetectionContext, key: str, limit: int) -> list[Any]:
+def _remembered(ctx: DetectionContext, key: str) -> list[Any]:
+    """The list kept under ``key``, or a new one (kept by :func:`_remember` once it holds anything:
+    most conversations never see a failed call, and twelve empty lists would cost each ~1 KB)."""
     value = ctx.memory.get(key)
-    if not isinstance(value, list):
-        value = []
-        ctx.memory[key] = value
-    del value[:-limit]
-    return value
+    return value if isinstance(value, list) else []
+
+
+def _remember(ctx: DetectionContext, key: str, values: list[Any], limit: int) -> None:
+    del values[:-limit]
+    if values:
+        ctx.memory[key] = values
 
 
 def llm_call_signals(ctx: DetectionContext, leaf: str) -> list[SignalInstance]:
     """The failed model calls of this trace that classify to ``leaf``, merged per message."""
-    seen = _remembered(ctx, f"{leaf}:llm_seen", SEEN_CALLS)
+    seen_key = memory_key(leaf, "llm_seen")
+    seen = _remembered(ctx, seen_key)
     found: dict[int, SignalInstance] = {}
     for call in ctx.new_llm_calls or ():
         if not isinstance(call, LlmCall) or not call.failed:
@@ -104,14 +109,15 @@ def llm_call_signals(ctx: DetectionContext, leaf: str) -> list[SignalInstance]:
                 "count": 1,
             },
         )
-    del seen[:-SEEN_CALLS]
+    _remember(ctx, seen_key, seen, SEEN_CALLS)
     return list(found.values())
 
 
 def environment_signals(ctx: DetectionContext, leaf: str) -> list[SignalInstance]:
     """Tool results and model calls of ``leaf``, at most one instance per message, ever."""
     try:
-        emitted = _remembered(ctx, f"{leaf}:emitted", EMITTED)
+        emitted_key = memory_key(leaf, "emitted")
+        emitted = _remembered(ctx, emitted_key)
         done = set(emitted)
         found: list[SignalInstance] = []
         for instance in [*tool_failure_signals(ctx, leaf), *llm_call_signals(ctx, leaf)]:
@@ -125,7 +131,7 @@ def environment_signals(ctx: DetectionContext, leaf: str) -> list[SignalInstance
             done.add(instance.message_index)
             emitted.append(instance.message_index)
             found.append(instance)
-        del emitted[:-EMITTED]
+        _remember(ctx, emitted_key, emitted, EMITTED)
         found.sort(key=lambda instance: instance.message_index)
         return found
     except Exception:  # never take the pipeline down over one odd conversation

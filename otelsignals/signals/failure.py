@@ -33,7 +33,7 @@ from typing import Any
 
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.base import DetectionContext, DetectorSpec
+from otelsignals.signals.base import DetectionContext, DetectorSpec, memory_key
 from otelsignals.signals.errors import (
     Classification,
     content_is_error,
@@ -134,7 +134,7 @@ def failure_instance(
 
 def tool_failure_signals(ctx: DetectionContext, leaf: str) -> list[SignalInstance]:
     """The new failed tool results that classify to ``leaf``, once each."""
-    key = f"{leaf}:next"
+    key = memory_key(leaf, "next")
     try:
         start = progress_start(ctx, key)
         found = [
@@ -221,7 +221,7 @@ def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
 
 def detect_bad_query(ctx: DetectionContext) -> list[SignalInstance]:
     """Failed queries (the classifier's bad_query) and successful queries that found nothing."""
-    key = f"{BAD_QUERY}:empty:next"
+    key = memory_key(BAD_QUERY, "empty:next")
     try:
         found = tool_failure_signals(ctx, BAD_QUERY)
         failed_at = {instance.message_index for instance in found}

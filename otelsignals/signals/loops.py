@@ -49,7 +49,7 @@ import orjson
 
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.base import DetectionContext, Detector, DetectorSpec
+from otelsignals.signals.base import DetectionContext, Detector, DetectorSpec, memory_key
 from otelsignals.signals.errors import (
     content_is_error,
     result_failed,
@@ -183,12 +183,13 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
     """Run ``step(ctx, state, index, call, after_unsatisfying)`` over the call sequence; ``call`` None
     ends the runs. A USER message ends them unless the last result failed or was empty (the user
     saying "try again" continues the loop)."""
-    key = f"{leaf}:state"
+    key = memory_key(leaf, "state")
+    next_key = memory_key(leaf, "next")
 
     def detect(ctx: DetectionContext) -> list[SignalInstance]:
         try:
             state = _state(ctx, key)
-            start = progress_start(ctx, f"{leaf}:next")
+            start = progress_start(ctx, next_key)
             found: dict[int, SignalInstance] = {}
             for index, kind, payload in _call_events(ctx, state, start):
                 if kind == "result":
@@ -204,7 +205,7 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
                     instance = step(ctx, state, index, payload, after_unsatisfying)
                 if instance is not None:
                     _emit(found, instance)
-            progress_done(ctx, f"{leaf}:next")
+            progress_done(ctx, next_key)
             return sorted(found.values(), key=lambda instance: instance.message_index)
         except Exception:
             return []

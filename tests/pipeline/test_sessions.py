@@ -689,3 +689,19 @@ def test_every_message_before_the_point_is_offered_even_when_it_moves_far_at_onc
     _said(state, 300)  # a long history first seen at once (a resumed conversation, a long agent run)
     assert state.compact(268) == 268
     assert all(is_compacted(m) for m in state.conversation.messages[:268])
+
+
+@pytest.mark.parametrize("convention", ["genai", "openllmetry"])
+def test_open_conversations_share_their_memory_keys_and_keep_no_empty_lists(convention):
+    """What every open conversation holds beside its text stays small (issue 16): the detector
+    memory's keys are one string object for all conversations, a detector that found nothing keeps
+    no empty list, and the state object has no attribute table of its own."""
+    analyzer = _demo_analyzer(convention, 1)
+    states = list(analyzer.sessions)
+    first_of: dict[str, str] = {}
+    for state in states:
+        assert not hasattr(state, "__dict__")
+        for key, value in state.detector_memory.items():
+            assert first_of.setdefault(key, key) is key, f"{key!r} built anew for a conversation"
+            assert not (isinstance(value, list) and not value), f"{key!r} keeps an empty list"
+    assert any(key.endswith(":next") for key in first_of)  # the per-leaf keys are among them
