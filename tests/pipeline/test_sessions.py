@@ -705,3 +705,20 @@ def test_open_conversations_share_their_memory_keys_and_keep_no_empty_lists(conv
             assert first_of.setdefault(key, key) is key, f"{key!r} built anew for a conversation"
             assert not (isinstance(value, list) and not value), f"{key!r} keeps an empty list"
     assert any(key.endswith(":next") for key in first_of)  # the per-leaf keys are among them
+
+
+@pytest.mark.parametrize("convention", ["genai", "vercel_ai", "openllmetry"])
+def test_the_latest_split_keeps_no_fingerprint_of_a_copy_given_way(convention):
+    """A resent history's copies give way to the conversation's own messages in the latest split
+    (conversation._adopt); their fingerprints go with them, not only the messages: an equal integer
+    of the copy's left in the split's list is 36 bytes a message kept for nothing."""
+    analyzer = _demo_analyzer(convention, 2)
+    pairs = [
+        (message, fingerprint)
+        for state in analyzer.sessions
+        if state.last_inputs is not None
+        for message, fingerprint in zip(state.last_inputs.body, state.last_inputs.fingerprints, strict=True)
+    ]
+    assert pairs
+    assert all(message.fingerprint == fingerprint for message, fingerprint in pairs)
+    assert all(message.fingerprint is fingerprint for message, fingerprint in pairs)
