@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -146,6 +147,7 @@ def _fingerprint(message: Message) -> int:
 # texts and tool-call lists are remembered per conversation: a resent system prompt, the previous
 # answers and tool results are among them when a history resends them.
 SHARED_TEXT_MIN_CHARACTERS = 64
+_INTERNED_KEYS_AT_MOST = 32  # arguments with more keys (a payload, not parameters) are left as read
 SHARED_VALUES = 16
 # System prompts are shared between conversations too: every conversation of an agent holds the same
 # one (the development set's 473 conversations held 473 copies of 18 prompts, 11.9 MiB). The latest
@@ -175,8 +177,10 @@ class SharedValues:
     def share(self, messages: Iterable[Message]) -> None:
         for message in messages:
             content = stored_message_text(message)  # compacted text is not shared: it is no string
-            if isinstance(content, str) and len(content) >= SHARED_TEXT_MIN_CHARACTERS:
-                if message.role is Role.SYSTEM:
+            if isinstance(content, str) and content:
+                if len(content) < SHARED_TEXT_MIN_CHARACTERS and content.__class__ is str:
+                    kept = sys.intern(content)  # a greeting, "Transfer successful": one per process
+                elif message.role is Role.SYSTEM:
                     with _SYSTEM_PROMPTS_LOCK:
                         kept = _latest(_SYSTEM_PROMPTS, content, content, SHARED_SYSTEM_PROMPTS)
                 else:
@@ -188,11 +192,32 @@ class SharedValues:
                     message.content = kept
             calls = message.tool_calls
             if calls:
-                kept_calls = _latest(self._calls, fingerprint(message), calls)
+                key = fingerprint(message)
+                if key not in self._calls:  # calls not seen lately: their arguments, interned
+                    for call in calls:
+                        call.arguments = _interned(call.arguments)
+                kept_calls = _latest(self._calls, key, calls)
                 if kept_calls is not calls and _same_calls(kept_calls, calls):
                     message.tool_calls = kept_calls
             elif calls is not NO_TOOL_CALLS:  # a reader's empty list: the one all messages share
                 message.tool_calls = NO_TOOL_CALLS
+
+
+def _interned(arguments: Any) -> Any:
+    """Tool-call arguments with their keys and short string values one string per process (an id
+    such as "L1002" is passed to call after call, in conversation after conversation: the real
+    development set held 937 copies of it). Equal values, so nothing reading them can tell; a
+    nested value is left as it is."""
+    if isinstance(arguments, dict) and len(arguments) <= _INTERNED_KEYS_AT_MOST:
+        return {
+            (sys.intern(key) if key.__class__ is str else key): (
+                sys.intern(value)
+                if value.__class__ is str and len(value) < SHARED_TEXT_MIN_CHARACTERS
+                else value
+            )
+            for key, value in arguments.items()
+        }
+    return arguments
 
 
 def _same_calls(kept: list[ToolCall], calls: list[ToolCall]) -> bool:

@@ -773,7 +773,7 @@ def test_near_misses_are_not_shared():
     for number, copy in enumerate((reordered, one_for_true, other_arguments), start=2):
         apply_trace(state, b"t%d" % number, [chat(number, [system, user("Where is it?"), copy], [])])
     apply_trace(state, b"t9", [chat(9, [short, short_again], [])])
-    assert short_again.content is not short.content  # below SHARED_TEXT_MIN_CHARACTERS: not looked up
+    assert short_again.content is short.content  # below SHARED_TEXT_MIN_CHARACTERS: interned
     for copy in (reordered, one_for_true, other_arguments):
         assert copy.content is answer.content  # the text is the same: shared
         assert copy.tool_calls is not answer.tool_calls
@@ -782,6 +782,48 @@ def test_near_misses_are_not_shared():
     same = assistant(LONG_ANSWER, ToolCall("track", {"order": "1234", "express": True}, "c1"))
     apply_trace(state, b"t10", [chat(10, [system, user("Where is it?"), same], [])])
     assert same.tool_calls is answer.tool_calls  # written alike: shared
+
+
+def test_short_texts_and_argument_values_are_one_string_per_process():
+    """What many conversations say alike (a canned greeting, a tool's short answer, the ids passed
+    to tools, the arguments' keys) is one string object for all of them: the real development set
+    held 472 copies of its agents' greeting and 937 of one line id."""
+
+    def fresh(text: str) -> str:
+        return "".join(list(text))  # an equal string, another object
+
+    def conversation(key: str, arguments: dict, text: str) -> ConversationState:
+        state = ConversationState.new(key)
+        call = assistant(None, ToolCall("get_line", arguments, f"{key}-c1"))
+        apply_trace(state, key.encode(), [chat(1, [user(fresh("Hi! How can I help you today?"))], [call])])
+        apply_trace(state, key.encode() + b"2", [chat(2, [user(fresh(text))], [])])
+        return state
+
+    many_keys = {f"k{n}": fresh("L1002") for n in range(40)}  # a payload, not parameters
+    nested = {"filter": {"line_id": fresh("L1002")}}
+    one = conversation("one", {fresh("line_id"): fresh("L1002")}, LONG_ANSWER)
+    two = conversation("two", {fresh("line_id"): fresh("L1002")}, fresh(LONG_ANSWER))
+    three = conversation("three", many_keys, "ok")
+    four = conversation("four", nested, "ok")
+    first, second = one.conversation.messages, two.conversation.messages
+    assert first[0].content is second[0].content  # the greeting
+    arguments, again = first[1].tool_calls[0].arguments, second[1].tool_calls[0].arguments
+    assert arguments == again == {"line_id": "L1002"}
+    assert next(iter(arguments)) is next(iter(again)) and arguments["line_id"] is again["line_id"]
+    # Near misses, left as read: a long text (shared within its conversation only), a value inside
+    # a nested object, the values of arguments with many keys.
+    assert first[2].content == second[2].content and first[2].content is not second[2].content
+    inner = four.conversation.messages[1].tool_calls[0].arguments["filter"]
+    assert inner["line_id"] is nested["filter"]["line_id"]
+    assert three.conversation.messages[1].tool_calls[0].arguments is many_keys
+    # A text of a str subclass (sys.intern refuses those) is kept as it is.
+
+    class Text(str):
+        pass
+
+    subclassed = ConversationState.new("five")
+    apply_trace(subclassed, b"five", [chat(1, [user(Text("hello"))], [])])
+    assert type(subclassed.conversation.messages[0].content) is Text
 
 
 def test_sharing_changes_no_value_on_the_recorded_instrumentations(monkeypatch):
