@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -459,36 +459,41 @@ def _oscillation_step(
 ) -> SignalInstance | None:
     """Two tools alternating (:func:`_tool_oscillation_step`), or one tool alternating between two
     argument sets (:func:`_signature_oscillation_step`); the two never fire on the same calls (one
-    needs the tool to change at every call, the other to stay)."""
+    needs the tool to change at every call, the other to stay). Both keep the call's digest and
+    arguments as shown: made once here, one string each rather than an equal one per rule."""
     signatures: dict[str, Any] = state.setdefault("signatures", {})
-    by_signature = _signature_oscillation_step(ctx, signatures, index, call)
-    by_tool = _tool_oscillation_step(ctx, state, index, call)
+    seen = None if call is None else _SeenCall(call[0], _digest(call[1]), shown_arguments(call[1]))
+    by_signature = _signature_oscillation_step(ctx, signatures, index, seen)
+    by_tool = _tool_oscillation_step(ctx, state, index, seen)
     return by_tool or by_signature
 
 
+class _SeenCall(NamedTuple):
+    name: str | None
+    digest: str | None  # of the canonical arguments; None when they were not captured
+    shown: str | None  # the arguments as a signal shows them
+
+
 def _signature_oscillation_step(
-    ctx: DetectionContext, state: dict[str, Any], index: int, call: Any
+    ctx: DetectionContext, state: dict[str, Any], index: int, call: _SeenCall | None
 ) -> SignalInstance | None:
     """The same tool called with two argument sets in turn, A→B→A→B→A→B (``get_details_by_id`` P1001,
     P1002, P1001, P1002…): neither a retry (the arguments change every call) nor a drift or an
     enumeration (they come back). A third argument set starts a new pair with the previous call, so
     enumerating ids (P1, P2, P3…) never fires. Unknown arguments end the run."""
-    if call is None or call[0] is None or call[1] is None:
+    if call is None or call.name is None or call.digest is None:
         state.update(tool=None, last=None, other=None, run=0, shown={})
         return None
-    name, canonical = call
-    digest = _digest(canonical)
+    name, digest, arguments = call.name, call.digest, call.shown
     shown: dict[str | None, Any] = state.get("shown") or {}  # digest → arguments as shown
     run = int(state.get("run") or 0)
     last, other = state.get("last"), state.get("other")
     if run == 0 or name != state.get("tool") or digest == last:
         # Another tool, or the same call again (a retry's business): a run may start here.
-        state.update(tool=name, last=digest, other=None, run=1, shown={digest: shown_arguments(canonical)})
+        state.update(tool=name, last=digest, other=None, run=1, shown={digest: arguments})
         return None
     if run == 1 or digest != other:
-        state.update(
-            last=digest, other=last, run=2, shown={last: shown.get(last), digest: shown_arguments(canonical)}
-        )
+        state.update(last=digest, other=last, run=2, shown={last: shown.get(last), digest: arguments})
         return None
     state.update(last=digest, other=last, run=run + 1)
     run += 1
@@ -518,16 +523,15 @@ def _snippet_pair(name: str, first: str | None, second: str | None) -> str:
 
 
 def _tool_oscillation_step(
-    ctx: DetectionContext, state: dict[str, Any], index: int, call: Any
+    ctx: DetectionContext, state: dict[str, Any], index: int, call: _SeenCall | None
 ) -> SignalInstance | None:
     """Two tools alternating, A→B→A→B→A→B, whatever their arguments. The arguments shown are the
     previous call's (the other tool's) and this one's: all of the past a signal shows."""
-    if call is None or call[0] is None:
+    if call is None or call.name is None:
         state.update(last=None, other=None, run=0, args={}, same=True, last_shown=None)
         return None
-    name, canonical = call
-    digest = _digest(canonical)
-    shown, previous_shown = shown_arguments(canonical), state.get("last_shown")
+    name, digest, shown = call.name, call.digest, call.shown
+    previous_shown = state.get("last_shown")
     state["last_shown"] = shown
     run = int(state.get("run") or 0)
     last, other = state.get("last"), state.get("other")

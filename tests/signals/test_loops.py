@@ -597,6 +597,18 @@ def test_a_tool_oscillation_shows_its_tools_latest_arguments_after_many_other_to
     assert instance.metadata["arguments"] == {"A": '{"k":4}', "B": '{"k":5}'}
 
 
+def test_the_two_oscillation_rules_keep_one_string_of_a_call_s_arguments() -> None:
+    """The tool rule and the signature rule both remember the latest call's arguments as shown (cut
+    to ARGS_CHARS when long): one string object for both, not an equal copy each (issue 16)."""
+    memory: dict[str, Any] = {}
+    long_query = "hotels with a pool and free parking near the old town, " * 8
+    run(lookups("1") + exchange("search", {"q": long_query}, "ok"), EXECUTION_DETECTORS, memory=memory)
+    state = memory[f"{tx.OSCILLATION}:state"]
+    latest = state["last_shown"]
+    assert latest is not None and latest.endswith("…")  # cut: made anew from the arguments
+    assert any(shown is latest for shown in state["signatures"]["shown"].values())
+
+
 # Parameter drift over very short argument values (a reference suite's case): typos, plurals and
 # reordered words of a two-word query drift; different short ids or month names do not.
 
