@@ -312,7 +312,9 @@ class ConversationState:
     trace_spans: RecentList[tuple[bytes, bytes]] = field(default_factory=lambda: RecentList(RECENT_SIGNALS))
     # Per analysed trace, where its messages ended, counted from the conversation's start (trimmed
     # messages included): a trace-level eval run judges the conversation as it stood after it.
-    trace_message_ends: dict[str, int] = field(default_factory=dict)
+    # (Keyed by the trace id's bytes, the object the trace's other records hold: its hex would be
+    # a string of 81 bytes per trace, up to RECENT_SIGNALS of them.)
+    trace_message_ends: dict[bytes, int] = field(default_factory=dict)
     previous_outputs: RecentList[ComparableOutput] = field(
         default_factory=lambda: RecentList(DEFAULT_LOOP_WINDOW)
     )
@@ -331,21 +333,21 @@ class ConversationState:
     def new(cls, key: str) -> ConversationState:
         return cls(Conversation(key, llm_calls=RecentModelCalls()))
 
-    def record_trace_end(self, trace_id: str) -> None:
+    def record_trace_end(self, trace_id: bytes) -> None:
         """Remember where ``trace_id``'s messages end (the latest RECENT_SIGNALS traces)."""
         conversation = self.conversation
         self.trace_message_ends[trace_id] = conversation.message_offset + len(conversation.messages)
         if len(self.trace_message_ends) > RECENT_SIGNALS:
             del self.trace_message_ends[next(iter(self.trace_message_ends))]
 
-    def conversation_after(self, trace_id: str) -> Conversation | None:
+    def conversation_after(self, trace_id: bytes) -> Conversation | None:
         """A copy of the conversation as it stood after ``trace_id``; None when that trace is not
         among the remembered ones or its messages were trimmed away."""
         end = self.trace_message_ends.get(trace_id)
         conversation = self.conversation
         if end is None or end - conversation.message_offset <= 0:
             return None
-        ids = [t.hex() for t in conversation.trace_ids]
+        ids = conversation.trace_ids
         upto = ids.index(trace_id) + 1 if trace_id in ids else len(ids)
         traces_up_to = set(conversation.trace_ids[:upto])
         return dataclasses.replace(  # what the spans said of it (offered tools…) comes along

@@ -647,25 +647,25 @@ def test_the_conversation_after_a_trace_survives_trimming() -> None:
     for n in range(4):
         state.append(Message(Role.USER, f"question {n}"))
         state.append(Message(Role.ASSISTANT, f"answer {n}"))
-        state.record_trace_end(f"trace-{n}")
-    after = state.conversation_after("trace-1")
+        state.record_trace_end(b"trace-%d" % n)
+    after = state.conversation_after(b"trace-1")
     assert after is not None and [m.content for m in after.messages][-1] == "answer 1"
     assert len(after.messages) == 4
     state.trim(5)  # keeps the last 4 messages (90 % of the bound): traces 0 and 1 are gone
-    assert state.conversation_after("trace-0") is None and state.conversation_after("trace-1") is None
-    after = state.conversation_after("trace-2")
+    assert state.conversation_after(b"trace-0") is None and state.conversation_after(b"trace-1") is None
+    after = state.conversation_after(b"trace-2")
     assert after is not None and [m.content for m in after.messages] == ["question 2", "answer 2"]
-    assert state.conversation_after("unknown") is None
+    assert state.conversation_after(b"unknown") is None
 
 
 def test_the_conversation_after_a_trace_survives_a_system_prompt_put_in_front() -> None:
     state = ConversationState.new("c1")
     apply_trace(state, b"t1", [chat(1, [user("q0")], [assistant("a0")])])
-    state.record_trace_end("t1")
+    state.record_trace_end(b"t1")
     system = Message(Role.SYSTEM, "You are the planner.")
     apply_trace(state, b"t2", [chat(2, [system, user("q0"), assistant("a0"), user("q1")], [assistant("a1")])])
     assert texts(state)[0] == ("system", "You are the planner.")  # every message moved by one
-    after = state.conversation_after("t1")
+    after = state.conversation_after(b"t1")
     assert after is not None
     assert [(m.role.value, m.content) for m in after.messages] == [
         ("system", "You are the planner."),
@@ -683,8 +683,8 @@ def test_the_conversation_after_a_trace_keeps_what_the_spans_said_of_it() -> Non
         state.conversation.trace_ids.append(trace)
         state.conversation.llm_calls.append(LlmCall(span_id=bytes(8), trace_id=trace))
         state.append(Message(Role.USER, f"question {n}"))
-        state.record_trace_end(trace.hex())
-    after = state.conversation_after((b"\x01" * 16).hex())
+        state.record_trace_end(trace)
+    after = state.conversation_after(b"\x01" * 16)
     assert after is not None and list(after.available_tools) == ["get_order"]
     assert [call.trace_id for call in after.llm_calls] == [b"\x01" * 16]
     assert after.trace_ids == [b"\x01" * 16] and len(after.messages) == 1

@@ -318,7 +318,7 @@ class Analyzer:
         if calls and not state.first_seen_ns:
             state.first_seen_ns = min(calls)
         new_messages = state.conversation.messages[update.first_new_message :]
-        state.record_trace_end(update.trace_id.hex())
+        state.record_trace_end(update.trace_id)
         metrics, output = trace_signals(
             update.trace_id.hex(), new_messages, analysis.new_signals, state.previous_outputs, self.embedder
         )

@@ -364,10 +364,11 @@ class EvalRuns:
         history of the messages)."""
 
         def open_trace() -> tuple[str, TraceSignals | None, Conversation | None] | None:
+            wanted = bytes.fromhex(trace_id)  # (checked: 32 hex digits) the records key traces by their bytes
             for state in self.sessions:
-                if trace_id in state.trace_message_ends:
+                if wanted in state.trace_message_ends:
                     recorded = next((t for t in state.trace_signals if t.trace_id == trace_id), None)
-                    return state.conversation.key, recorded, state.conversation_after(trace_id)
+                    return state.conversation.key, recorded, state.conversation_after(wanted)
             return None
 
         found = await self._read_state(open_trace)

@@ -705,6 +705,10 @@ def test_open_conversations_share_their_memory_keys_and_keep_no_empty_lists(conv
             assert first_of.setdefault(key, key) is key, f"{key!r} built anew for a conversation"
             assert not (isinstance(value, list) and not value), f"{key!r} keeps an empty list"
     assert any(key.endswith(":next") for key in first_of)  # the per-leaf keys are among them
+    # Where each trace's messages end is keyed by the trace id the trace's other records hold.
+    for state in states:
+        held = {id(trace_id) for trace_id, _ in state.trace_spans}
+        assert state.trace_message_ends and all(id(trace) in held for trace in state.trace_message_ends)
 
 
 @pytest.mark.parametrize("convention", ["genai", "vercel_ai", "openllmetry"])
