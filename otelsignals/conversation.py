@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
-import sys
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -147,7 +146,10 @@ def _fingerprint(message: Message) -> int:
 # texts and tool-call lists are remembered per conversation: a resent system prompt, the previous
 # answers and tool results are among them when a history resends them.
 SHARED_TEXT_MIN_CHARACTERS = 64
-_INTERNED_KEYS_AT_MOST = 32  # arguments with more keys (a payload, not parameters) are left as read
+_SHARED_ARGUMENT_KEYS_AT_MOST = 32  # arguments with more keys (a payload, not parameters) are left as read
+# Short texts and argument values shared by every conversation (_shared_short_text): a bounded table.
+SHARED_SHORT_TEXTS = 8192
+_SHORT_TEXTS: dict[str, str] = {}
 SHARED_VALUES = 16
 # System prompts are shared between conversations too: every conversation of an agent holds the same
 # one (the development set's 473 conversations held 473 copies of 18 prompts, 11.9 MiB). The latest
@@ -178,8 +180,8 @@ class SharedValues:
         for message in messages:
             content = stored_message_text(message)  # compacted text is not shared: it is no string
             if isinstance(content, str) and content:
-                if len(content) < SHARED_TEXT_MIN_CHARACTERS and content.__class__ is str:
-                    kept = sys.intern(content)  # a greeting, "Transfer successful": one per process
+                if len(content) < SHARED_TEXT_MIN_CHARACTERS:
+                    kept = _shared_short_text(content)  # a greeting, "Transfer successful"
                 elif message.role is Role.SYSTEM:
                     with _SYSTEM_PROMPTS_LOCK:
                         kept = _latest(_SYSTEM_PROMPTS, content, content, SHARED_SYSTEM_PROMPTS)
@@ -192,32 +194,44 @@ class SharedValues:
                     message.content = kept
             calls = message.tool_calls
             if calls:
-                key = fingerprint(message)
-                if key not in self._calls:  # calls not seen lately: their arguments, interned
-                    for call in calls:
-                        call.arguments = _interned(call.arguments)
-                kept_calls = _latest(self._calls, key, calls)
+                for call in calls:
+                    call.arguments = _shared_arguments(call.arguments)
+                kept_calls = _latest(self._calls, fingerprint(message), calls)
                 if kept_calls is not calls and _same_calls(kept_calls, calls):
                     message.tool_calls = kept_calls
             elif calls is not NO_TOOL_CALLS:  # a reader's empty list: the one all messages share
                 message.tool_calls = NO_TOOL_CALLS
 
 
-def _interned(arguments: Any) -> Any:
-    """Tool-call arguments with their keys and short string values one string per process (an id
-    such as "L1002" is passed to call after call, in conversation after conversation: the real
-    development set held 937 copies of it). Equal values, so nothing reading them can tell; a
-    nested value is left as it is."""
-    if isinstance(arguments, dict) and len(arguments) <= _INTERNED_KEYS_AT_MOST:
-        return {
-            (sys.intern(key) if key.__class__ is str else key): (
-                sys.intern(value)
-                if value.__class__ is str and len(value) < SHARED_TEXT_MIN_CHARACTERS
-                else value
-            )
-            for key, value in arguments.items()
-        }
-    return arguments
+def _shared_short_text(value: Any) -> Any:
+    """One string object per short text (under SHARED_TEXT_MIN_CHARACTERS) for every conversation,
+    as long as it is among the latest SHARED_SHORT_TEXTS met (the table is emptied when full: what
+    was shared stays shared); anything else as it is. Not ``sys.intern``: interned strings are never
+    freed on Python 3.12, and these are user text."""
+    if value.__class__ is not str or len(value) >= SHARED_TEXT_MIN_CHARACTERS:
+        return value
+    kept = _SHORT_TEXTS.get(value)
+    if kept is None:
+        if len(_SHORT_TEXTS) >= SHARED_SHORT_TEXTS:
+            _SHORT_TEXTS.clear()  # (each step is one atomic dict operation: no lock needed)
+        _SHORT_TEXTS[value] = kept = value
+    return kept
+
+
+def _shared_arguments(arguments: Any) -> Any:
+    """Tool-call arguments with their keys and short string values shared (:func:`_shared_short_text`):
+    an id such as "L1002" is passed to call after call, in conversation after conversation (the real
+    development set held 937 copies of it). Equal values, so nothing reading them can tell; a nested
+    value is left as it is. The same dict when nothing changes, so that what shares it (the call's
+    tool result) goes on sharing it."""
+    if not isinstance(arguments, dict) or len(arguments) > _SHARED_ARGUMENT_KEYS_AT_MOST:
+        return arguments
+    pairs, changed = [], False
+    for key, value in arguments.items():
+        shared_key, shared_value = _shared_short_text(key), _shared_short_text(value)
+        changed = changed or shared_key is not key or shared_value is not value
+        pairs.append((shared_key, shared_value))
+    return dict(pairs) if changed else arguments
 
 
 def _same_calls(kept: list[ToolCall], calls: list[ToolCall]) -> bool:

@@ -816,7 +816,7 @@ def test_short_texts_and_argument_values_are_one_string_per_process():
     inner = four.conversation.messages[1].tool_calls[0].arguments["filter"]
     assert inner["line_id"] is nested["filter"]["line_id"]
     assert three.conversation.messages[1].tool_calls[0].arguments is many_keys
-    # A text of a str subclass (sys.intern refuses those) is kept as it is.
+    # A text of a str subclass is kept as it is (and not in the recent-texts table either).
 
     class Text(str):
         pass
@@ -824,6 +824,51 @@ def test_short_texts_and_argument_values_are_one_string_per_process():
     subclassed = ConversationState.new("five")
     apply_trace(subclassed, b"five", [chat(1, [user(Text("hello"))], [])])
     assert type(subclassed.conversation.messages[0].content) is Text
+    assert subclassed.shared.texts() == []
+
+
+def test_arguments_read_again_stay_the_dict_their_tool_result_shares():
+    """A client that resends only its latest 50 messages makes every history a whole new read: each
+    call's arguments are shared again, also once the call has left the conversation's table of
+    recent calls (16), and must stay the very dict its tool result shares (a new dict each time
+    would hold the arguments twice)."""
+    state = ConversationState.new("window")
+    history = [user("Check the lines")]
+    for number in range(40):
+        call = ToolCall("get_line", {"line_id": f"L{number}", "verbose": True}, f"call-{number}")
+        asked = assistant(None, call)
+        result = ToolResult(
+            f"call-{number}", content="ok", arguments={"line_id": f"L{number}", "verbose": True}
+        )
+        apply_trace(state, b"t%d" % number, [chat(number + 1, list(history[-50:]), [asked])])
+        history += [asked, Message(Role.TOOL, "ok", tool_result=result)]
+    calls = {call.id: call for message in state.conversation.messages for call in message.tool_calls}
+    results = [m.tool_result for m in state.conversation.messages if m.tool_result is not None]
+    assert len(results) == 39
+    assert all(result.arguments is calls[result.call_id].arguments for result in results)
+
+
+def test_the_table_of_shared_short_texts_is_bounded(monkeypatch):
+    """Short texts are shared through a table of the latest ones, emptied when full (sys.intern
+    would keep every text ever read on Python 3.12); what was shared stays shared."""
+    import otelsignals.conversation as conversation_module
+
+    monkeypatch.setattr(conversation_module, "SHARED_SHORT_TEXTS", 8)
+    monkeypatch.setattr(conversation_module, "_SHORT_TEXTS", {})
+    first = ConversationState.new("first")
+    apply_trace(first, b"t0", [chat(1, [user("".join(["hel", "lo"]))], [])])
+    kept = first.conversation.messages[0].content
+    for number in range(50):
+        apply_trace(first, b"t%d" % (number + 1), [chat(number + 2, [user(f"question {number}")], [])])
+        assert len(conversation_module._SHORT_TEXTS) <= 8
+    second = ConversationState.new("second")
+    apply_trace(second, b"u0", [chat(1, [user("".join(["hel", "lo"]))], [])])
+    # "hello" left the table: the second conversation's is its own, the first one's unchanged.
+    assert first.conversation.messages[0].content is kept
+    assert (
+        second.conversation.messages[0].content == "hello"
+        and second.conversation.messages[0].content is not kept
+    )
 
 
 def test_sharing_changes_no_value_on_the_recorded_instrumentations(monkeypatch):
