@@ -195,7 +195,7 @@ class SharedValues:
             calls = message.tool_calls
             if calls:
                 for call in calls:
-                    call.arguments = _shared_arguments(call.arguments)
+                    _share_arguments(call.arguments)
                 kept_calls = _latest(self._calls, fingerprint(message), calls)
                 if kept_calls is not calls and _same_calls(kept_calls, calls):
                     message.tool_calls = kept_calls
@@ -218,20 +218,22 @@ def _shared_short_text(value: Any) -> Any:
     return kept
 
 
-def _shared_arguments(arguments: Any) -> Any:
+def _share_arguments(arguments: Any) -> None:
     """Tool-call arguments with their keys and short string values shared (:func:`_shared_short_text`):
     an id such as "L1002" is passed to call after call, in conversation after conversation (the real
     development set held 937 copies of it). Equal values, so nothing reading them can tell; a nested
-    value is left as it is. The same dict when nothing changes, so that what shares it (the call's
-    tool result) goes on sharing it."""
+    value is left as it is. Changed in place: the dict stays the one its call's tool result shares
+    (a new dict, made whenever another conversation's equal string has taken the table's place,
+    would hold the arguments twice)."""
     if not isinstance(arguments, dict) or len(arguments) > _SHARED_ARGUMENT_KEYS_AT_MOST:
-        return arguments
-    pairs, changed = [], False
-    for key, value in arguments.items():
-        shared_key, shared_value = _shared_short_text(key), _shared_short_text(value)
-        changed = changed or shared_key is not key or shared_value is not value
-        pairs.append((shared_key, shared_value))
-    return dict(pairs) if changed else arguments
+        return
+    shared = [(_shared_short_text(key), _shared_short_text(value)) for key, value in arguments.items()]
+    if any(
+        key is not shared_key or value is not shared_value
+        for (key, value), (shared_key, shared_value) in zip(arguments.items(), shared, strict=True)
+    ):
+        arguments.clear()  # (the order kept: the pairs are put back as they came)
+        arguments.update(shared)
 
 
 def _same_calls(kept: list[ToolCall], calls: list[ToolCall]) -> bool:

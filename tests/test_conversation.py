@@ -827,25 +827,41 @@ def test_short_texts_and_argument_values_are_one_string_per_process():
     assert subclassed.shared.texts() == []
 
 
-def test_arguments_read_again_stay_the_dict_their_tool_result_shares():
+def test_arguments_read_again_stay_the_dict_their_tool_result_shares(monkeypatch):
     """A client that resends only its latest 50 messages makes every history a whole new read: each
     call's arguments are shared again, also once the call has left the conversation's table of
-    recent calls (16), and must stay the very dict its tool result shares (a new dict each time
+    recent calls (16), and once the table of shared strings has turned over and holds another
+    conversation's equal strings. They must stay the very dict its tool result shares (a new dict
     would hold the arguments twice)."""
-    state = ConversationState.new("window")
+    import otelsignals.conversation as conversation_module
+
+    table: dict[str, str] = {}
+    monkeypatch.setattr(conversation_module, "_SHORT_TEXTS", table)
+
+    def fresh(text: str) -> str:
+        return "".join(list(text))
+
+    state, other = ConversationState.new("window"), ConversationState.new("other")
     history = [user("Check the lines")]
     for number in range(40):
-        call = ToolCall("get_line", {"line_id": f"L{number}", "verbose": True}, f"call-{number}")
-        asked = assistant(None, call)
-        result = ToolResult(
-            f"call-{number}", content="ok", arguments={"line_id": f"L{number}", "verbose": True}
+        call = ToolCall(
+            "get_line", {fresh("line_id"): f"L{number}", fresh("format"): fresh("json")}, f"c{number}"
         )
+        asked = assistant(None, call)
+        result = ToolResult(f"c{number}", content="ok", arguments={"line_id": f"L{number}", "format": "json"})
         apply_trace(state, b"t%d" % number, [chat(number + 1, list(history[-50:]), [asked])])
         history += [asked, Message(Role.TOOL, "ok", tool_result=result)]
+        # The table turns over (emptied when full), and another conversation's equal strings take it.
+        table.clear()
+        theirs = assistant(
+            None, ToolCall("get_line", {fresh("line_id"): "L0", fresh("format"): fresh("json")})
+        )
+        apply_trace(other, b"o%d" % number, [chat(number + 1, [user(fresh("Check the lines"))], [theirs])])
     calls = {call.id: call for message in state.conversation.messages for call in message.tool_calls}
     results = [m.tool_result for m in state.conversation.messages if m.tool_result is not None]
     assert len(results) == 39
     assert all(result.arguments is calls[result.call_id].arguments for result in results)
+    assert all(list(call.arguments) == ["line_id", "format"] for call in calls.values())  # order kept
 
 
 def test_the_table_of_shared_short_texts_is_bounded(monkeypatch):
