@@ -142,15 +142,16 @@ def _fingerprint(message: Message) -> int:
     return hash((message.role, text, calls))
 
 
-# Texts shorter than this are not shared (they cost less than looking them up); the latest this many
-# texts and tool-call lists are remembered per conversation: a resent system prompt, the previous
-# answers and tool results are among them when a history resends them.
+# Texts this long or longer are shared within their conversation: the latest SHARED_VALUES texts and
+# tool-call lists are remembered per conversation (a resent system prompt, the previous answers and
+# tool results are among them when a history resends them). Shorter texts, and the keys and short
+# values of tool-call arguments, are shared by every conversation through a table of the latest
+# SHARED_SHORT_TEXTS (_shared_short_text): a canned greeting or an id passed to tool after tool.
 SHARED_TEXT_MIN_CHARACTERS = 64
-_SHARED_ARGUMENT_KEYS_AT_MOST = 32  # arguments with more keys (a payload, not parameters) are left as read
-# Short texts and argument values shared by every conversation (_shared_short_text): a bounded table.
+SHARED_VALUES = 16
 SHARED_SHORT_TEXTS = 8192
 _SHORT_TEXTS: dict[str, str] = {}
-SHARED_VALUES = 16
+_SHARED_ARGUMENT_KEYS_AT_MOST = 32  # arguments with more keys (a payload, not parameters) are left as read
 # System prompts are shared between conversations too: every conversation of an agent holds the same
 # one (the development set's 473 conversations held 473 copies of 18 prompts, 11.9 MiB). The latest
 # this many are remembered by the process, whatever conversation read them.
@@ -163,8 +164,9 @@ class SharedValues:
     """One conversation's recent message texts and tool-call lists, so that what is read again is
     kept once: a system prompt resent with every model call, an answer read from its call's output
     and again from the next call's history, a tool result read from its tool span and from the
-    history, the same tool output returned twice. Only equal values are shared: replacing a copy by
-    the original changes no value, only the memory held."""
+    history, the same tool output returned twice; short texts and tool-call arguments through the
+    process's table. Only equal values are shared: replacing a copy by the original changes no value,
+    only the memory held."""
 
     __slots__ = ("_calls", "_texts")
 

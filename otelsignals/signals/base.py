@@ -82,7 +82,8 @@ class DetectionContext:
 def memory_key(leaf: str, part: str) -> str:
     """The detector-memory key ``leaf:part``, one string object for every conversation. Every open
     conversation's memory holds its keys: a key built anew on each call would be a string of its
-    own per conversation (about 1.6 KB a conversation on the development set)."""
+    own per conversation (about 1.6 KB a conversation on the development set). Leaves and parts are
+    a fixed set, so interning them is safe even where interned strings are never freed (3.12)."""
     return sys.intern(f"{leaf}:{part}")
 
 

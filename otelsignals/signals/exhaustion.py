@@ -56,7 +56,7 @@ def _llm_message_index(ctx: DetectionContext, call: LlmCall) -> int:
 
 def _remembered(ctx: DetectionContext, key: str) -> list[Any]:
     """The list kept under ``key``, or a new one (kept by :func:`_remember` once it holds anything:
-    most conversations never see a failed call, and twelve empty lists would cost each ~1 KB)."""
+    most conversations never see a failed call, and twelve empty lists cost each of them ~1 KB)."""
     value = ctx.memory.get(key)
     return value if isinstance(value, list) else []
 
