@@ -691,6 +691,11 @@ def test_the_conversation_after_a_trace_keeps_what_the_spans_said_of_it() -> Non
     assert state.conversation.available_tools is not after.available_tools  # a copy
 
 
+def fresh(text: str) -> str:
+    """An equal string, another object."""
+    return "".join(list(text))
+
+
 def _copy(message: Message) -> Message:
     """``message`` as a later span reads it again: equal values, new objects."""
     calls = [
@@ -698,7 +703,7 @@ def _copy(message: Message) -> Message:
         for c in message.tool_calls
     ]
     result = message.tool_result
-    content = None if message.content is None else "".join(list(message.content))
+    content = None if message.content is None else fresh(message.content)
     return Message(
         message.role,
         content,
@@ -747,7 +752,7 @@ def test_conversations_of_one_agent_hold_one_copy_of_its_system_prompt():
     first, second = ConversationState.new("one"), ConversationState.new("two")
     prompt = "".join(LONG_PROMPT)  # an equal text, another object than the one the table holds
     apply_trace(first, b"t1", [chat(1, [Message(Role.SYSTEM, prompt), user("Where is it?")], [])])
-    copy = "".join(list(prompt))
+    copy = fresh(prompt)
     assert copy is not prompt
     apply_trace(second, b"t2", [chat(2, [Message(Role.SYSTEM, copy), user("And mine?")], [])])
     assert second.conversation.messages[0].content is first.conversation.messages[0].content
@@ -788,9 +793,6 @@ def test_short_texts_and_argument_values_are_one_string_per_process():
     """What many conversations say alike (a canned greeting, a tool's short answer, the ids passed
     to tools, the arguments' keys) is one string object for all of them: the real development set
     held 472 copies of its agents' greeting and 937 of one line id."""
-
-    def fresh(text: str) -> str:
-        return "".join(list(text))  # an equal string, another object
 
     def conversation(key: str, arguments: dict, text: str) -> ConversationState:
         state = ConversationState.new(key)
@@ -837,9 +839,6 @@ def test_arguments_read_again_stay_the_dict_their_tool_result_shares(monkeypatch
 
     table: dict[str, str] = {}
     monkeypatch.setattr(conversation_module, "_SHORT_TEXTS", table)
-
-    def fresh(text: str) -> str:
-        return "".join(list(text))
 
     state, other = ConversationState.new("window"), ConversationState.new("other")
     history = [user("Check the lines")]
