@@ -9,14 +9,20 @@ TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo demo-phoenix run test lint bench clean
 
-$(RUNTIME_STAMP): pyproject.toml
+# The modules setup.py compiles with mypyc (listed in otelsignals/native.py): the package is built
+# again when one of them changes, so that tests and demo never run a compiled copy of older source.
+NATIVE_SOURCES := $(shell $(PYTHON) -c "import runpy; n = runpy.run_path('otelsignals/native.py'); print(' '.join('otelsignals/' + m.replace('.', '/') + '.py' for m in n['COMPILED_MODULES']))")
+
+$(RUNTIME_STAMP): pyproject.toml setup.py otelsignals/native.py $(NATIVE_SOURCES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .
 	@touch $(RUNTIME_STAMP)
 
+# The test extra's packages only: `pip install -e '.[test]'` would build (and compile) the package again.
 $(TEST_STAMP): $(RUNTIME_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['test']))" > $(VENV)/test-requirements.txt
+	$(BIN)/python -m pip install --quiet -r $(VENV)/test-requirements.txt
 	@touch $(TEST_STAMP)
 
 demo: $(RUNTIME_STAMP)

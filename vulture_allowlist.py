@@ -3,10 +3,12 @@
 
 from otelsignals.demo.traffic import _SpanCounter
 from otelsignals.evals.judge import Judge
+from otelsignals.native import _SourceFirst
 from otelsignals.pipeline.grpc_receiver import _GrpcAuthentication
 
 _SpanCounter.on_end  # the OpenTelemetry SDK calls a SpanProcessor's on_end
 _GrpcAuthentication.intercept_service  # grpc.aio calls a ServerInterceptor's intercept_service
+_SourceFirst.find_spec  # the import system calls a meta path finder's find_spec
 # The judge's metrics are called by name (the metric names users list in evals.judge.metrics).
 Judge.step_efficiency
 Judge.plan_adherence

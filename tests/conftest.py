@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 
+from otelsignals import native
 from tests.support.otlp_sink import OtlpSink
 from tests.support.servers import ServerUnavailable, run_postgres, run_redis
 
@@ -44,3 +47,19 @@ def postgres_server() -> Iterator[str]:
             yield url
     except ServerUnavailable as exc:
         pytest.fail(str(exc))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A test marked ``source_modules`` replaces functions of the analysis core to watch it work
+    (monkeypatch). Where the core runs compiled (otelsignals/native.py), compiled callers call each
+    other directly and would not see the replacement: the test then runs in a pytest of its own with
+    the core's source (OTELSIGNALS_PURE_PYTHON=1), and passes only if it passes there."""
+    if pyfuncitem.get_closest_marker("source_modules") is None or not native.compiled():
+        return None
+    env = {**os.environ, native.PURE_PYTHON_ENV: "1"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", pyfuncitem.nodeid]
+    result = subprocess.run(command, env=env, cwd=pyfuncitem.config.rootpath, capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(f"failed with the core's source:\n{result.stdout[-4000:]}{result.stderr[-2000:]}")
+    return True

@@ -61,6 +61,7 @@ class _Holding(HistoryCache):
         return any(messages is held for held in self._held)
 
 
+@pytest.mark.source_modules  # _Holding subclasses a class of the compiled core
 @settings(max_examples=400, deadline=None)
 @given(traces(), st.lists(st.integers(0, 11), max_size=3))
 def test_each_history_catches_up_with_exactly_what_the_earlier_merges_did(

@@ -79,20 +79,31 @@ def _indexed_entries(span: SpanView, groups: tuple[tuple[str, ...], ...]) -> lis
     has hundreds of them, the same keys every call: what a key means is worked out once
     (:func:`_slot`), and the entries of attributes an earlier span of the conversation had too are
     that span's (SpanView.indexed_groups)."""
-    every = tuple(prefix for prefixes in groups for prefix in prefixes)
+    keys = _IndexedKeys(groups)
+    return span.indexed_groups(f"openllmetry:{groups}", len(groups), keys.locate, keys.fill)
 
-    def slot_of(key: str) -> tuple[int, int, str, str, int] | None:
-        if not key.startswith(every):
+
+class _IndexedKeys:
+    """What the indexed keys of ``groups`` mean, for SpanView.indexed_groups. A class rather than
+    closures over each other: compiled (native.py), closures that call each other form a reference
+    cycle on every call, which only the cyclic collector frees (tests/test_gc_policy.py)."""
+
+    def __init__(self, groups: tuple[tuple[str, ...], ...]) -> None:
+        self.groups = groups
+        self.every = tuple(prefix for prefixes in groups for prefix in prefixes)
+
+    def slot_of(self, key: str) -> tuple[int, int, str, str, int] | None:
+        if not key.startswith(self.every):
             return None
         # Only keys of a sensible length are memoised: the memo must not keep huge strings alive.
-        return _slot(key, groups) if len(key) <= MAX_MEMO_KEY else _slot.__wrapped__(key, groups)
+        return _slot(key, self.groups) if len(key) <= MAX_MEMO_KEY else _slot.__wrapped__(key, self.groups)
 
-    def locate(key: str) -> tuple[int, int] | None:
-        slot = slot_of(key)
+    def locate(self, key: str) -> tuple[int, int] | None:
+        slot = self.slot_of(key)
         return None if slot is None else (slot[0], slot[1])
 
-    def fill(entry: dict[str, Any], key: str, value: Any) -> None:
-        _, _, kind, field, call_index = slot_of(key)  # type: ignore[misc]  # located: not None
+    def fill(self, entry: dict[str, Any], key: str, value: Any) -> None:
+        _, _, kind, field, call_index = self.slot_of(key)  # type: ignore[misc]  # located: not None
         if kind == _FIELD:
             entry[field] = value
         elif kind == _CALL_FIELD:
@@ -101,8 +112,6 @@ def _indexed_entries(span: SpanView, groups: tuple[tuple[str, ...], ...]) -> lis
             entry.setdefault("function_call", {})[field] = value
         elif kind == _CALLS_VALUE:
             entry["tool_calls_value"] = value  # the whole list as one JSON attribute
-
-    return span.indexed_groups(f"openllmetry:{groups}", len(groups), locate, fill)
 
 
 MAX_MEMO_KEY = 256

@@ -117,8 +117,8 @@ def _result(name: str, score: float, reason: str, metadata: dict[str, Any], thre
 
 
 def coherence(
-    input_text: str,
-    output_text: str,
+    input_text: str | None,
+    output_text: str | None,
     embedder: Embedder | None = None,
     *,
     threshold: float = DEFAULT_THRESHOLD,

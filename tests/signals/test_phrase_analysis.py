@@ -196,6 +196,7 @@ def test_first_message_seen_after_a_system_prompt_still_counts_as_first() -> Non
     )
 
 
+@pytest.mark.source_modules
 def test_one_call_scans_each_user_message_once_however_long_they_are(monkeypatch) -> None:
     # Four long messages are each scanned once in a detection call, not once per phrase detector
     # reading them (analysis_of keeps the call's analyses, whatever their size).

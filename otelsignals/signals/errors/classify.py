@@ -114,13 +114,13 @@ def _classify(
 
 
 def classify_failure(
-    status_code: int | None = None,
-    error_type: str | None = None,
-    error_message: str | None = None,
-    content: str | None = None,
+    status_code: object = None,  # int | None; anything else is taken for None (span attributes)
+    error_type: object = None,  # str | None, likewise
+    error_message: object = None,
+    content: object = None,
     *,
     source: str = "tool",
-    tool_name: str | None = None,
+    tool_name: object = None,
 ) -> Classification | None:
     """The leaf type of a failure (see the package docstring for the rules and the default).
 
@@ -128,17 +128,17 @@ def classify_failure(
     for something that failed; for a tool result use :func:`tool_failure`, which checks that first.
     Never raises on odd input.
     """
-    status_code = status_code if isinstance(status_code, int) and not isinstance(status_code, bool) else None
-    error_type = error_type if isinstance(error_type, str) else None
-    error_message = error_message if isinstance(error_message, str) else None
-    content = content if isinstance(content, str) else None
-    tool_name = tool_name if isinstance(tool_name, str) else None
-    key = (status_code, error_type, fingerprint(error_message), fingerprint(content), source, tool_name)
+    code = status_code if isinstance(status_code, int) and not isinstance(status_code, bool) else None
+    kind = error_type if isinstance(error_type, str) else None
+    message = error_message if isinstance(error_message, str) else None
+    text = content if isinstance(content, str) else None
+    tool = tool_name if isinstance(tool_name, str) else None
+    key = (code, kind, fingerprint(message), fingerprint(text), source, tool)
     with _CLASSIFIED_LOCK:
         found = _CLASSIFIED.get(key, _MISSING)
     if not isinstance(found, Classification | None):
         try:
-            found = _classify(status_code, error_type, error_message, content, source, tool_name)
+            found = _classify(code, kind, message, text, source, tool)
         except Exception:  # a detector must never take the pipeline down
             found = None
         with _CLASSIFIED_LOCK:

@@ -1,0 +1,93 @@
+"""Builds otelsignals; the analysis core's modules compiled to C with mypyc where that works.
+
+Metadata and dependencies are in pyproject.toml. What is compiled is listed in
+otelsignals/native.py (read here without importing the package). The build stays pure Python, with
+a warning, when ``OTELSIGNALS_PURE_PYTHON`` is set, when mypyc is missing, or when compiling fails
+(no C compiler, no Python headers): the same code then runs from its source, only slower.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("_otelsignals_native", ROOT / "otelsignals" / "native.py")
+assert _spec is not None and _spec.loader is not None
+native = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(native)
+
+
+def _warn(message: str) -> None:
+    print(f"otelsignals build: {message}; the analysis core stays pure Python", file=sys.stderr)
+
+
+class BuildNativeOrPure(build_ext):
+    """Builds the compiled modules on every core; any failure leaves none of them (they call each
+    other directly, so a part of them cannot run) and the build goes on pure Python."""
+
+    def initialize_options(self) -> None:
+        super().initialize_options()
+        self.parallel = os.cpu_count() or 1
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as error:  # CompileError, LinkError, a missing compiler or header
+            self._forget_built()
+            _warn(f"compiling failed ({error})")
+
+    def _forget_built(self) -> None:
+        for extension in self.extensions:
+            for place in (Path(self.build_lib), ROOT):
+                built = place / self.get_ext_filename(extension.name)
+                built.unlink(missing_ok=True)
+        (ROOT / "otelsignals" / native.BUILD_MANIFEST).unlink(missing_ok=True)
+        self.extensions = []
+
+
+def _forget_unlisted(package: Path) -> None:
+    """Compiled files an earlier build left in the source tree for modules no longer listed."""
+    for module in set(native.compiled_modules(package)) - set(native.COMPILED_MODULES):
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            native.source_path(module, package).with_suffix(suffix).unlink(missing_ok=True)
+
+
+def native_extensions() -> list[Any]:
+    if os.environ.get(native.PURE_PYTHON_ENV, "").strip().lower() in ("1", "true", "yes"):
+        _warn(f"{native.PURE_PYTHON_ENV} is set")
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        _warn("mypyc is not installed")
+        return []
+    package = ROOT / "otelsignals"
+    _forget_unlisted(package)
+    sources = {module: native.source_path(module, package) for module in native.COMPILED_MODULES}
+    # Third-party packages are not installed in an isolated build: their types are then Any, and
+    # ignores written for their stubs are unused. Neither changes what the compiled code does.
+    options = ["--ignore-missing-imports", "--no-warn-unused-ignores", "--no-warn-unused-configs"]
+    try:
+        extensions = mypycify(
+            [str(path.relative_to(ROOT)) for path in sources.values()] + options,
+            group_name="otelsignals_native",
+            multi_file=True,  # a C file per module: compiled in parallel
+        )
+    except BaseException as error:  # mypyc exits (SystemExit) when type checking fails
+        _warn(f"mypyc could not compile the core ({error!r})")
+        return []
+    manifest = {"sources": {module: native.source_digest(path) for module, path in sources.items()}}
+    (ROOT / "otelsignals" / native.BUILD_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return list(extensions)
+
+
+setup(ext_modules=native_extensions(), cmdclass={"build_ext": BuildNativeOrPure})

@@ -1,0 +1,151 @@
+"""The analysis core compiled with mypyc (otelsignals/native.py, setup.py): built where a compiler
+is, the same results as its source, and never a build older than its source."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.machinery
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bench import triage_real
+from otelsignals import native
+from otelsignals.offline import read_requests, traces_in_time_order
+from otelsignals.pipeline.analyzer import Analyzer
+from otelsignals.telemetry import Telemetry
+from tests.support.sidecar import SidecarProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+EXTENSION = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def analysis_digest(real_dir: str = "") -> str:
+    """Every signal, score, priority and trace metric of the instrumentation fixtures (and of the
+    converted real conversations in ``real_dir``), as one digest."""
+    paths = sorted(p for p in FIXTURES.rglob("*.binpb") if not p.name.endswith(".logs.binpb"))
+    if real_dir:
+        paths += sorted(Path(real_dir).rglob("*.binpb"))
+    analyzer = Analyzer(Telemetry())
+    digest = hashlib.blake2b(digest_size=16)
+    for trace in traces_in_time_order(request for path in paths for request in read_requests(path)):
+        analysis = analyzer.process(trace)
+        if analysis is None:
+            continue
+        fields = [
+            [[s.type, s.message_index, s.confidence, s.snippet, s.metadata] for s in analysis.new_signals],
+            [analysis.score.quality, analysis.score.flagged, analysis.score.turn_count],
+            [analysis.priority.value, analysis.priority.terms, analysis.priority.reasons],
+        ]
+        digest.update(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS))
+    for state in analyzer.sessions:
+        for metrics in state.trace_signals:
+            digest.update(orjson.dumps(metrics.as_dict(), option=orjson.OPT_SORT_KEYS))
+    return digest.hexdigest()
+
+
+def _has_compiler() -> bool:
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    return shutil.which(compiler) is not None and headers.exists()
+
+
+@pytest.mark.skipif(not _has_compiler(), reason="no C compiler or Python headers: the build is pure Python")
+def test_the_core_is_compiled_where_a_compiler_is():
+    # A build that fell back to pure Python only warns: this says so where it should not have.
+    assert native.compiled(), f"the analysis core runs from source: {native.pure_python_reason}"
+    for module in native.COMPILED_MODULES:
+        loaded = importlib.import_module(f"otelsignals.{module}")
+        assert loaded.__file__ is not None and loaded.__file__.endswith(EXTENSION), module
+
+
+def test_compiled_and_source_give_the_same_analysis(tmp_path):
+    """The same traffic through the compiled core (this process, where it is built) and through its
+    source (a process with OTELSIGNALS_PURE_PYTHON=1): every signal, score, priority and metric."""
+    real_dir = ""
+    if (triage_real.DEFAULT_DATA / "dev.jsonl").exists():
+        triage_real.convert(triage_real.DEFAULT_DATA, tmp_path)
+        kept = sorted(tmp_path.rglob("*.binpb"))[:150]
+        for extra in sorted(tmp_path.rglob("*.binpb"))[150:]:
+            extra.unlink()
+        assert kept
+        real_dir = str(tmp_path)
+    here = analysis_digest(real_dir)
+    code = f"from tests.test_native import analysis_digest; print(analysis_digest({real_dir!r}))"
+    env = {**os.environ, native.PURE_PYTHON_ENV: "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == here
+
+
+def test_the_source_runs_when_asked_to():
+    code = (
+        "import otelsignals.native as n, otelsignals.signals.tokens as t,"
+        " otelsignals.conventions.decoding as d;"
+        "import json; print(json.dumps([n.compiled(), n.pure_python_reason, t.__file__, d.__file__]))"
+    )
+    env = {**os.environ, native.PURE_PYTHON_ENV: "1"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    compiled, reason, *files = json.loads(result.stdout)
+    assert compiled is False and native.PURE_PYTHON_ENV in reason
+    assert all(file.endswith(".py") for file in files)
+
+
+def _package(tmp_path: Path, modules: dict[str, str], built: dict[str, str] | None) -> Path:
+    """A package directory with ``modules`` (name → source), each with a compiled file beside it,
+    and a build manifest recording the sources ``built`` (None: no manifest)."""
+    for module, source in modules.items():
+        path = native.source_path(module, tmp_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+        path.with_suffix(EXTENSION).write_bytes(b"")  # only its presence is read
+    if built is not None:
+        digests = {module: hashlib.sha256(source.encode()).hexdigest() for module, source in built.items()}
+        (tmp_path / native.BUILD_MANIFEST).write_text(json.dumps({"sources": digests}))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("sources", "built", "stale"),
+    [
+        ({"a": "x = 1\n", "b.c": "y = 2\n"}, {"a": "x = 1\n", "b.c": "y = 2\n"}, []),
+        # a source edited (or checked out) after the build
+        ({"a": "x = 1\n", "b.c": "y = 3\n"}, {"a": "x = 1\n", "b.c": "y = 2\n"}, ["b.c"]),
+        # the same bytes again: not stale, whatever the files' times say
+        ({"a": "x = 1\n"}, {"a": "x = 1\n"}, []),
+        # compiled, but not by a build that recorded it
+        ({"a": "x = 1\n", "b.c": "y = 2\n"}, {"a": "x = 1\n"}, ["b.c"]),
+        ({"a": "x = 1\n"}, None, ["a"]),
+    ],
+)
+def test_a_compiled_module_is_stale_when_its_source_is_not_the_one_built(tmp_path, sources, built, stale):
+    package = _package(tmp_path, sources, built)
+    assert native.stale_modules(package) == stale
+
+
+def test_a_module_without_a_compiled_file_is_never_stale(tmp_path):
+    package = _package(tmp_path, {"a": "x = 1\n"}, {"a": "x = 1\n"})
+    native.source_path("b", package).write_text("y = 2\n")  # source only
+    assert native.compiled_modules(package) == ["a"]
+    assert native.stale_modules(package) == []
+
+
+def test_the_sidecar_says_whether_its_core_runs_compiled(tmp_path):
+    with SidecarProcess(tmp_path) as sidecar:
+        started = next(
+            json.loads(line)
+            for line in sidecar.stderr().splitlines()
+            if line.startswith("{") and json.loads(line).get("message") == "otelsignals listening"
+        )
+    expected = "compiled" if native.compiled() else native.pure_python_reason
+    assert started["analysis_core"] == expected
