@@ -23,6 +23,8 @@ gRPC sink in another process that notes when each trace's last span arrives):
 
 - ``sidecar``: ``otelsignals run`` with the embedded defaults (trace metrics on, gzip towards the
   downstream, no disk queue); only ports, the downstream endpoint and the store directory are set;
+  its analysis core compiled where the package was built so (``OTELSIGNALS_PURE_PYTHON=1`` in this
+  command's environment runs the core's source, there and in ``--profile``: README, "The compiled core");
 - ``bare``: ``python bench/agent_workload.py --bare-forwarder PORT DOWNSTREAM``, a grpc.aio server
   that parses each request, serializes it again and forwards it (same compression) before answering.
 

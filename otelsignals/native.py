@@ -7,9 +7,9 @@ compiled ones and behave the same (tests/test_native.py compares the two on the 
 
 Python prefers a compiled module over its source, so a compiled module built from another source
 (edited or checked out since the last build) would run code that is no longer there. At import,
-``otelsignals`` then loads every module of this list from its source instead (all of them: the
-compiled ones call each other directly, not through the import system) and says so in the log. So
-does ``OTELSIGNALS_PURE_PYTHON=1`` at run time (to profile line by line, or to compare).
+``otelsignals`` then loads every compiled module from its source instead (all of them: compiled
+modules call each other directly, not through the import system), and the sidecar's start-up log
+says so. So does ``OTELSIGNALS_PURE_PYTHON=1`` at run time (to profile line by line, or to compare).
 
 This module is read by ``setup.py`` before the package is built: standard library only.
 """
@@ -27,9 +27,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
-# Modules (dotted, under otelsignals) compiled by setup.py. Not compiled: what tests or benchmarks
-# replace at run time (a compiled caller calls a compiled function directly, not through its
-# module's attribute), classes subclassed outside the list, and modules whose time is in C already.
+# Modules (dotted, under otelsignals) compiled by setup.py. Not compiled: modules whose functions
+# tests or benchmarks replace at run time (analysis, conventions.span_decoder: a compiled caller
+# calls a compiled function directly, not through its module's attribute), classes subclassed
+# outside the list (model, compaction), conversation (compiled code boxes its shared integers anew:
+# more memory), evals.session_metrics (the judge gives MetricResult a None score its annotation
+# does not allow), and what runs elsewhere than the analysis thread.
 COMPILED_MODULES: tuple[str, ...] = (
     "limits",
     "scoring",

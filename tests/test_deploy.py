@@ -417,7 +417,7 @@ def test_dockerfile_copy_sources_exist_and_are_in_the_build_context() -> None:
             )
     # Whatever `pip install .` needs to build the package must be in the image.
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    needed = {"pyproject.toml", project["project"]["readme"]}
+    needed = {"pyproject.toml", "setup.py", project["project"]["readme"]}
     needed |= {pkg.rstrip("*") for pkg in project["tool"]["setuptools"]["packages"]["find"]["include"]}
     assert needed <= {s.rstrip("/") for s in sources}, f"missing from COPY: {needed - set(sources)}"
 

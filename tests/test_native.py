@@ -8,6 +8,7 @@ import importlib
 import importlib.machinery
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 
 from bench import triage_real
 from otelsignals import native
@@ -149,3 +151,43 @@ def test_the_sidecar_says_whether_its_core_runs_compiled(tmp_path):
         )
     expected = "compiled" if native.compiled() else native.pure_python_reason
     assert started["analysis_core"] == expected
+
+
+_ODD_VALUES = [
+    AnyValue(int_value=7),
+    AnyValue(bool_value=True),
+    AnyValue(double_value=1.5),
+    AnyValue(bytes_value=b"\x00\xff"),
+    AnyValue(string_value=""),
+    AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=1), AnyValue(string_value="x")])),
+    AnyValue(kvlist_value=KeyValueList(values=[KeyValue(key="role", value=AnyValue(int_value=3))])),
+    AnyValue(string_value='{"role": 5, "content": [1, {"type": 2}]}'),
+    AnyValue(string_value='[{"role": "user", "content": 5, "tool_calls": "x"}]'),
+    AnyValue(),
+]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_attribute_values_of_any_kind_never_break_the_analysis(seed):
+    """Compiled code checks its annotations at run time (a value of another type raises TypeError):
+    the recorded instrumentation traffic with a third of its span and event attributes replaced by
+    values of other kinds (numbers, bytes, lists, maps, JSON of the wrong shape) is analysed with no
+    exception and no reader failure."""
+
+    chosen = random.Random(seed)
+    paths = sorted(p for p in FIXTURES.rglob("*.binpb") if not p.name.endswith(".logs.binpb"))
+    requests = []
+    for path in paths:
+        for request in read_requests(path):
+            for resource_spans in request.resource_spans:
+                for scope_spans in resource_spans.scope_spans:
+                    for span in scope_spans.spans:
+                        attributes = [*span.attributes, *(a for e in span.events for a in e.attributes)]
+                        for attribute in attributes:
+                            if chosen.random() < 0.3:
+                                attribute.value.CopyFrom(chosen.choice(_ODD_VALUES))
+            requests.append(request)
+    analyzer = Analyzer(Telemetry())
+    analysed = [analyzer.process(trace) for trace in traces_in_time_order(requests)]
+    assert any(analysed)
+    assert analyzer.telemetry.unreadable_spans.labels("reader_error")._value.get() == 0

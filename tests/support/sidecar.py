@@ -16,6 +16,7 @@ import orjson
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from otelsignals import native
 from tests.support.servers import free_port
 
 
@@ -85,7 +86,9 @@ class SidecarProcess:
 
     def _start(self, timeout: float) -> SidecarProcess:
         self.config_path.write_text(yaml.safe_dump(self.config))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTELSIGNALS_")}
+        # Configuration comes from the file only; whether the compiled core runs follows this process.
+        kept = native.PURE_PYTHON_ENV
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTELSIGNALS_") or k == kept}
         with self.stderr_path.open("ab") as stderr:
             self.process = subprocess.Popen(
                 [
