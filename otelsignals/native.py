@@ -32,10 +32,12 @@ from types import ModuleType
 # calls a compiled function directly, not through its module's attribute), classes subclassed
 # outside the list (model, compaction), conversation (compiled code boxes its shared integers anew:
 # more memory), evals.session_metrics (the judge gives MetricResult a None score its annotation
-# does not allow), and what runs elsewhere than the analysis thread.
+# does not allow), reputation (its Evaluation takes the stores' rows as they come: 1 for True),
+# and what runs elsewhere than the analysis thread.
 COMPILED_MODULES: tuple[str, ...] = (
     "limits",
     "scoring",
+    "triage",
     "conventions.base",
     "conventions.decoding",
     "conventions.genai",
