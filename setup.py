@@ -31,27 +31,37 @@ def _warn(message: str) -> None:
 
 
 class BuildNativeOrPure(build_ext):
-    """Builds the compiled modules on every core; any failure leaves none of them (they call each
-    other directly, so a part of them cannot run) and the build goes on pure Python."""
+    """Builds the compiled modules on every core, then records the sources they were built from
+    beside them (native.BUILD_MANIFEST). Any failure leaves none of this build's modules (they call
+    each other directly, so a part of them cannot run) and the build goes on pure Python."""
 
     def initialize_options(self) -> None:
         super().initialize_options()
         self.parallel = os.cpu_count() or 1
 
     def run(self) -> None:
+        package = (ROOT if self.inplace else Path(self.build_lib)) / "otelsignals"
         try:
             super().run()
         except Exception as error:  # CompileError, LinkError, a missing compiler or header
             self._forget_built()
             _warn(f"compiling failed ({error})")
+            return
+        if self.extensions:
+            manifest = {"sources": BUILT_SOURCES}
+            (package / native.BUILD_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
     def _forget_built(self) -> None:
+        # Only what this build wrote: a wheel built from a tree leaves the tree's own build alone.
+        place = ROOT if self.inplace else Path(self.build_lib)
         for extension in self.extensions:
-            for place in (Path(self.build_lib), ROOT):
-                built = place / self.get_ext_filename(extension.name)
-                built.unlink(missing_ok=True)
-        (ROOT / "otelsignals" / native.BUILD_MANIFEST).unlink(missing_ok=True)
+            (place / self.get_ext_filename(extension.name)).unlink(missing_ok=True)
+        (place / "otelsignals" / native.BUILD_MANIFEST).unlink(missing_ok=True)
         self.extensions = []
+
+
+# Each compiled module's source digest, for the manifest the build writes once it has compiled them.
+BUILT_SOURCES: dict[str, str] = {}
 
 
 def _forget_unlisted(package: Path) -> None:
@@ -85,8 +95,7 @@ def native_extensions() -> list[Any]:
     except BaseException as error:  # mypyc exits (SystemExit) when type checking fails
         _warn(f"mypyc could not compile the core ({error!r})")
         return []
-    manifest = {"sources": {module: native.source_digest(path) for module, path in sources.items()}}
-    (ROOT / "otelsignals" / native.BUILD_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    BUILT_SOURCES.update({module: native.source_digest(path) for module, path in sources.items()})
     return list(extensions)
 
 
