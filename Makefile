@@ -9,9 +9,10 @@ TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo demo-phoenix run test lint bench clean
 
-# The modules setup.py compiles with mypyc (listed in otelsignals/native.py): the package is built
-# again when one of them changes, so that tests and demo never run a compiled copy of older source.
-NATIVE_SOURCES := $(shell $(PYTHON) -c "import runpy; n = runpy.run_path('otelsignals/native.py'); print(' '.join('otelsignals/' + m.replace('.', '/') + '.py' for m in n['COMPILED_MODULES']))")
+# The modules setup.py compiles with mypyc (listed in otelsignals/native.py) and those they import:
+# the package is built again when one of them changes, so that tests and demo run compiled code of
+# the source as it is (otherwise the package would run that source uncompiled: native.py).
+NATIVE_SOURCES := $(shell $(PYTHON) -c "import runpy; n = runpy.run_path('otelsignals/native.py'); print(' '.join(str(n['source_path'](m)) for m in n['build_inputs']()))")
 
 $(RUNTIME_STAMP): pyproject.toml setup.py otelsignals/native.py $(NATIVE_SOURCES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

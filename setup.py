@@ -31,47 +31,49 @@ def _warn(message: str) -> None:
 
 
 class BuildNativeOrPure(build_ext):
-    """Builds the compiled modules on every core, then records the sources they were built from
-    beside them (native.BUILD_MANIFEST). Any failure leaves none of this build's modules (they call
-    each other directly, so a part of them cannot run) and the build goes on pure Python."""
-
-    def initialize_options(self) -> None:
-        super().initialize_options()
-        self.parallel = os.cpu_count() or 1
+    """Builds the compiled modules, then records what it built from which sources beside them
+    (native.BUILD_MANIFEST). Any failure leaves none of this build's modules (they call each other
+    directly, so a part of them cannot run) and the build goes on pure Python."""
 
     def run(self) -> None:
         package = (ROOT if self.inplace else Path(self.build_lib)) / "otelsignals"
+        _forget_unlisted(package)  # also where a wheel is built: build/ keeps earlier builds' files
         try:
             super().run()
         except Exception as error:  # CompileError, LinkError, a missing compiler or header
-            self._forget_built()
+            self._forget_built(package)
             _warn(f"compiling failed ({error})")
             return
         if self.extensions:
-            manifest = {"sources": BUILT_SOURCES}
-            (package / native.BUILD_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+            (package / native.BUILD_MANIFEST).write_text(json.dumps(BUILT, indent=1) + "\n")
 
-    def _forget_built(self) -> None:
+    def _forget_built(self, package: Path) -> None:
         # Only what this build wrote: a wheel built from a tree leaves the tree's own build alone.
-        place = ROOT if self.inplace else Path(self.build_lib)
         for extension in self.extensions:
-            (place / self.get_ext_filename(extension.name)).unlink(missing_ok=True)
-        (place / "otelsignals" / native.BUILD_MANIFEST).unlink(missing_ok=True)
+            (package.parent / self.get_ext_filename(extension.name)).unlink(missing_ok=True)
+        (package / native.BUILD_MANIFEST).unlink(missing_ok=True)
         self.extensions = []
 
 
-# Each compiled module's source digest, for the manifest the build writes once it has compiled them.
-BUILT_SOURCES: dict[str, str] = {}
+# The manifest of the modules compiled (native.manifest), taken before compiling them: an edit made
+# during the build then shows as a change.
+BUILT: dict[str, object] = {}
+# The commands that build; the others (egg_info, dist_info) only ask for metadata: no type check.
+_BUILDING = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop"}
 
 
 def _forget_unlisted(package: Path) -> None:
-    """Compiled files an earlier build left in the source tree for modules no longer listed."""
+    """Compiled files an earlier build left for modules no longer listed, and its manifest (until
+    this build writes its own, the files there are not what it records)."""
     for module in set(native.compiled_modules(package)) - set(native.COMPILED_MODULES):
         for suffix in importlib.machinery.EXTENSION_SUFFIXES:
             native.source_path(module, package).with_suffix(suffix).unlink(missing_ok=True)
+    (package / native.BUILD_MANIFEST).unlink(missing_ok=True)
 
 
 def native_extensions() -> list[Any]:
+    if _BUILDING.isdisjoint(sys.argv[1:]):
+        return []
     if os.environ.get(native.PURE_PYTHON_ENV, "").strip().lower() in ("1", "true", "yes"):
         _warn(f"{native.PURE_PYTHON_ENV} is set")
         return []
@@ -81,21 +83,20 @@ def native_extensions() -> list[Any]:
         _warn("mypyc is not installed")
         return []
     package = ROOT / "otelsignals"
-    _forget_unlisted(package)
-    sources = {module: native.source_path(module, package) for module in native.COMPILED_MODULES}
+    BUILT.update(native.manifest(package))
     # Third-party packages are not installed in an isolated build: their types are then Any, and
     # ignores written for their stubs are unused. Neither changes what the compiled code does.
     options = ["--ignore-missing-imports", "--no-warn-unused-ignores", "--no-warn-unused-configs"]
+    sources = [str(native.source_path(m, package).relative_to(ROOT)) for m in native.COMPILED_MODULES]
     try:
         extensions = mypycify(
-            [str(path.relative_to(ROOT)) for path in sources.values()] + options,
+            sources + options,
             group_name="otelsignals_native",
-            multi_file=True,  # a C file per module: compiled in parallel
+            multi_file=True,  # a C file per module: less of the compiler's memory at once
         )
-    except BaseException as error:  # mypyc exits (SystemExit) when type checking fails
+    except (Exception, SystemExit) as error:  # mypyc exits (SystemExit) when type checking fails
         _warn(f"mypyc could not compile the core ({error!r})")
         return []
-    BUILT_SOURCES.update({module: native.source_digest(path) for module, path in sources.items()})
     return list(extensions)
 
 

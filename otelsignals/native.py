@@ -2,7 +2,7 @@
 
 The modules below are plain, typed Python. ``setup.py`` compiles them with mypyc when it can (a C
 compiler and the Python headers are there, ``OTELSIGNALS_PURE_PYTHON`` is not set at build time):
-the same code then runs 1.2-1.5× faster (bench/RESULTS.md). The ``.py`` files stay beside the
+the same code then takes about a fifth less CPU per turn (bench/RESULTS.md). The ``.py`` files stay beside the
 compiled ones and behave the same (tests/test_native.py compares the two on the same traffic).
 
 Python prefers a compiled module over its source, so a compiled module built from another source
@@ -16,6 +16,7 @@ This module is read by ``setup.py`` before the package is built: standard librar
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -77,8 +78,9 @@ COMPILED_MODULES: tuple[str, ...] = (
     "signals.tool_calls",
     "signals.word_lists",
 )
+PACKAGE_NAME = "otelsignals"
 PURE_PYTHON_ENV = "OTELSIGNALS_PURE_PYTHON"
-# Written by setup.py beside the compiled modules: the digest of each source it compiled.
+# Written by setup.py beside the compiled modules: what it compiled, from which sources (manifest()).
 BUILD_MANIFEST = "native_build.json"
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -89,33 +91,75 @@ def source_path(module: str, package_dir: Path = PACKAGE_DIR) -> Path:
 
 def compiled_modules(package_dir: Path = PACKAGE_DIR) -> list[str]:
     """The package's modules that have a compiled extension beside their source, listed or not (a
-    module taken off the list keeps the file an earlier build left)."""
+    module taken off the list keeps the file an earlier build left). Only extensions this
+    interpreter would import: another version's (``x.cpython-312-….so``) is not one of its modules."""
     found = []
     for path in package_dir.rglob("*"):
         suffix = next((s for s in importlib.machinery.EXTENSION_SUFFIXES if path.name.endswith(s)), None)
-        if suffix is not None:
+        if suffix is not None and "." not in path.name[: -len(suffix)]:
             relative = path.relative_to(package_dir).as_posix()[: -len(suffix)]
             found.append(relative.replace("/", "."))
     return sorted(found)
+
+
+def build_inputs(package_dir: Path = PACKAGE_DIR) -> list[str]:
+    """The compiled modules and every module of the package they import, directly or not: compiled
+    code builds in the types it uses (a class of ``model.py`` changed after the build would not be
+    what compiled code expects), so a change to any of them makes the build stale."""
+    seen: set[str] = set()
+    pending = list(COMPILED_MODULES)
+    while pending:
+        module = pending.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        for node in ast.walk(ast.parse(source_path(module, package_dir).read_bytes())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            for name in names:
+                inner = name.removeprefix(f"{PACKAGE_NAME}.")
+                if inner == name:
+                    continue
+                if source_path(inner, package_dir).exists():
+                    pending.append(inner)
+                elif source_path(f"{inner}.__init__", package_dir).exists():
+                    pending.append(f"{inner}.__init__")
+    return sorted(seen)
 
 
 def source_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def manifest(package_dir: Path = PACKAGE_DIR) -> dict[str, object]:
+    """What a build records beside the modules it compiled: their names, and the digest of each
+    :func:`build_inputs` source (taken before compiling, so an edit during the build shows)."""
+    inputs = {module: source_digest(source_path(module, package_dir)) for module in build_inputs(package_dir)}
+    return {"modules": sorted(COMPILED_MODULES), "inputs": inputs}
+
+
 def stale_modules(package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """The compiled modules whose source is not the one the last build compiled: the build's
-    manifest records each source's digest (file times say nothing once a wheel is unpacked)."""
+    """Why the compiled modules on disk are not the last build's, as module names: a build input
+    whose source changed since (file times say nothing once a wheel is unpacked), or compiled
+    modules other than the ones the build made (a build that failed half-way, a module taken off
+    the list). Empty when they are the build's."""
     try:
-        built = json.loads((package_dir / BUILD_MANIFEST).read_text(encoding="utf-8"))["sources"]
+        recorded = json.loads((package_dir / BUILD_MANIFEST).read_text(encoding="utf-8"))
+        built, inputs = set(recorded["modules"]), dict(recorded["inputs"])
     except (OSError, ValueError, KeyError, TypeError):
-        built = {}
-    stale = []
-    for module in compiled_modules(package_dir):
-        source = source_path(module, package_dir)
-        if not source.exists() or built.get(module) != source_digest(source):
-            stale.append(module)
-    return stale
+        return compiled_modules(package_dir)
+    on_disk = set(compiled_modules(package_dir))
+    if on_disk != built:
+        return sorted(on_disk ^ built)
+    return [
+        module
+        for module, digest in inputs.items()
+        if not source_path(module, package_dir).exists()
+        or source_digest(source_path(module, package_dir)) != digest
+    ]
 
 
 class _SourceFirst(importlib.abc.MetaPathFinder):
@@ -153,7 +197,7 @@ def choose(environ: Mapping[str, str] = os.environ) -> str:
         stale = stale_modules()
         reason = f"source changed since the build: {', '.join(stale)}" if stale else ""
     if reason and compiled:
-        names = {f"{__package__}.{module}" for module in compiled}
+        names = {f"{PACKAGE_NAME}.{module}" for module in compiled}
         sys.meta_path.insert(0, _SourceFirst(names, PACKAGE_DIR))
     pure_python_reason = reason
     return reason

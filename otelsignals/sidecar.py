@@ -83,7 +83,7 @@ class Sidecar:
                     "admin_port": admin_port,
                     "downstream": exporter.endpoint or f"file:{exporter.file_path}",
                     "disk_queue": exporter.queue.directory or "off",
-                    # "compiled", or why the core's source runs (native.py): 1.2-1.5x the CPU
+                    # "compiled", or why the core's source runs (native.py): ~1.25x the CPU
                     "analysis_core": "compiled" if native.compiled() else native.pure_python_reason,
                 }
             },

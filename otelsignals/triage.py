@@ -59,6 +59,7 @@ the end of nearly every conversation). Each term is reported with its contributi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -196,19 +197,24 @@ def priority(score: Score, shape: Shape, handoff: Mapping[str, Any] | None = Non
     return Priority(round(100.0 * (1.0 - untouched), 1), terms, _reasons(terms, score, shape, handoff))
 
 
+def _named(leaves: Mapping[str, int], selected: Iterable[str]) -> str:
+    counted = sorted((leaf.rsplit(".", 1)[1], leaves.get(leaf, 0)) for leaf in selected)
+    return ", ".join(f"{name}×{n}" if n > 1 else name for name, n in counted if n > 0)
+
+
+def _leaf_list(leaves: Mapping[str, int], category: str) -> str:
+    return _named(leaves, (leaf for leaf in leaves if tx.category_of(leaf) == category))
+
+
 def _reasons(
     terms: dict[str, float], score: Score, shape: Shape, handoff: Mapping[str, Any] | None
 ) -> list[str]:
     leaves = score.leaf_counts
     out: list[tuple[float, str]] = []
-
-    def named(selected: Iterable[str]) -> str:
-        counted = sorted((leaf.rsplit(".", 1)[1], leaves.get(leaf, 0)) for leaf in selected)
-        return ", ".join(f"{name}×{n}" if n > 1 else name for name, n in counted if n > 0)
-
-    def leaf_list(category: str) -> str:
-        return named(leaf for leaf in leaves if tx.category_of(leaf) == category)
-
+    # (Functions of the module, not closures over each other: compiled (native.py), closures that
+    # call each other form a reference cycle on every call.)
+    named = functools.partial(_named, leaves)
+    leaf_list = functools.partial(_leaf_list, leaves)
     for name, p in terms.items():
         if p < REASON_MIN_CONTRIBUTION:
             continue

@@ -58,8 +58,13 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if pyfuncitem.get_closest_marker("source_modules") is None or not native.compiled():
         return None
     env = {**os.environ, native.PURE_PYTHON_ENV: "1"}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", pyfuncitem.nodeid]
-    result = subprocess.run(command, env=env, cwd=pyfuncitem.config.rootpath, capture_output=True, text=True)
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", pyfuncitem.nodeid]
+    result = subprocess.run(
+        command, env=env, cwd=pyfuncitem.config.rootpath, capture_output=True, text=True, timeout=900
+    )
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     if result.returncode != 0:
         pytest.fail(f"failed with the core's source:\n{result.stdout[-4000:]}{result.stderr[-2000:]}")
+    if " passed" not in summary:  # skipped there: say so here rather than pass
+        pytest.skip(f"with the core's source: {summary}")
     return True

@@ -103,43 +103,73 @@ def test_the_source_runs_when_asked_to():
     assert all(file.endswith(".py") for file in files)
 
 
-def _package(tmp_path: Path, modules: dict[str, str], built: dict[str, str] | None) -> Path:
-    """A package directory with ``modules`` (name → source), each with a compiled file beside it,
-    and a build manifest recording the sources ``built`` (None: no manifest)."""
-    for module, source in modules.items():
+def _package(
+    tmp_path: Path,
+    sources: dict[str, str],
+    compiled: list[str],
+    built: tuple[list[str], dict[str, str]] | None,
+) -> Path:
+    """A package directory with ``sources`` (name → text), a compiled file beside each of
+    ``compiled``, and a build manifest saying the build compiled ``built[0]`` from the sources
+    ``built[1]`` (None: no manifest)."""
+    for module, text in sources.items():
         path = native.source_path(module, tmp_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(source)
-        path.with_suffix(EXTENSION).write_bytes(b"")  # only its presence is read
+        path.write_text(text)
+    for module in compiled:
+        native.source_path(module, tmp_path).with_suffix(EXTENSION).write_bytes(
+            b""
+        )  # only its presence is read
     if built is not None:
-        digests = {module: hashlib.sha256(source.encode()).hexdigest() for module, source in built.items()}
-        (tmp_path / native.BUILD_MANIFEST).write_text(json.dumps({"sources": digests}))
+        modules, inputs = built
+        digests = {module: hashlib.sha256(text.encode()).hexdigest() for module, text in inputs.items()}
+        (tmp_path / native.BUILD_MANIFEST).write_text(json.dumps({"modules": modules, "inputs": digests}))
     return tmp_path
 
 
+_SOURCES = {"a": "x = 1\n", "b.c": "y = 2\n", "model": "class M: ...\n"}
+
+
 @pytest.mark.parametrize(
-    ("sources", "built", "stale"),
+    ("sources", "compiled", "built", "stale"),
     [
-        ({"a": "x = 1\n", "b.c": "y = 2\n"}, {"a": "x = 1\n", "b.c": "y = 2\n"}, []),
-        # a source edited (or checked out) after the build
-        ({"a": "x = 1\n", "b.c": "y = 3\n"}, {"a": "x = 1\n", "b.c": "y = 2\n"}, ["b.c"]),
+        (_SOURCES, ["a", "b.c"], (["a", "b.c"], _SOURCES), []),
+        # a compiled source edited (or checked out) after the build
+        ({**_SOURCES, "b.c": "y = 3\n"}, ["a", "b.c"], (["a", "b.c"], _SOURCES), ["b.c"]),
+        # a module the compiled ones import, not compiled itself: compiled code built in its types
+        ({**_SOURCES, "model": "class M:\n    n: int\n"}, ["a", "b.c"], (["a", "b.c"], _SOURCES), ["model"]),
         # the same bytes again: not stale, whatever the files' times say
-        ({"a": "x = 1\n"}, {"a": "x = 1\n"}, []),
-        # compiled, but not by a build that recorded it
-        ({"a": "x = 1\n", "b.c": "y = 2\n"}, {"a": "x = 1\n"}, ["b.c"]),
-        ({"a": "x = 1\n"}, None, ["a"]),
+        (_SOURCES, ["a"], (["a"], _SOURCES), []),
+        # a compiled module the build did not make (taken off the list, left by an older build)
+        (_SOURCES, ["a", "b.c"], (["a"], _SOURCES), ["b.c"]),
+        # one the build made that is gone (a build that failed half-way left the rest)
+        (_SOURCES, ["a"], (["a", "b.c"], _SOURCES), ["b.c"]),
+        # no manifest: nothing says what the files were built from
+        (_SOURCES, ["a"], None, ["a"]),
     ],
 )
-def test_a_compiled_module_is_stale_when_its_source_is_not_the_one_built(tmp_path, sources, built, stale):
-    package = _package(tmp_path, sources, built)
+def test_compiled_modules_are_stale_unless_they_are_what_the_build_made_from_these_sources(
+    tmp_path, sources, compiled, built, stale
+):
+    package = _package(tmp_path, sources, compiled, built)
     assert native.stale_modules(package) == stale
 
 
-def test_a_module_without_a_compiled_file_is_never_stale(tmp_path):
-    package = _package(tmp_path, {"a": "x = 1\n"}, {"a": "x = 1\n"})
+def test_only_this_interpreter_s_extensions_are_compiled_modules(tmp_path):
+    package = _package(tmp_path, {"a": "x = 1\n"}, ["a"], (["a"], {"a": "x = 1\n"}))
     native.source_path("b", package).write_text("y = 2\n")  # source only
+    (package / "a.cpython-399-x86_64-linux-gnu.so").write_bytes(b"")  # another Python's build
     assert native.compiled_modules(package) == ["a"]
     assert native.stale_modules(package) == []
+
+
+def test_the_build_records_the_modules_the_compiled_ones_import():
+    inputs = native.build_inputs()
+    assert set(native.COMPILED_MODULES) < set(inputs)
+    # not compiled, but their classes are built into compiled code
+    assert {"model", "compaction", "evals.session_metrics"} <= set(inputs)
+    assert "pipeline.analyzer" not in inputs and "conversation" not in inputs
+    assert set(native.manifest()["inputs"]) == set(inputs)  # type: ignore[arg-type]
 
 
 def test_the_sidecar_says_whether_its_core_runs_compiled(tmp_path):
@@ -167,12 +197,29 @@ _ODD_VALUES = [
 ]
 
 
+_ODD_JSON: list[object] = [5, 2.5, True, None, "text", [1, "x"], {"kind": {"deeper": 1}}]
+
+
+def _jumbled(value: object, chosen: random.Random) -> object:
+    """``value`` (parsed JSON) with a third of the values in its objects and lists replaced by JSON
+    of another kind (a message part whose "type" is an object, a "content" that is a number)."""
+    if isinstance(value, dict):
+        return {
+            key: chosen.choice(_ODD_JSON) if chosen.random() < 0.3 else _jumbled(item, chosen)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [chosen.choice(_ODD_JSON) if chosen.random() < 0.3 else _jumbled(i, chosen) for i in value]
+    return value
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_attribute_values_of_any_kind_never_break_the_analysis(seed):
     """Compiled code checks its annotations at run time (a value of another type raises TypeError):
     the recorded instrumentation traffic with a third of its span and event attributes replaced by
-    values of other kinds (numbers, bytes, lists, maps, JSON of the wrong shape) is analysed with no
-    exception and no reader failure."""
+    values of other kinds (numbers, bytes, lists, maps, JSON of the wrong shape), and a third of the
+    values inside its other JSON attributes too, is analysed with no exception and no reader
+    failure."""
 
     chosen = random.Random(seed)
     paths = sorted(p for p in FIXTURES.rglob("*.binpb") if not p.name.endswith(".logs.binpb"))
@@ -186,6 +233,9 @@ def test_attribute_values_of_any_kind_never_break_the_analysis(seed):
                         for attribute in attributes:
                             if chosen.random() < 0.3:
                                 attribute.value.CopyFrom(chosen.choice(_ODD_VALUES))
+                            elif attribute.value.string_value[:1] in ("[", "{"):  # JSON: inside it
+                                jumbled = _jumbled(json.loads(attribute.value.string_value), chosen)
+                                attribute.value.string_value = json.dumps(jumbled)
             requests.append(request)
     analyzer = Analyzer(Telemetry())
     analysed = [analyzer.process(trace) for trace in traces_in_time_order(requests)]

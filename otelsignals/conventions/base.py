@@ -140,7 +140,7 @@ class SpanView:
             return None
         if isinstance(value, int):
             return value
-        if isinstance(value, str) and value.strip().isdigit():
+        if isinstance(value, str) and value.strip().isdecimal():  # isdigit() takes "²", int() does not
             return int(value)
         return None
 
@@ -252,7 +252,7 @@ def http_status_of(span: SpanView) -> int | None:
         if code:
             return code
     error_type = span.attribute_str("error.type")
-    if error_type and error_type.isdigit() and len(error_type) == 3:
+    if error_type and error_type.isdecimal() and len(error_type) == 3:
         return int(error_type)
     return None
 

@@ -443,7 +443,8 @@ def _indexed_text(fields: dict[str, Any]) -> str | None:
     for _, part in sorted(_group_indexed(fields.items(), "message.contents").items()):
         part_type = part.get("message_content.type")
         text = part.get("message_content.text")
-        if (part_type is None or part_type in TEXT_PART_TYPES) and isinstance(text, str) and text != REDACTED:
+        text_part = part_type is None or (isinstance(part_type, str) and part_type in TEXT_PART_TYPES)
+        if text_part and isinstance(text, str) and text != REDACTED:
             parts.append(text)
     return "\n".join(parts) if parts else None
 

@@ -31,6 +31,10 @@ _ROLES: dict[str, Role] = {
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
 
+def _is_text_part(kind: object) -> bool:
+    return isinstance(kind, str) and kind in TEXT_PART_TYPES  # (a dict or list is no type, nor hashable)
+
+
 def request_messages(body: Any, span_id: bytes) -> list[Message]:
     """History from a request body: OpenAI chat/Responses, Anthropic Messages, or plain text."""
     if isinstance(body, str):
@@ -123,7 +127,7 @@ def _body_message(item: dict[str, Any], span_id: bytes, default_role: Role) -> l
                 texts.append(block)
             elif not isinstance(block, dict):
                 continue
-            elif block.get("type") in TEXT_PART_TYPES and isinstance(block.get("text"), str):
+            elif _is_text_part(block.get("type")) and isinstance(block.get("text"), str):
                 texts.append(block["text"])
             elif block.get("type") == "tool_use":  # Anthropic
                 tool_calls.append(

@@ -298,7 +298,8 @@ def _typed_output(output: Any) -> tuple[str | None, bool, str | None]:
 
 
 def _part_type(part: Any) -> str | None:
-    return part.get("type") if isinstance(part, dict) else None
+    kind = part.get("type") if isinstance(part, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 # -- small helpers --------------------------------------------------------------------------------

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from otelsignals.conventions.base import SpanView, http_status_of
 from otelsignals.conventions.tools import TOOLS_READER
 from tests.conventions.spans import ERROR, make_span
 
@@ -165,3 +168,17 @@ def test_malformed_values_never_raise() -> None:
     assert numeric_id is not None and numeric_id.tool_execution is not None
     assert numeric_id.tool_execution.call_id == "77"
     assert numeric_id.tool_execution.name is None
+
+
+@pytest.mark.parametrize(
+    ("attributes", "status"),
+    [
+        ({"http.response.status_code": "503"}, 503),
+        # isdigit() takes a superscript two, which int() refuses: not a status, and no reader failure
+        ({"http.response.status_code": "5²3"}, None),
+        ({"error.type": "4²9"}, None),
+        ({"error.type": "429"}, 429),
+    ],
+)
+def test_a_status_written_with_digits_int_refuses_is_none(attributes, status):
+    assert http_status_of(SpanView(b"t" * 16, b"s" * 8, attributes=attributes)) == status
