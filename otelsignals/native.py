@@ -179,7 +179,7 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
 
 
 # Why the source runs rather than the compiled modules ("" when they run; "not built" when there
-# are none), for the start-up log and the build-info metric.
+# are none), for the sidecar's start-up log.
 pure_python_reason = ""
 
 
@@ -195,7 +195,7 @@ def choose(environ: Mapping[str, str] = os.environ) -> str:
         reason = "not built"
     else:
         stale = stale_modules()
-        reason = f"source changed since the build: {', '.join(stale)}" if stale else ""
+        reason = f"not what the last build compiled: {', '.join(stale)}" if stale else ""
     if reason and compiled:
         names = {f"{PACKAGE_NAME}.{module}" for module in compiled}
         sys.meta_path.insert(0, _SourceFirst(names, PACKAGE_DIR))
@@ -204,5 +204,5 @@ def choose(environ: Mapping[str, str] = os.environ) -> str:
 
 
 def compiled() -> bool:
-    """Whether the analysis core runs compiled (what the start-up log and build-info metric say)."""
+    """Whether the analysis core runs compiled (what the sidecar's start-up log says)."""
     return not pure_python_reason
