@@ -41,8 +41,8 @@ from otelsignals.conventions.base import (
 )
 from otelsignals.conventions.openinference_messages import (
     REDACTED,
-    TEXT_PART_TYPES,
     arguments_of,
+    is_text_part,
     request_messages,
     response_messages,
     role_of,
@@ -443,8 +443,7 @@ def _indexed_text(fields: dict[str, Any]) -> str | None:
     for _, part in sorted(_group_indexed(fields.items(), "message.contents").items()):
         part_type = part.get("message_content.type")
         text = part.get("message_content.text")
-        text_part = part_type is None or (isinstance(part_type, str) and part_type in TEXT_PART_TYPES)
-        if text_part and isinstance(text, str) and text != REDACTED:
+        if (part_type is None or is_text_part(part_type)) and isinstance(text, str) and text != REDACTED:
             parts.append(text)
     return "\n".join(parts) if parts else None
 

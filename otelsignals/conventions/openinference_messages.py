@@ -31,8 +31,9 @@ _ROLES: dict[str, Role] = {
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
 
-def _is_text_part(kind: object) -> bool:
-    return isinstance(kind, str) and kind in TEXT_PART_TYPES  # (a dict or list is no type, nor hashable)
+def is_text_part(kind: object) -> bool:
+    """A content part's type that says the part is text (a dict or list is no type, nor hashable)."""
+    return isinstance(kind, str) and kind in TEXT_PART_TYPES
 
 
 def request_messages(body: Any, span_id: bytes) -> list[Message]:
@@ -127,7 +128,7 @@ def _body_message(item: dict[str, Any], span_id: bytes, default_role: Role) -> l
                 texts.append(block)
             elif not isinstance(block, dict):
                 continue
-            elif _is_text_part(block.get("type")) and isinstance(block.get("text"), str):
+            elif is_text_part(block.get("type")) and isinstance(block.get("text"), str):
                 texts.append(block["text"])
             elif block.get("type") == "tool_use":  # Anthropic
                 tool_calls.append(
