@@ -91,7 +91,7 @@ def native_extensions() -> list[Any]:
     try:
         extensions = mypycify(
             sources + options,
-            group_name="otelsignals_native",
+            group_name=native.GROUP_NAME,
             multi_file=True,  # a C file per module: less of the compiler's memory at once
         )
     except (Exception, SystemExit) as error:  # mypyc exits (SystemExit) when type checking fails

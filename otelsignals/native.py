@@ -80,6 +80,10 @@ COMPILED_MODULES: tuple[str, ...] = (
 )
 PACKAGE_NAME = "otelsignals"
 PURE_PYTHON_ENV = "OTELSIGNALS_PURE_PYTHON"
+# The compiled modules are small shims around one shared library, mypyc's "group" module, which
+# setup.py builds at the top level (beside the package, not in it).
+GROUP_NAME = "otelsignals_native"
+GROUP_MODULE = f"{GROUP_NAME}__mypyc"
 # Written by setup.py beside the compiled modules: what it compiled, from which sources (manifest()).
 BUILD_MANIFEST = "native_build.json"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -183,19 +187,32 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
 pure_python_reason = ""
 
 
-def choose(environ: Mapping[str, str] = os.environ) -> str:
-    """Makes the compiled modules' source run when asked to, or when any is stale; returns why
-    ("" when the compiled modules run). Called once, by ``otelsignals/__init__.py``, before any of
-    them is imported."""
-    global pure_python_reason
-    compiled = compiled_modules()
+def source_reason(
+    environ: Mapping[str, str] = os.environ, package_dir: Path = PACKAGE_DIR, group_module: str = GROUP_MODULE
+) -> str:
+    """Why the compiled modules' source must run ("" when the compiled modules can): asked to, none
+    built, stale, or their shared library not importable (a later build that fell back to pure
+    Python leaves an editable install's earlier modules in the tree, but no longer maps the library
+    beside them: importing a compiled module would fail)."""
     if environ.get(PURE_PYTHON_ENV, "").strip().lower() in ("1", "true", "yes"):
-        reason = f"{PURE_PYTHON_ENV} is set"
-    elif not compiled:
-        reason = "not built"
-    else:
-        stale = stale_modules()
-        reason = f"not what the last build compiled: {', '.join(stale)}" if stale else ""
+        return f"{PURE_PYTHON_ENV} is set"
+    if not compiled_modules(package_dir):
+        return "not built"
+    stale = stale_modules(package_dir)
+    if stale:
+        return f"not what the last build compiled: {', '.join(stale)}"
+    if importlib.util.find_spec(group_module) is None:
+        return f"their shared library {group_module} is not importable"
+    return ""
+
+
+def choose(environ: Mapping[str, str] = os.environ) -> str:
+    """Makes the compiled modules' source run when :func:`source_reason` says so; returns why ("" when
+    the compiled modules run). Called once, by ``otelsignals/__init__.py``, before any of them is
+    imported."""
+    global pure_python_reason
+    reason = source_reason(environ)
+    compiled = compiled_modules()
     if reason and compiled:
         names = {f"{PACKAGE_NAME}.{module}" for module in compiled}
         sys.meta_path.insert(0, _SourceFirst(names, PACKAGE_DIR))

@@ -155,6 +155,27 @@ def test_compiled_modules_are_stale_unless_they_are_what_the_build_made_from_the
     assert native.stale_modules(package) == stale
 
 
+@pytest.mark.parametrize(
+    ("environ", "compiled", "built", "group_module", "reason"),
+    # "json" stands for a shared library that imports (whether this checkout's core is compiled or not)
+    [
+        ({}, ["a"], (["a"], _SOURCES), "json", ""),
+        ({native.PURE_PYTHON_ENV: "1"}, ["a"], (["a"], _SOURCES), "json", "is set"),
+        ({native.PURE_PYTHON_ENV: "0"}, ["a"], (["a"], _SOURCES), "json", ""),
+        ({}, [], None, "json", "not built"),
+        ({}, ["a"], None, "json", "not what the last build compiled: a"),
+        # a later build fell back to pure Python: the modules it left cannot find their library
+        ({}, ["a"], (["a"], _SOURCES), "otelsignals_absent__mypyc", "library otelsignals_absent__mypyc"),
+    ],
+)
+def test_the_source_runs_when_asked_to_or_when_the_compiled_modules_cannot(
+    tmp_path, environ, compiled, built, group_module, reason
+):
+    package = _package(tmp_path, _SOURCES, compiled, built)
+    found = native.source_reason(environ, package, group_module)
+    assert (reason in found) if reason else found == ""
+
+
 def test_only_this_interpreter_s_extensions_are_compiled_modules(tmp_path):
     package = _package(tmp_path, {"a": "x = 1\n"}, ["a"], (["a"], {"a": "x = 1\n"}))
     native.source_path("b", package).write_text("y = 2\n")  # source only
