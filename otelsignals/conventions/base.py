@@ -232,6 +232,17 @@ def parse_json(value: Any) -> Any:
     return value
 
 
+# Content part types that are the message's text (OpenAI chat, Responses API and Anthropic spellings).
+# Only these parts become message text: reasoning ("reasoning", "thinking", "redacted_thinking") is
+# not what the user saw.
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+
+
+def is_text_part(kind: object) -> bool:
+    """A content part's type that says the part is text (a dict or list is no type, nor hashable)."""
+    return isinstance(kind, str) and kind in TEXT_PART_TYPES
+
+
 def as_text(value: Any) -> str | None:
     """Message content as text: strings as they are, anything else as compact JSON."""
     if value is None:

@@ -36,6 +36,7 @@ from otelsignals.conventions.base import (
     SpanReading,
     SpanView,
     as_text,
+    is_text_part,
     last_event,
     link_tool_names,
     llm_call_of,
@@ -99,9 +100,6 @@ _ROLES: dict[str, Role] = {
     "function": Role.TOOL,  # OpenAI's pre-tools function results
     "ipython": Role.TOOL,
 }
-# Only these parts become message text: reasoning ("reasoning", "thinking", "redacted_thinking") is
-# not what the user saw.
-TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
 
 # -- shared helpers ---------------------------------------------------------------------------
@@ -131,7 +129,7 @@ def part_text(part: Any) -> str | None:
     if not isinstance(part, Mapping):
         return None if part is None else as_text(part)
     kind = part.get("type", part.get("kind"))
-    if kind is not None and (not isinstance(kind, str) or kind not in TEXT_PART_TYPES):
+    if kind is not None and not is_text_part(kind):
         return None
     text = part.get("text", part.get("content"))
     if text is None or isinstance(text, str):

@@ -32,6 +32,7 @@ from otelsignals.conventions.base import (
     SpanView,
     ToolExecution,
     as_text,
+    is_text_part,
     link_tool_names,
     llm_call_of,
     parse_json,
@@ -42,7 +43,6 @@ from otelsignals.conventions.base import (
 from otelsignals.conventions.openinference_messages import (
     REDACTED,
     arguments_of,
-    is_text_part,
     request_messages,
     response_messages,
     role_of,

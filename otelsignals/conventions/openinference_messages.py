@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from otelsignals.conventions.base import as_text, parse_json, text_value
+from otelsignals.conventions.base import as_text, is_text_part, parse_json, text_value
 from otelsignals.model import Message, Role, ToolCall, ToolResult
 
 REDACTED = "__REDACTED__"  # openinference.instrumentation.config.REDACTED_VALUE
@@ -27,13 +27,6 @@ _ROLES: dict[str, Role] = {
     "function": Role.TOOL,  # OpenAI legacy function results, LangChain FunctionMessage
     "ipython": Role.TOOL,
 }
-# Content part types that are the message's text (OpenAI chat, Responses API and Anthropic spellings).
-TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
-
-
-def is_text_part(kind: object) -> bool:
-    """A content part's type that says the part is text (a dict or list is no type, nor hashable)."""
-    return isinstance(kind, str) and kind in TEXT_PART_TYPES
 
 
 def request_messages(body: Any, span_id: bytes) -> list[Message]:
