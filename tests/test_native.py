@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import orjson
@@ -88,6 +89,58 @@ def test_compiled_and_source_give_the_same_analysis(tmp_path):
         [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == here
+
+
+def _image_build_context(into: Path) -> Path:
+    """What deploy/Dockerfile copies into its build stage (its COPY lines), as the image build sees
+    it: without the compiled files and the manifest of a local build (Dockerfile.dockerignore)."""
+    ignored = shutil.ignore_patterns(
+        f"*{EXTENSION}", native.BUILD_MANIFEST, "__pycache__", "*.egg-info", "otelsignals-data"
+    )
+    into.mkdir()
+    for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY ") and "--from" not in line:
+            for source in line.split()[1:-1]:
+                if (ROOT / source).is_dir():
+                    shutil.copytree(ROOT / source, into / source, ignore=ignored)
+                else:
+                    shutil.copy2(ROOT / source, into / source)
+    return into
+
+
+@pytest.mark.skipif(not _has_compiler(), reason="no C compiler or Python headers: the build is pure Python")
+def test_a_wheel_built_as_the_image_builds_it_runs_the_core_compiled(tmp_path):
+    """The container image installs the package with ``pip install .`` (a wheel, not this checkout's
+    editable build): the compiled modules, their shared library and the manifest must all be in it,
+    and the analysis the same. (The image itself cannot be built where there is no Docker daemon.)"""
+    context = _image_build_context(tmp_path / "context")
+    dist, site = tmp_path / "dist", tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(context)],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    (wheel,) = dist.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    # The wheel's package first on the path; the tests' helpers (and the fixtures) from this checkout.
+    code = (
+        f"import json, sys; sys.path.append({str(ROOT)!r});"
+        "import otelsignals, otelsignals.native as n;"
+        "from tests.test_native import analysis_digest;"
+        "print(json.dumps([otelsignals.__file__, n.compiled(), n.pure_python_reason, analysis_digest()]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != native.PURE_PYTHON_ENV}
+    env["PYTHONPATH"] = str(site)
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    package_file, compiled, reason, digest = json.loads(result.stdout)
+    assert Path(package_file).is_relative_to(site)
+    assert compiled, reason
+    assert sorted(native.compiled_modules(site / "otelsignals")) == sorted(native.COMPILED_MODULES)
+    assert digest == analysis_digest()
 
 
 def test_the_source_runs_when_asked_to():
