@@ -47,6 +47,16 @@ class IngestOutcome:
     message: str = ""
 
 
+# Idle sessions are looked for this often at most, and at least ten times per sessions.ttl.
+SESSION_EXPIRY_INTERVAL = 1.0
+
+
+def session_expiry_interval(ttl: float) -> float:
+    """How often the ticker looks for sessions idle past ``ttl``: a session closes at most a tenth
+    of its ttl (or a second) late."""
+    return min(SESSION_EXPIRY_INTERVAL, max(ttl, 0.0) / 10)
+
+
 class Pipeline:
     def __init__(self, config: Config, telemetry: Telemetry | None = None, sender: Sender | None = None):
         self.config = config
@@ -195,11 +205,18 @@ class Pipeline:
 
     async def _tick_forever(self) -> None:
         interval = self.config.assembler.tick_interval
+        # Sessions close on the timescale of their ttl (30 minutes by default): a check on every
+        # tick, a round trip to the analysis thread, was most of an idle sidecar's CPU.
+        sessions_interval = session_expiry_interval(self.config.sessions.ttl)
+        sessions_due = 0.0
         while True:
             await asyncio.sleep(interval)
             try:
                 self.assembler.expire()
-                self.analysis_stage.expire_sessions()
+                now = time.monotonic()
+                if now >= sessions_due:
+                    sessions_due = now + sessions_interval
+                    self.analysis_stage.expire_sessions()
                 self.gc_policy.tick()
                 self.telemetry.problems.tick()
                 self._update_gauges()
