@@ -191,9 +191,10 @@ def source_reason(
     environ: Mapping[str, str] = os.environ, package_dir: Path = PACKAGE_DIR, group_module: str = GROUP_MODULE
 ) -> str:
     """Why the compiled modules' source must run ("" when the compiled modules can): asked to, none
-    built, stale, or their shared library not importable (a later build that fell back to pure
-    Python leaves an editable install's earlier modules in the tree, but no longer maps the library
-    beside them: importing a compiled module would fail)."""
+    built, stale, or their shared library not found beside the package (a later build that fell back
+    to pure Python leaves an editable install's earlier modules in the tree, but no longer maps the
+    library beside them: importing a compiled module would fail; one found elsewhere is another
+    build's)."""
     if environ.get(PURE_PYTHON_ENV, "").strip().lower() in ("1", "true", "yes"):
         return f"{PURE_PYTHON_ENV} is set"
     if not compiled_modules(package_dir):
@@ -201,8 +202,13 @@ def source_reason(
     stale = stale_modules(package_dir)
     if stale:
         return f"not what the last build compiled: {', '.join(stale)}"
-    if importlib.util.find_spec(group_module) is None:
-        return f"their shared library {group_module} is not importable"
+    library = importlib.util.find_spec(group_module)
+    if (
+        library is None
+        or library.origin is None
+        or Path(library.origin).resolve().parent != package_dir.resolve().parent
+    ):
+        return f"their shared library {group_module} is not beside the package"
     return ""
 
 
@@ -212,8 +218,8 @@ def choose(environ: Mapping[str, str] = os.environ) -> str:
     imported."""
     global pure_python_reason
     reason = source_reason(environ)
-    compiled = compiled_modules()
-    if reason and compiled:
+    compiled = compiled_modules() if reason else []
+    if compiled:
         names = {f"{PACKAGE_NAME}.{module}" for module in compiled}
         sys.meta_path.insert(0, _SourceFirst(names, PACKAGE_DIR))
     pure_python_reason = reason

@@ -95,7 +95,7 @@ def _image_build_context(into: Path) -> Path:
     """What deploy/Dockerfile copies into its build stage (its COPY lines), as the image build sees
     it: without the compiled files and the manifest of a local build (Dockerfile.dockerignore)."""
     ignored = shutil.ignore_patterns(
-        f"*{EXTENSION}", native.BUILD_MANIFEST, "__pycache__", "*.egg-info", "otelsignals-data"
+        "*.so", "*.py[cod]", native.BUILD_MANIFEST, "__pycache__", "*.egg-info", "otelsignals-data"
     )
     into.mkdir()
     for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines():
@@ -108,6 +108,7 @@ def _image_build_context(into: Path) -> Path:
     return into
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _has_compiler(), reason="no C compiler or Python headers: the build is pure Python")
 def test_a_wheel_built_as_the_image_builds_it_runs_the_core_compiled(tmp_path):
     """The container image installs the package with ``pip install .`` (a wheel, not this checkout's
@@ -115,30 +116,38 @@ def test_a_wheel_built_as_the_image_builds_it_runs_the_core_compiled(tmp_path):
     and the analysis the same. (The image itself cannot be built where there is no Docker daemon.)"""
     context = _image_build_context(tmp_path / "context")
     dist, site = tmp_path / "dist", tmp_path / "site"
-    subprocess.run(
+    build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(context)],
-        check=True,
         capture_output=True,
+        text=True,
         timeout=900,
+        check=False,
     )
+    assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = dist.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
         archive.extractall(site)
-    # The wheel's package first on the path; the tests' helpers (and the fixtures) from this checkout.
+    assert f"{native.GROUP_MODULE}{EXTENSION}" in names and f"otelsignals/{native.BUILD_MANIFEST}" in names
+    # The wheel's package and library first (a compiled module imported before the checkout is on
+    # the path: the bench modules the helpers import put it first), the tests' helpers from this checkout.
     code = (
-        f"import json, sys; sys.path.append({str(ROOT)!r});"
-        "import otelsignals, otelsignals.native as n;"
-        "from tests.test_native import analysis_digest;"
-        "print(json.dumps([otelsignals.__file__, n.compiled(), n.pure_python_reason, analysis_digest()]))"
+        "import json, sys, otelsignals, otelsignals.native as n, otelsignals.scoring;"
+        f"sys.path.append({str(ROOT)!r});"
+        "from tests.test_native import analysis_digest; digest = analysis_digest();"
+        "library = sys.modules[n.GROUP_MODULE].__file__ if n.GROUP_MODULE in sys.modules else None;"
+        "print(json.dumps([otelsignals.__file__, library, n.compiled(), n.pure_python_reason, digest]))"
     )
     env = {k: v for k, v in os.environ.items() if k != native.PURE_PYTHON_ENV}
     env["PYTHONPATH"] = str(site)
     result = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, check=False
     )
-    package_file, compiled, reason, digest = json.loads(result.stdout)
-    assert Path(package_file).is_relative_to(site)
+    assert result.returncode == 0, result.stderr[-3000:]
+    package_file, library, compiled, reason, digest = json.loads(result.stdout)
     assert compiled, reason
+    # The wheel's own files, not this checkout's (an editable install maps its library too).
+    assert Path(package_file).is_relative_to(site) and library and Path(library).is_relative_to(site)
     assert sorted(native.compiled_modules(site / "otelsignals")) == sorted(native.COMPILED_MODULES)
     assert digest == analysis_digest()
 
@@ -208,23 +217,29 @@ def test_compiled_modules_are_stale_unless_they_are_what_the_build_made_from_the
     assert native.stale_modules(package) == stale
 
 
+_LIBRARY = "otelsignals_test_group__mypyc"  # a stand-in for the shared library, beside the package
+
+
 @pytest.mark.parametrize(
     ("environ", "compiled", "built", "group_module", "reason"),
-    # "json" stands for a shared library that imports (whether this checkout's core is compiled or not)
     [
-        ({}, ["a"], (["a"], _SOURCES), "json", ""),
-        ({native.PURE_PYTHON_ENV: "1"}, ["a"], (["a"], _SOURCES), "json", "is set"),
-        ({native.PURE_PYTHON_ENV: "0"}, ["a"], (["a"], _SOURCES), "json", ""),
-        ({}, [], None, "json", "not built"),
-        ({}, ["a"], None, "json", "not what the last build compiled: a"),
+        ({}, ["a"], (["a"], _SOURCES), _LIBRARY, ""),
+        ({native.PURE_PYTHON_ENV: "1"}, ["a"], (["a"], _SOURCES), _LIBRARY, "is set"),
+        ({native.PURE_PYTHON_ENV: "0"}, ["a"], (["a"], _SOURCES), _LIBRARY, ""),
+        ({}, [], None, _LIBRARY, "not built"),
+        ({}, ["a"], None, _LIBRARY, "not what the last build compiled: a"),
         # a later build fell back to pure Python: the modules it left cannot find their library
         ({}, ["a"], (["a"], _SOURCES), "otelsignals_absent__mypyc", "library otelsignals_absent__mypyc"),
+        # one found elsewhere on the path is another build's ("json" stands for it)
+        ({}, ["a"], (["a"], _SOURCES), "json", "library json is not beside the package"),
     ],
 )
 def test_the_source_runs_when_asked_to_or_when_the_compiled_modules_cannot(
-    tmp_path, environ, compiled, built, group_module, reason
+    tmp_path, monkeypatch, environ, compiled, built, group_module, reason
 ):
-    package = _package(tmp_path, _SOURCES, compiled, built)
+    package = _package(tmp_path / "otelsignals", _SOURCES, compiled, built)
+    (tmp_path / f"{_LIBRARY}.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
     found = native.source_reason(environ, package, group_module)
     assert (reason in found) if reason else found == ""
 

@@ -125,7 +125,8 @@ class AnalysisStage:
         self.worker.submit(lambda: self._read_log_events(request), size)
 
     def expire_sessions(self) -> None:
-        """Close idle sessions, once per tick at most however far behind the analysis is."""
+        """Close idle sessions (the ticker calls this every few ticks: service.session_expiry_interval),
+        one job at a time however far behind the analysis is."""
         if not self._expiry_pending:
             self._expiry_pending = True
             self.worker.submit(self._expire_sessions)
