@@ -96,12 +96,14 @@ class ReputationRecorder:
         self._windows: OrderedDict[str, AgentWindow] = OrderedDict()
         self._read_whole_at: dict[str, float] = {}
         self._writer = threading.Thread(target=self._write_forever, name="reputation-writer", daemon=True)
+        self._stopping = threading.Event()
 
     def start(self) -> None:
         self._writer.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Write what is pending (up to ``timeout``)."""
+        self._stopping.set()
         with contextlib.suppress(queue.Full):
             self._pending.put(_STOP, timeout=timeout)
         self._writer.join(timeout)
@@ -135,10 +137,14 @@ class ReputationRecorder:
     def _write_forever(self) -> None:
         while True:
             batch = [self._pending.get()]
-            gathered_until = time.monotonic() + BATCH_WAIT_S
+            # The others of the batch are taken once the wait is over, not as each comes: a get
+            # with a timeout woke this thread at every put (four context switches a turn). stop()
+            # ends the wait; a full batch does not wait.
+            if batch[0] is not _STOP and self._pending.qsize() < BATCH_MAX - 1:
+                self._stopping.wait(BATCH_WAIT_S)
             while len(batch) < BATCH_MAX and batch[-1] is not _STOP:
                 try:
-                    batch.append(self._pending.get(timeout=max(0.0, gathered_until - time.monotonic())))
+                    batch.append(self._pending.get_nowait())
                 except queue.Empty:
                     break
             stopping = any(item is _STOP for item in batch)
