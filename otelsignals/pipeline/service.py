@@ -47,7 +47,7 @@ class IngestOutcome:
     message: str = ""
 
 
-# Idle sessions are looked for this often at most, and at least ten times per sessions.ttl.
+# Idle sessions are looked for every second, or ten times per sessions.ttl when that is shorter.
 SESSION_EXPIRY_INTERVAL = 1.0
 
 

@@ -23,7 +23,7 @@ from tests.support.sidecar import SidecarProcess
         (-1.0, 0.0),
     ],
 )
-def test_idle_sessions_are_looked_for_ten_times_per_ttl_at_most_once_a_second(ttl, interval):
+def test_idle_sessions_are_looked_for_every_second_or_ten_times_per_ttl(ttl, interval):
     assert session_expiry_interval(ttl) == pytest.approx(interval)
 
 
