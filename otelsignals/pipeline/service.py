@@ -49,6 +49,11 @@ class IngestOutcome:
 
 # Idle sessions are looked for every second, or ten times per sessions.ttl when that is shorter.
 SESSION_EXPIRY_INTERVAL = 1.0
+# With no trace buffered, the ticker's next look waits this long (or a tick, when longer; or the
+# session expiry's interval, when shorter): nothing but the once-a-second housekeeping needs it, and
+# ten wake-ups a second were most of an idle sidecar's CPU. A trace buffered meanwhile wakes it, so
+# its wait is still kept to the tick.
+RESTING_TICK_INTERVAL = 1.0
 
 
 def session_expiry_interval(ttl: float) -> float:
@@ -126,6 +131,8 @@ class Pipeline:
         self.assembler = create_assembler(config.assembler, self.analysis_stage.take, self._on_duplicate)
         self.gc_policy = GcPolicy(config.service.gc_freeze_interval, registry)
         self._ticker: asyncio.Task[None] | None = None
+        self._ticker_resting = False
+        self._trace_buffered = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.ready = False
 
@@ -150,7 +157,7 @@ class Pipeline:
                     request = ExportTraceServiceRequest.FromString(record.payload)
                     split = self._split(request, record.payload, record.seq)
                     self.disk_queue.set_units(record.seq, len(split.records))
-                    self.assembler.add(split.records)
+                    self._buffer(split.records)
                 else:
                     self.exporter.add_raw(record.signal, record.payload, record.seq)
         # Everything loaded for the process's lifetime is in memory now: out of the collector's reach.
@@ -210,7 +217,10 @@ class Pipeline:
         sessions_interval = session_expiry_interval(self.config.sessions.ttl)
         sessions_due = 0.0
         while True:
-            await asyncio.sleep(interval)
+            if len(self.assembler):
+                await asyncio.sleep(interval)
+            else:
+                await self._rest(max(interval, min(RESTING_TICK_INTERVAL, sessions_interval)))
             try:
                 self.assembler.expire()
                 now = time.monotonic()
@@ -222,6 +232,21 @@ class Pipeline:
                 self._update_gauges()
             except Exception:  # a bug in one tick must not stop expiry for good
                 logger.exception("pipeline tick failed")
+
+    async def _rest(self, seconds: float) -> None:
+        """Wait ``seconds``, or until a trace is buffered (:meth:`_buffer`)."""
+        self._trace_buffered.clear()
+        self._ticker_resting = True
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._trace_buffered.wait(), seconds)
+        finally:
+            self._ticker_resting = False
+
+    def _buffer(self, records: list[SpanRecord]) -> None:
+        self.assembler.add(records)
+        if self._ticker_resting and len(self.assembler):
+            self._trace_buffered.set()  # a trace waits for its expiry: the ticker looks each tick again
 
     # -- intake ---------------------------------------------------------------------------------
     def has_room(self, incoming_bytes: int) -> bool:
@@ -245,7 +270,7 @@ class Pipeline:
             seq = self.disk_queue.append("traces", payload, units=len(split.records))
             for record in split.records:
                 record.ingest_seq = seq
-        self.assembler.add(split.records)
+        self._buffer(split.records)
         if not split.invalid_spans:
             return IngestOutcome(len(split.records))
         return IngestOutcome(
