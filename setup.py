@@ -74,7 +74,7 @@ def _forget_unlisted(package: Path) -> None:
 def native_extensions() -> list[Any]:
     if _BUILDING.isdisjoint(sys.argv[1:]):
         return []
-    if os.environ.get(native.PURE_PYTHON_ENV, "").strip().lower() in ("1", "true", "yes"):
+    if native.pure_python_asked(os.environ):
         _warn(f"{native.PURE_PYTHON_ENV} is set")
         return []
     try:

@@ -187,6 +187,11 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
 pure_python_reason = ""
 
 
+def pure_python_asked(environ: Mapping[str, str]) -> bool:
+    """Whether ``OTELSIGNALS_PURE_PYTHON`` asks for the source (at build time: setup.py; at run time)."""
+    return environ.get(PURE_PYTHON_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
 def source_reason(
     environ: Mapping[str, str] = os.environ, package_dir: Path = PACKAGE_DIR, group_module: str = GROUP_MODULE
 ) -> str:
@@ -195,7 +200,7 @@ def source_reason(
     to pure Python leaves an editable install's earlier modules in the tree, but no longer maps the
     library beside them: importing a compiled module would fail; one found elsewhere is another
     build's)."""
-    if environ.get(PURE_PYTHON_ENV, "").strip().lower() in ("1", "true", "yes"):
+    if pure_python_asked(environ):
         return f"{PURE_PYTHON_ENV} is set"
     if not compiled_modules(package_dir):
         return "not built"
