@@ -49,11 +49,6 @@ class IngestOutcome:
 
 # Idle sessions are looked for every second, or ten times per sessions.ttl when that is shorter.
 SESSION_EXPIRY_INTERVAL = 1.0
-# With no trace buffered, the ticker's next look waits this long (or a tick, when longer; or the
-# session expiry's interval, when shorter): nothing but the once-a-second housekeeping needs it, and
-# ten wake-ups a second were most of an idle sidecar's CPU. A trace buffered meanwhile wakes it, so
-# its wait is still kept to the tick.
-RESTING_TICK_INTERVAL = 1.0
 
 
 def session_expiry_interval(ttl: float) -> float:
@@ -220,7 +215,10 @@ class Pipeline:
             if len(self.assembler):
                 await asyncio.sleep(interval)
             else:
-                await self._rest(max(interval, min(RESTING_TICK_INTERVAL, sessions_interval)))
+                # With no trace buffered, nothing needs the ticker before the next session check:
+                # ten wake-ups a second were most of an idle sidecar's CPU. A trace buffered
+                # meanwhile wakes it, so its wait is still kept to the tick.
+                await self._rest(max(interval, sessions_interval))
             try:
                 self.assembler.expire()
                 now = time.monotonic()

@@ -1,7 +1,7 @@
 """The pipeline's ticker: buffered traces are checked on every tick (``assembler.tick_interval``),
 idle sessions on the timescale of ``sessions.ttl`` (a check is a round trip to the analysis thread,
 which on every tick was most of an idle sidecar's CPU); with no trace buffered, the ticker rests a
-second, and a trace buffered meanwhile wakes it."""
+second (until its next session check), and a trace buffered meanwhile wakes it."""
 
 from __future__ import annotations
 
@@ -11,11 +11,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from otelsignals.pipeline.service import (
-    RESTING_TICK_INTERVAL,
-    SESSION_EXPIRY_INTERVAL,
-    session_expiry_interval,
-)
+from otelsignals.pipeline.service import SESSION_EXPIRY_INTERVAL, session_expiry_interval
 from tests.support.clients import export_grpc, make_spans
 from tests.support.otlp_sink import OtlpSink
 from tests.support.sidecar import SidecarProcess
@@ -63,7 +59,7 @@ def test_an_idle_sidecar_s_event_loop_rests(tmp_path):
         before = _main_thread_wake_ups(sidecar.process.pid)
         time.sleep(2.0)
         woke = _main_thread_wake_ups(sidecar.process.pid) - before
-    assert woke <= 4 * 2.0 / RESTING_TICK_INTERVAL + 4, woke
+    assert woke <= 4 * 2.0 / SESSION_EXPIRY_INTERVAL + 4, woke
 
 
 def test_a_trace_buffered_while_the_ticker_rests_leaves_after_its_decision_wait(tmp_path, sink: OtlpSink):
@@ -76,7 +72,7 @@ def test_a_trace_buffered_while_the_ticker_rests_leaves_after_its_decision_wait(
     with SidecarProcess(tmp_path, exporter) as sidecar:
         arrived = 0
         for attempt in range(3):
-            time.sleep(RESTING_TICK_INTERVAL + 0.3 + attempt * RESTING_TICK_INTERVAL / 3)
+            time.sleep(SESSION_EXPIRY_INTERVAL + 0.3 + attempt * SESSION_EXPIRY_INTERVAL / 3)
             children = make_spans(1, 3, service=f"attempt-{attempt}")[:-1]  # the root ends last
             sent = time.monotonic()
             assert export_grpc(sidecar.grpc_endpoint, children) is SpanExportResult.SUCCESS
