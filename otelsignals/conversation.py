@@ -612,9 +612,10 @@ def apply_trace(
     start += inserted_front
     with_content = [(v, r) for v, r in model_calls if r.input_messages or r.output_messages]
 
+    tool_results = _ToolResults(state)
     for view, reading in fresh:
         if reading.tool_execution is not None:
-            _attach_tool_execution(state, view, reading.tool_execution)
+            _attach_tool_execution(state, view, reading.tool_execution, tool_results)
         for tool in reading.tool_definitions:
             if (
                 tool["name"] in conversation.available_tools
@@ -1157,11 +1158,13 @@ def _is_subsequence(needle: list[int], haystack: list[int]) -> bool:
     return all(any(fp == candidate for candidate in remaining) for fp in needle)
 
 
-def _attach_tool_execution(state: ConversationState, view: SpanView, execution: ToolExecution) -> None:
+def _attach_tool_execution(
+    state: ConversationState, view: SpanView, execution: ToolExecution, tool_results: _ToolResults
+) -> None:
     """Give the tool result message its failure details, or add it when no history carried it."""
     result = execution.result
     messages = state.conversation.messages
-    at = _find_tool_message(messages, execution, state.provisional)
+    at = tool_results.find(execution)
     if at is None:
         result.arguments = execution.arguments
         message = Message(Role.TOOL, content=result.content, tool_result=result, span_id=view.span_id)
@@ -1199,22 +1202,78 @@ def _call_answered_by(messages: list[Message], at: int, result: ToolResult) -> T
     return None
 
 
-def _find_tool_message(
-    messages: list[Message], execution: ToolExecution, provisional: list[Message]
+# A tool span's result is looked for among the conversation's latest messages first: read with
+# the trace's model calls, it is usually a few messages back.
+TOOL_RESULT_WINDOW = 64
+
+
+class _ToolResults:
+    """The tool result message each of one trace's tool spans gives its details to (apply_trace).
+
+    A trace whose model calls resend their tool results before its tool spans are read (the agent
+    ran many tools in one turn) finds each result far back, and a search from the end for each tool
+    span went over the whole history every time: on the real agent trajectories, 2,440 of 5,334
+    tool spans looked past their latest 64 messages. A span now looks at the latest
+    :data:`TOOL_RESULT_WINDOW` messages; the first to find nothing there builds a table of the
+    latest result of each call id, and the trace's later spans look their call id up in it. The
+    answer is the one the search from the end gives: the latest result with that call id that is
+    not a tool span's own (provisional) message. While a trace's tool spans are read, only
+    provisional messages are added (at the end) and none leaves the conversation, so the table stays
+    right for the rest of the trace."""
+
+    __slots__ = ("_by_call_id", "_state")
+
+    def __init__(self, state: ConversationState) -> None:
+        self._state = state
+        self._by_call_id: dict[str, int] | None = None
+
+    def find(self, execution: ToolExecution) -> int | None:
+        """Index of the tool result message ``execution`` gives its details to."""
+        call_id = execution.call_id
+        if call_id and self._by_call_id is not None:
+            return self._by_call_id.get(call_id)
+        messages = self._state.conversation.messages
+        # A provisional result is another tool span's own execution: never the target of this one.
+        provisional_ids = {id(message) for message in self._state.provisional}
+        window_start = max(0, len(messages) - TOOL_RESULT_WINDOW)
+        at = _search_back(messages, execution, provisional_ids, len(messages), window_start)
+        if at is not None or window_start == 0:
+            return at
+        if not call_id:  # by tool name (some conventions omit the id): rare, searched on
+            return _search_back(messages, execution, provisional_ids, window_start, 0)
+        self._by_call_id = _latest_results(messages, provisional_ids)
+        return self._by_call_id.get(call_id)
+
+
+def _search_back(
+    messages: list[Message], execution: ToolExecution, provisional_ids: set[int], end: int, start: int
 ) -> int | None:
-    """Index of the tool result message ``execution`` gives its details to."""
-    # A provisional result is another tool span's own execution: never the target of this one.
-    # The result looked for is usually among the latest messages: they are searched first.
-    provisional_ids = {id(message) for message in provisional}
-    for index in range(len(messages) - 1, -1, -1):
+    """The latest index in [start, end) of a result ``execution`` gives its details to: by its call
+    id, or without one the latest result of that tool not yet given them."""
+    call_id = execution.call_id
+    for index in range(end - 1, start - 1, -1):
         message = messages[index]
         result = message.tool_result
         if message.role is not Role.TOOL or result is None or id(message) in provisional_ids:
             continue
-        if execution.call_id:
-            if result.call_id == execution.call_id:
+        if call_id:
+            if result.call_id == call_id:
                 return index
-        # No call id (some conventions omit it): the latest result of that tool not yet given details.
         elif result.name == execution.name and result.arguments is None:
             return index
     return None
+
+
+def _latest_results(messages: list[Message], provisional_ids: set[int]) -> dict[str, int]:
+    """Call id → index of its latest tool result message, provisional ones left out."""
+    latest: dict[str, int] = {}
+    for index, message in enumerate(messages):
+        result = message.tool_result
+        if (
+            message.role is Role.TOOL
+            and result is not None
+            and result.call_id
+            and id(message) not in provisional_ids
+        ):
+            latest[result.call_id] = index
+    return latest

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import otelsignals.conversation as conversation_module
 from otelsignals.conventions.base import SpanReading, SpanView, ToolExecution
 from otelsignals.conversation import (
     ConversationState,
@@ -1238,3 +1239,126 @@ def test_a_new_trace_without_the_users_words_goes_on_with_a_turn_and_a_late_part
     late = chat(200, history, [assistant("It is packed, yes.")])
     end = apply_trace(state, b"t1", [late], {late[0].span_id: b""}).turn_end
     assert end is not None and not end.goes_on  # a late part goes on with nothing
+
+
+# --- Which tool result a tool span gives its details to (conversation._ToolResults) -------------
+
+
+def _results_searched_from_the_end(state: ConversationState, execution: ToolExecution) -> int | None:
+    """The definition the lookup keeps: the latest non-provisional tool result with the span's call
+    id, or without one the latest of its tool not yet given arguments, searched from the end."""
+    provisional = {id(message) for message in state.provisional}
+    messages = state.conversation.messages
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        result = message.tool_result
+        if message.role is not Role.TOOL or result is None or id(message) in provisional:
+            continue
+        if execution.call_id:
+            if result.call_id == execution.call_id:
+                return index
+        elif result.name == execution.name and result.arguments is None:
+            return index
+    return None
+
+
+_CALL_IDS = st.sampled_from(["call_1", "call_2", "call_3", "call_4", None])
+_TOOLS = st.sampled_from(["search", "fetch"])
+
+
+@st.composite
+def _messages_with_results(draw: st.DrawFn) -> list[Message]:
+    messages: list[Message] = []
+    for _ in range(draw(st.integers(0, 220))):
+        kind = draw(st.sampled_from(["user", "tool", "tool", "bare tool"]))
+        if kind == "user":
+            messages.append(user("next"))
+        elif kind == "bare tool":
+            messages.append(Message(Role.TOOL, "no result recorded"))
+        else:
+            arguments = draw(st.sampled_from([None, {"q": 1}]))
+            result = ToolResult(call_id=draw(_CALL_IDS), name=draw(_TOOLS), arguments=arguments)
+            messages.append(Message(Role.TOOL, "ok", tool_result=result))
+    return messages
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    messages=_messages_with_results(),
+    provisional=st.lists(st.integers(0, 219), max_size=20),
+    executions=st.lists(st.tuples(_CALL_IDS, _TOOLS), min_size=1, max_size=8),
+)
+def test_a_tool_span_finds_the_result_a_search_from_the_end_finds(messages, provisional, executions):
+    state = ConversationState.new("c1")
+    state.conversation.messages = messages
+    state.provisional = [messages[i] for i in provisional if i < len(messages)]
+    lookup = conversation_module._ToolResults(state)
+    for call_id, name in executions:
+        execution = ToolExecution(name, call_id, None, ToolResult(call_id=call_id))
+        assert lookup.find(execution) == _results_searched_from_the_end(state, execution)
+
+
+class _CountedReads(list):
+    """A message list that counts the messages read from it."""
+
+    reads = 0
+
+    def __getitem__(self, index):
+        _CountedReads.reads += 1
+        return super().__getitem__(index)
+
+    def __iter__(self):
+        for item in super().__iter__():
+            _CountedReads.reads += 1
+            yield item
+
+
+def test_a_trace_of_many_tool_spans_reads_a_long_history_once_not_once_per_span():
+    """200 tool spans whose results the trace's model calls resent far back: each searched the
+    history from the end before (80,000 message reads here); now the first looks at the latest
+    TOOL_RESULT_WINDOW messages, finds nothing there and builds a table of call ids in one pass,
+    and the others look their call id up in it."""
+    history: list[Message] = []
+    for n in range(200):
+        call = ToolCall("search", {"q": n}, id=f"call_{n}")
+        history += [assistant(None, call), tool(f"call_{n}", f"result {n}")]
+    history += [user("and now?")] * 200  # the turn went on after its tools
+    state = ConversationState.new("c1")
+    state.conversation.messages = _CountedReads(history)
+    lookup = conversation_module._ToolResults(state)
+    _CountedReads.reads = 0
+    for n in range(200):
+        execution = ToolExecution("search", f"call_{n}", {"q": n}, ToolResult(call_id=f"call_{n}"))
+        assert lookup.find(execution) == 2 * n + 1
+    assert _CountedReads.reads <= len(history) + conversation_module.TOOL_RESULT_WINDOW
+
+
+def test_tool_spans_give_their_details_to_results_far_back_in_the_history():
+    """One trace: a model call resends 100 tool steps, then their tool spans are read (failures
+    among them): each result far back gets its span's details, and no result is added."""
+    calls = [ToolCall("search", {"q": n}, id=f"call_{n}") for n in range(100)]
+    inputs = [user("look everything up")]
+    for call in calls:
+        inputs += [assistant(None, call), tool(call.id or "", f"found {call.arguments}")]
+    inputs += [user("thanks")] * 70  # more than TOOL_RESULT_WINDOW messages after the last result
+    spans = [chat(1, inputs, [assistant("Done.")])]
+    for n, call in enumerate(calls):
+        failure = ToolResult(
+            call_id=call.id, name="search", is_error=n % 7 == 0, status_code=500 if n % 7 == 0 else None
+        )
+        spans.append(
+            (
+                view(2 + n),
+                SpanReading("tools", tool_execution=ToolExecution("search", call.id, {"q": n}, failure)),
+            )
+        )
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", spans)
+    messages = state.conversation.messages
+    assert len(messages) == len(inputs) + 1
+    results = [m.tool_result for m in messages if m.role is Role.TOOL]
+    assert [r.call_id for r in results if r is not None] == [call.id for call in calls]
+    assert [r.arguments for r in results if r is not None] == [{"q": n} for n in range(100)]
+    assert [r.status_code for r in results if r is not None] == [
+        500 if n % 7 == 0 else None for n in range(100)
+    ]
