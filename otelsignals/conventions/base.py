@@ -54,6 +54,13 @@ class Histories(Protocol):
         (a convention's inputs are not its outputs nor another convention's)."""
         ...
 
+    def repeated(
+        self, key: str, text: str | Utf8Text, read: Callable[[str | Utf8Text], Message | None]
+    ) -> Message | None:
+        """The message of a text written again with every call under attribute ``key`` (a system
+        prompt): ``read(text)``, or the message it gave last time when the text is the same."""
+        ...
+
 
 def json_or_text(text: str | Utf8Text) -> Any:
     """``text`` parsed when it is a JSON array or object, else the text itself (as a str)."""
@@ -94,6 +101,11 @@ class ReadInFull:
         self, namespace: str, raws: list[Any], build: Callable[[Any], list[Message]]
     ) -> list[Message]:
         return [message for raw in raws for message in build(raw)]
+
+    def repeated(
+        self, key: str, text: str | Utf8Text, read: Callable[[str | Utf8Text], Message | None]
+    ) -> Message | None:
+        return read(text)
 
 
 READ_IN_FULL = ReadInFull()

@@ -112,7 +112,10 @@ class Utf8Text:
 
 
 # A span's own attributes read as Utf8Text when their text is this long or longer.
-UTF8_TEXT_KEYS = frozenset({"gen_ai.input.messages", "ai.prompt.messages", "ai.prompt"})
+# (A system prompt, resent alike with every call, is remembered by its hash too: memory.HistoryCache.)
+UTF8_TEXT_KEYS = frozenset(
+    {"gen_ai.input.messages", "gen_ai.system_instructions", "ai.prompt.messages", "ai.prompt"}
+)
 UTF8_TEXT_MIN_BYTES = 1024
 _UTF8_TEXT_KEY_BYTES = frozenset(key.encode() for key in UTF8_TEXT_KEYS)
 _UTF8_TEXT_KEY_LENGTHS = frozenset(len(key) for key in _UTF8_TEXT_KEY_BYTES)

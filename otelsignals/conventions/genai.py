@@ -363,7 +363,12 @@ def messages_of_attributes(
     present = False
     if SYSTEM_INSTRUCTIONS in attributes:
         present = True
-        system = system_message_of(attributes[SYSTEM_INSTRUCTIONS], span_id)
+        instructions = attributes[SYSTEM_INSTRUCTIONS]
+        if isinstance(instructions, str | Utf8Text):
+            read_prompt = lambda text: system_message_of(text, span_id)  # noqa: E731
+            system = histories.repeated(SYSTEM_INSTRUCTIONS, instructions, read_prompt)
+        else:
+            system = system_message_of(instructions, span_id)
         if system is not None:
             inputs.append(system)
     if INPUT_MESSAGES in attributes:

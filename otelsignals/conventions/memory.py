@@ -44,6 +44,9 @@ class HistoryCache:
     def __init__(self) -> None:
         self._last: dict[str, list[_JsonHistory]] = {}
         self._indexed: dict[str, list[_IndexedHistory]] = {}
+        # The latest text read through :meth:`repeated`: (its key, the xxh3-128 hash of its UTF-8
+        # bytes, its message). One: a conversation's model calls resend one system prompt.
+        self._repeated: tuple[str, int, Message] | None = None
         # Messages built here so far (the session byte bound recounts what the cache holds as this
         # grows: a cache of steady size can still hold other messages than at the last count).
         self.built = 0
@@ -91,6 +94,26 @@ class HistoryCache:
         if not isinstance(value, str):  # only valid JSON is continued
             self._remember(remembered, data, end, messages)
         return messages
+
+    def repeated(
+        self, key: str, text: str | Utf8Text, read: Callable[[str | Utf8Text], Message | None]
+    ) -> Message | None:
+        """The message of a text written again with every call (a system prompt, resent whole and
+        alike by every model call: on the real agent trajectories 10 KB on each of 10,000 calls):
+        ``read(text)``, remembered by the xxh3-128 hash of the text's UTF-8 bytes (not the text),
+        and the message read then while the text of ``key`` hashes the same. The same object, as a
+        history's messages are (:meth:`messages`), so that the text is neither parsed nor held
+        again."""
+        data = text.utf8 if isinstance(text, Utf8Text) else memoryview(text.encode("utf-8", "surrogatepass"))
+        digest = _hash(data)
+        last = self._repeated
+        if last is not None and last[0] == key and last[1] == digest:
+            return last[2]
+        message = read(text)
+        if message is not None:
+            self.built += 1
+        self._repeated = (key, digest, message) if message is not None else None
+        return message
 
     @staticmethod
     def _remember(
@@ -158,6 +181,8 @@ class HistoryCache:
         """The message lists of the histories remembered here (also for the session byte bound,
         which counts the messages the conversation does not hold itself: pipeline/sessions.py)."""
         lists = [history.messages for remembered in self._last.values() for history in remembered]
+        if self._repeated is not None:
+            lists.append([self._repeated[2]])
         return lists + [branch.messages for branches in self._indexed.values() for branch in branches]
 
     def raw_keys(self) -> list[tuple[list[Any], list[int]]]:

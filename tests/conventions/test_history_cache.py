@@ -14,7 +14,13 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from otelsignals.conventions.base import Reader, SpanReading, SpanView, json_or_text
 from otelsignals.conventions.decoding import UTF8_TEXT_MIN_BYTES, Utf8Text, decode_span
-from otelsignals.conventions.genai import GENAI_READER, INPUT_MESSAGES, otel_messages
+from otelsignals.conventions.genai import (
+    GENAI_READER,
+    INPUT_MESSAGES,
+    SYSTEM_INSTRUCTIONS,
+    otel_messages,
+    system_message_of,
+)
 from otelsignals.conventions.memory import HistoryCache
 from otelsignals.conventions.openinference import OPENINFERENCE_READER
 from otelsignals.conventions.openllmetry import OPENLLMETRY_READER
@@ -411,3 +417,100 @@ def test_an_empty_history_is_not_continued_by_what_follows_its_bracket():
     assert cache.messages(INPUT_MESSAGES, "[]", read) == []
     broken = '[,{"role":"user","parts":[{"type":"text","content":"hi"}]}]'  # not JSON
     assert [m.content for m in cache.messages(INPUT_MESSAGES, broken, read)] == [broken]
+
+
+# --- A text written again with every call: the system prompt (HistoryCache.repeated) -------------
+
+
+def _instructions(text: str) -> str:
+    return orjson.dumps([{"type": "text", "content": text}]).decode()
+
+
+def decoded_instructions(text: str) -> Any:
+    """``gen_ai.system_instructions`` as the span decoder hands it to the readers (a long one as the
+    UTF-8 bytes it came in, like a long history)."""
+    span = Span(attributes=[KeyValue(key=SYSTEM_INSTRUCTIONS, value=AnyValue(string_value=text))])
+    return decode_span(span.SerializeToString(), None)[1][SYSTEM_INSTRUCTIONS]
+
+
+def test_a_system_prompt_sent_again_alike_is_read_once_and_gives_the_same_message():
+    cache = HistoryCache()
+    reads: list[str] = []
+
+    def read(text: Any) -> Message | None:
+        reads.append(str(text))
+        return system_message_of(text, b"s")
+
+    prompt = "You are the support agent of Acme. " * 60  # 2 KB: comes as bytes
+    first = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(prompt)), read)
+    assert isinstance(decoded_instructions(_instructions(prompt)), Utf8Text)
+    again = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(prompt)), read)
+    as_text = cache.repeated(SYSTEM_INSTRUCTIONS, _instructions(prompt), read)  # a str of the same bytes
+    assert first is not None and (first.role, first.content) == (Role.SYSTEM, prompt)
+    assert again is first and as_text is first and len(reads) == 1
+    assert cache.message_lists()[-1] == [first]  # counted by the session byte bound like a history
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda text: text.replace("Acme", "Acmf"), id="a character changed, same length"),
+        pytest.param(lambda text: text + " Be brief.", id="longer"),
+        pytest.param(lambda text: text[:-40], id="shorter"),
+    ],
+)
+def test_a_system_prompt_that_changed_is_read_again(edit: Callable[[str], str]):
+    cache = HistoryCache()
+    reads: list[str] = []
+
+    def read(text: Any) -> Message | None:
+        reads.append(str(text))
+        return system_message_of(text, b"s")
+
+    prompt = "You are the support agent of Acme. " * 60
+    first = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(prompt)), read)
+    changed = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(edit(prompt))), read)
+    assert changed is not first and changed is not None and changed.content == edit(prompt)
+    assert len(reads) == 2
+    assert (
+        cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(edit(prompt))), read)
+        is changed
+    )
+
+
+def test_a_system_prompt_that_reads_as_nothing_is_not_remembered():
+    cache = HistoryCache()
+    reads: list[str] = []
+
+    def read(text: Any) -> Message | None:
+        reads.append(str(text))
+        return system_message_of(text, b"s")
+
+    for _ in range(2):
+        assert cache.repeated(SYSTEM_INSTRUCTIONS, "[]", read) is None
+    assert len(reads) == 2 and cache.message_lists() == []
+
+
+def test_a_system_prompt_resent_with_every_call_reads_as_a_full_read():
+    """The GenAI reader with a conversation's history cache and without one: the same messages, and
+    the system prompt parsed once."""
+    prompt = _instructions("You are the support agent of Acme. " * 60)
+    cache = HistoryCache()
+    seen = []
+    for turns in range(1, 6):
+        attributes = {
+            "gen_ai.operation.name": "chat",
+            SYSTEM_INSTRUCTIONS: prompt,
+            INPUT_MESSAGES: history(turns),
+        }
+        fresh = GENAI_READER.read(make_span(attributes))
+        view = make_span(attributes)
+        view.histories = cache
+        remembered = GENAI_READER.read(view)
+        assert fresh is not None and remembered is not None
+        assert [(m.role, m.content) for m in remembered.input_messages] == [
+            (m.role, m.content) for m in fresh.input_messages
+        ]
+        assert remembered.input_messages[0].role is Role.SYSTEM
+        seen.append(remembered.input_messages[0])
+    assert all(message is seen[0] for message in seen)
