@@ -45,6 +45,9 @@ divided by ``otelsignals_sessions_active`` (every conversation is still held: ``
 trace assembly, convention readers, detectors, scoring, trace metrics, enrichment, export encoding
 and gzip; 100 conversations unless --conversations) and prints µs of CPU (the thread's time) per
 turn per stage, then the top functions under cProfile.
+``--set SECTION.KEY=VALUE`` (repeatable; VALUE read as YAML) changes the sidecar's configuration, to
+measure what a part costs with it off: ``--set evals.trace_metrics=false``, ``--set
+reputation.enabled=false``, ``--set index.enabled=false``.
 Markdown to stdout, progress to stderr.
 """
 
@@ -915,8 +918,39 @@ def stage_latencies(sidecar: Any) -> tuple[Buckets, Buckets]:
     )
 
 
+def config_overrides(settings: list[str]) -> dict[str, Any]:
+    """``--set SECTION.KEY[.KEY…]=VALUE`` settings as nested sections (each VALUE read as YAML)."""
+    sections: dict[str, Any] = {}
+    for setting in settings:
+        path, equals, value = setting.partition("=")
+        keys = path.split(".")
+        if not equals or len(keys) < 2 or not all(keys):
+            raise SystemExit(f"--set {setting!r}: expected SECTION.KEY=VALUE")
+        node = sections
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = yaml.safe_load(value)
+    return sections
+
+
+def merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes`` laid over it, nested sections merged key by key."""
+    result = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merged(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
 def run_sidecar(
-    workload: Workload, sink: Sink, concurrency: int, compression: str, load: float
+    workload: Workload,
+    sink: Sink,
+    concurrency: int,
+    compression: str,
+    load: float,
+    overrides: dict[str, Any] | None = None,
 ) -> TargetResult:
     from tests.support.sidecar import SidecarProcess
 
@@ -941,6 +975,7 @@ def run_sidecar(
         },
         service={"shutdown_timeout": f"{defaults.service.shutdown_timeout}s"},
     )
+    sidecar.config = merged(sidecar.config, overrides or {})
     log("starting the sidecar (loads the embedding model)...")
     sidecar.start(timeout=180)
     try:
@@ -1401,6 +1436,13 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--profile", action="store_true", help="the sidecar's stages in-process instead")
     parser.add_argument("--top", type=int, default=25, help="--profile: functions listed")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="the sidecar's configuration changed (repeatable), e.g. evals.trace_metrics=false",
+    )
     parser.add_argument("--bare-forwarder", nargs=2, metavar=("PORT", "DOWNSTREAM"), help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -1417,6 +1459,9 @@ def main() -> None:
     line = describe(workload, conversations, active)
     log(f"{line} Generated in {time.monotonic() - started:.1f} s.")
 
+    overrides = config_overrides(args.set)
+    if args.profile and overrides:
+        parser.error("--set changes the running sidecar; --profile runs the stages with the defaults")
     if args.profile:
         result = profile(workload, args.top)
         print_profile(result, line)
@@ -1426,12 +1471,14 @@ def main() -> None:
 
     sink = Sink()
     try:
-        sidecar = run_sidecar(workload, sink, args.concurrency, args.compression, args.load)
+        sidecar = run_sidecar(workload, sink, args.concurrency, args.compression, args.load, overrides)
         rate = sidecar.unpaced.turns_per_s * args.load
         bare = run_bare(workload, sink, args.concurrency, args.compression, rate)
     finally:
         sink.stop()
     s, b = summary(sidecar), summary(bare)
+    if args.set:
+        line += f" Sidecar configuration changed: {', '.join(args.set)}."
     print_report(line, s, b, args.compression)
     if args.json:
         settings = {
@@ -1441,6 +1488,7 @@ def main() -> None:
             "concurrency": args.concurrency,
             "load": args.load,
             "compression": args.compression,
+            "set": args.set,
         }
         report = {"workload": line, "settings": settings, "sidecar": s, "bare": b}
         args.json.write_text(json.dumps(report, indent=2))
