@@ -1,6 +1,8 @@
 """How much of one span's text the analysis reads (``analyzer.*``), so that one huge request cannot
 stall the pipeline or blow up its memory. The span itself is forwarded untouched; only what the
-detectors see is cut, and every cut is reported with its reason.
+detectors see is cut, and every cut is reported with its reason: once per message, since a history
+or system prompt resent and handed back by the conversation's memory (conventions/memory.py) comes
+back cut already.
 
 Rules, applied to each span's reading in this order (each is consistent from one span to the next,
 so that a history resent on every call still aligns with what was read before):

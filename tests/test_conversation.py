@@ -6,6 +6,7 @@ import copy as copying
 import gc
 import itertools
 import pickle
+import random
 import sys
 
 import pytest
@@ -1362,3 +1363,80 @@ def test_tool_spans_give_their_details_to_results_far_back_in_the_history():
     assert [r.status_code for r in results if r is not None] == [
         500 if n % 7 == 0 else None for n in range(100)
     ]
+
+
+def _snapshot(state: ConversationState) -> list[tuple[object, ...]]:
+    return [
+        (
+            m.role,
+            m.content,
+            m.span_id,
+            None
+            if m.tool_result is None
+            else (
+                m.tool_result.call_id,
+                m.tool_result.name,
+                repr(m.tool_result.arguments),
+                m.tool_result.is_error,
+                m.tool_result.status_code,
+                m.tool_result.content,
+            ),
+        )
+        for m in state.conversation.messages
+    ] + [("provisional", len(state.provisional))]
+
+
+def _random_traces(seed: int) -> ConversationState:
+    """Traces of a model call resending up to 90 tool steps and up to 12 tool spans (duplicate call
+    ids, spans without one, results already there or not yet, failures), merged in turn."""
+    global _ids
+    _ids = itertools.count(1)  # the same span ids on every run of a seed
+    rng = random.Random(seed)
+    state = ConversationState.new("c")
+    ids = [f"call_{i}" for i in range(6)] + [None]
+    for number in range(rng.randrange(1, 5)):
+        inputs = [user("go")]
+        for k in range(rng.randrange(0, 90)):
+            call_id, name = rng.choice(ids), rng.choice(["search", "fetch"])
+            if rng.random() < 0.5:
+                result = (
+                    tool(call_id, f"r{k}")
+                    if call_id
+                    else Message(Role.TOOL, f"r{k}", tool_result=ToolResult(name=name))
+                )
+                inputs += [assistant(None, ToolCall(name, {"q": k}, id=call_id)), result]
+            else:
+                inputs.append(user(f"u{k}"))
+        spans = [chat(100 * number + 1, inputs, [assistant(f"done {number}")])]
+        for n in range(rng.randrange(0, 12)):
+            call_id, name = rng.choice(ids), rng.choice(["search", "fetch"])
+            failed = rng.random() < 0.3
+            result = ToolResult(
+                call_id=call_id,
+                name=name,
+                is_error=failed,
+                status_code=500 if failed else None,
+                content=rng.choice([None, "out"]),
+            )
+            execution = ToolExecution(name, call_id, rng.choice([None, {"q": n}]), result)
+            spans.append((view(100 * number + 2 + n), SpanReading("tools", tool_execution=execution)))
+        apply_trace(state, f"t{number}".encode(), spans)
+    return state
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32))
+def test_traces_of_tool_spans_merge_as_with_the_search_from_the_end(seed):
+    """Through apply_trace, where giving a result its details and adding provisional results change
+    the conversation between one tool span's lookup and the next: the same conversation as with the
+    search from the end (a reviewer's differential check: 3,000 seeds, no difference)."""
+    found = _snapshot(_random_traces(seed))
+    lookup = conversation_module._ToolResults.find
+    try:
+        conversation_module._ToolResults.find = lambda self, execution: _results_searched_from_the_end(
+            self._state, execution
+        )
+        searched = _snapshot(_random_traces(seed))
+    finally:
+        conversation_module._ToolResults.find = lookup
+    assert found == searched

@@ -55,10 +55,15 @@ class Histories(Protocol):
         ...
 
     def repeated(
-        self, key: str, text: str | Utf8Text, read: Callable[[str | Utf8Text], Message | None]
+        self,
+        key: str,
+        text: str | Utf8Text,
+        read: Callable[[str | Utf8Text], Message | None],
+        again: Callable[[Message], Message],
     ) -> Message | None:
         """The message of a text written again with every call under attribute ``key`` (a system
-        prompt): ``read(text)``, or the message it gave last time when the text is the same."""
+        prompt): ``read(text)``, or, when the text is the one read last time, ``again(message)`` of
+        the message given then (this span's own message with the same text)."""
         ...
 
 
@@ -103,7 +108,11 @@ class ReadInFull:
         return [message for raw in raws for message in build(raw)]
 
     def repeated(
-        self, key: str, text: str | Utf8Text, read: Callable[[str | Utf8Text], Message | None]
+        self,
+        key: str,
+        text: str | Utf8Text,
+        read: Callable[[str | Utf8Text], Message | None],
+        again: Callable[[Message], Message],
     ) -> Message | None:
         return read(text)
 

@@ -23,7 +23,7 @@ and Pydantic AI readers, which reuse parts of these shapes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import compress
 from typing import Any
 
@@ -354,6 +354,18 @@ def system_message_of(value: Any, span_id: bytes) -> Message | None:
     return Message(Role.SYSTEM, content=text_of(parsed), span_id=span_id)
 
 
+def _own(span_id: bytes) -> Callable[[Message], Message]:
+    """A system message read from another span, as this span's own (the same text): what a read of
+    this span would give."""
+
+    def own(message: Message) -> Message:
+        if message.span_id == span_id:
+            return message
+        return Message(Role.SYSTEM, content=message.content, span_id=span_id)
+
+    return own
+
+
 def messages_of_attributes(
     attributes: Mapping[str, Any], span_id: bytes, histories: Histories
 ) -> tuple[list[Message], list[Message], bool]:
@@ -366,7 +378,7 @@ def messages_of_attributes(
         instructions = attributes[SYSTEM_INSTRUCTIONS]
         if isinstance(instructions, str | Utf8Text):
             read_prompt = lambda text: system_message_of(text, span_id)  # noqa: E731
-            system = histories.repeated(SYSTEM_INSTRUCTIONS, instructions, read_prompt)
+            system = histories.repeated(SYSTEM_INSTRUCTIONS, instructions, read_prompt, _own(span_id))
         else:
             system = system_message_of(instructions, span_id)
         if system is not None:

@@ -96,22 +96,28 @@ class HistoryCache:
         return messages
 
     def repeated(
-        self, key: str, text: str | Utf8Text, read: Callable[[str | Utf8Text], Message | None]
+        self,
+        key: str,
+        text: str | Utf8Text,
+        read: Callable[[str | Utf8Text], Message | None],
+        again: Callable[[Message], Message],
     ) -> Message | None:
         """The message of a text written again with every call (a system prompt, resent whole and
         alike by every model call: on the real agent trajectories 10 KB on each of 10,000 calls):
-        ``read(text)``, remembered by the xxh3-128 hash of the text's UTF-8 bytes (not the text),
-        and the message read then while the text of ``key`` hashes the same. The same object, as a
-        history's messages are (:meth:`messages`), so that the text is neither parsed nor held
-        again."""
+        ``read(text)``, remembered by the xxh3-128 hash of the text's UTF-8 bytes (not the text);
+        while the text of ``key`` hashes the same, ``again(message)`` of the message given last
+        (the reader's message for this span, with that message's text: neither parsed nor held
+        again). The message given is remembered in turn, so the text it holds is the one the
+        conversation shares once it has merged one of them (conversation.SharedValues)."""
         data = text.utf8 if isinstance(text, Utf8Text) else memoryview(text.encode("utf-8", "surrogatepass"))
         digest = _hash(data)
         last = self._repeated
         if last is not None and last[0] == key and last[1] == digest:
-            return last[2]
-        message = read(text)
-        if message is not None:
-            self.built += 1
+            message: Message | None = again(last[2])
+        else:
+            message = read(text)
+            if message is not None:
+                self.built += 1
         self._repeated = (key, digest, message) if message is not None else None
         return message
 

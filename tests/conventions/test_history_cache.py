@@ -10,8 +10,9 @@ from typing import Any
 import orjson
 import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from otelsignals.analysis import analyze_update
 from otelsignals.conventions.base import Reader, SpanReading, SpanView, json_or_text
 from otelsignals.conventions.decoding import UTF8_TEXT_MIN_BYTES, Utf8Text, decode_span
 from otelsignals.conventions.genai import (
@@ -21,9 +22,11 @@ from otelsignals.conventions.genai import (
     otel_messages,
     system_message_of,
 )
-from otelsignals.conventions.memory import HistoryCache
+from otelsignals.conventions.memory import ConversationMemory, HistoryCache
 from otelsignals.conventions.openinference import OPENINFERENCE_READER
 from otelsignals.conventions.openllmetry import OPENLLMETRY_READER
+from otelsignals.conventions.span_decoder import SpanDecoder
+from otelsignals.conversation import ConversationState, apply_trace
 from otelsignals.model import Message, Role
 from tests.conventions.spans import make_span
 
@@ -426,6 +429,10 @@ def _instructions(text: str) -> str:
     return orjson.dumps([{"type": "text", "content": text}]).decode()
 
 
+def _same(message: Message) -> Message:
+    return message
+
+
 def decoded_instructions(text: str) -> Any:
     """``gen_ai.system_instructions`` as the span decoder hands it to the readers (a long one as the
     UTF-8 bytes it came in, like a long history)."""
@@ -442,10 +449,12 @@ def test_a_system_prompt_sent_again_alike_is_read_once_and_gives_the_same_messag
         return system_message_of(text, b"s")
 
     prompt = "You are the support agent of Acme. " * 60  # 2 KB: comes as bytes
-    first = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(prompt)), read)
+    first = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(prompt)), read, _same)
     assert isinstance(decoded_instructions(_instructions(prompt)), Utf8Text)
-    again = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(prompt)), read)
-    as_text = cache.repeated(SYSTEM_INSTRUCTIONS, _instructions(prompt), read)  # a str of the same bytes
+    again = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(prompt)), read, _same)
+    as_text = cache.repeated(
+        SYSTEM_INSTRUCTIONS, _instructions(prompt), read, _same
+    )  # a str of the same bytes
     assert first is not None and (first.role, first.content) == (Role.SYSTEM, prompt)
     assert again is first and as_text is first and len(reads) == 1
     assert cache.message_lists()[-1] == [first]  # counted by the session byte bound like a history
@@ -468,12 +477,14 @@ def test_a_system_prompt_that_changed_is_read_again(edit: Callable[[str], str]):
         return system_message_of(text, b"s")
 
     prompt = "You are the support agent of Acme. " * 60
-    first = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(prompt)), read)
-    changed = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(edit(prompt))), read)
+    first = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(prompt)), read, _same)
+    changed = cache.repeated(
+        SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(edit(prompt))), read, _same
+    )
     assert changed is not first and changed is not None and changed.content == edit(prompt)
     assert len(reads) == 2
     assert (
-        cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(edit(prompt))), read)
+        cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(edit(prompt))), read, _same)
         is changed
     )
 
@@ -487,7 +498,7 @@ def test_a_system_prompt_that_reads_as_nothing_is_not_remembered():
         return system_message_of(text, b"s")
 
     for _ in range(2):
-        assert cache.repeated(SYSTEM_INSTRUCTIONS, "[]", read) is None
+        assert cache.repeated(SYSTEM_INSTRUCTIONS, "[]", read, _same) is None
     assert len(reads) == 2 and cache.message_lists() == []
 
 
@@ -514,3 +525,85 @@ def test_a_system_prompt_resent_with_every_call_reads_as_a_full_read():
         assert remembered.input_messages[0].role is Role.SYSTEM
         seen.append(remembered.input_messages[0])
     assert all(message is seen[0] for message in seen)
+
+
+def test_a_system_prompt_read_again_from_another_span_is_that_spans_own_message():
+    """Each span gets a message of its own, as a fresh read gives it (the span that first merged its
+    prompt stays the one the conversation's prompt names), holding the text read the first time."""
+    prompt = _instructions("You are the support agent of Acme. " * 60)
+    cache = HistoryCache()
+    messages = []
+    for span_id in (b"B" * 8, b"A" * 8, b"A" * 8):
+        view = make_span(
+            {"gen_ai.operation.name": "chat", SYSTEM_INSTRUCTIONS: prompt, INPUT_MESSAGES: history(1)}
+        )
+        view.span_id = span_id
+        view.histories = cache
+        reading = GENAI_READER.read(view)
+        assert reading is not None
+        messages.append(reading.input_messages[0])
+    assert [m.span_id for m in messages] == [b"B" * 8, b"A" * 8, b"A" * 8]
+    assert messages[1] is not messages[0] and messages[2] is messages[1]  # a span read twice: one message
+    assert all(m.content is messages[0].content for m in messages)  # the text read once, held once
+
+
+def _chat_span(span_id: bytes, start: int, end: int, prompt: str, failed: bool) -> bytes:
+    """A model call of one conversation resending ``prompt`` and one user message; a failed one
+    answers nothing (429)."""
+    span = Span(
+        trace_id=b"\x01" * 16,
+        span_id=span_id,
+        name="chat m",
+        start_time_unix_nano=start,
+        end_time_unix_nano=end,
+    )
+    attributes = {
+        "gen_ai.operation.name": "chat",
+        "session.id": "s1",
+        SYSTEM_INSTRUCTIONS: prompt,
+        INPUT_MESSAGES: orjson.dumps(
+            [{"role": "user", "parts": [{"type": "text", "content": "where is my order?"}]}]
+        ).decode(),
+    }
+    if failed:
+        span.status.code = Status.STATUS_CODE_ERROR
+        span.status.message = "rate limit exceeded"
+        attributes |= {"error.type": "429", "http.response.status_code": 429}
+    else:
+        attributes["gen_ai.output.messages"] = orjson.dumps(
+            [{"role": "assistant", "parts": [{"type": "text", "content": "It ships today."}]}]
+        ).decode()
+    for key, value in attributes.items():
+        kv = span.attributes.add(key=key)
+        if isinstance(value, int):
+            kv.value.int_value = value
+        else:
+            kv.value.string_value = value
+    return span.SerializeToString()
+
+
+def test_parallel_calls_resending_one_system_prompt_keep_the_prompt_of_the_call_merged_first():
+    """Two calls in parallel: A starts first and fails, B ends first and is read first. The
+    conversation's system prompt is A's, as a read without the conversation's memory gives it, and
+    the rate-limit signal points at it (a reviewer's case: handing back B's message for A made the
+    signal point at the user message). The user message keeps the span it was first read from, B:
+    the history memory's rule for every resent message."""
+    prompt = _instructions("You are the support agent of Acme. " * 60)
+    spans = [_chat_span(b"B" * 8, 2, 5, prompt, False), _chat_span(b"A" * 8, 1, 10, prompt, True)]
+
+    def analysed(memory: ConversationMemory | None) -> tuple[list[tuple[Any, ...]], list[tuple[str, int]]]:
+        decoder = SpanDecoder()
+        state = ConversationState.new("s1")
+        if memory is not None:
+            state.decoder_memory = memory
+        views = [decoder.view(data, memory) for data in spans]
+        readings = [(view, decoder.read(view, memory)) for view in views]
+        update = apply_trace(state, b"\x01" * 16, [(v, r) for v, r in readings if r is not None])
+        analysis = analyze_update(state, update)
+        messages = [(m.role, m.content, m.span_id) for m in state.conversation.messages]
+        return messages, sorted((s.type, s.message_index) for s in analysis.new_signals)
+
+    (messages, signals), (fresh, _) = analysed(ConversationMemory()), analysed(None)
+    assert messages[0] == fresh[0] and messages[0][2] == b"A" * 8
+    assert [m[2] for m in messages] == [b"A" * 8, b"B" * 8, b"B" * 8]
+    assert signals == [("environment.exhaustion.rate_limit", 0)]
