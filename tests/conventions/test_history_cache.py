@@ -586,7 +586,7 @@ def test_parallel_calls_resending_one_system_prompt_keep_the_prompt_of_the_call_
     """Two calls in parallel: A starts first and fails, B ends first and is read first. The
     conversation's system prompt is A's, as a read without the conversation's memory gives it, and
     the rate-limit signal points at it (a reviewer's case: handing back B's message for A made the
-    signal point at the user message). The user message keeps the span it was first read from, B:
+    signal point at another message, B's answer). The user message keeps the span it was first read from, B:
     the history memory's rule for every resent message."""
     prompt = _instructions("You are the support agent of Acme. " * 60)
     spans = [_chat_span(b"B" * 8, 2, 5, prompt, False), _chat_span(b"A" * 8, 1, 10, prompt, True)]
