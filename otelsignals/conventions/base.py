@@ -29,6 +29,12 @@ _TOOL_RESULT = attrgetter("tool_result")
 EVENT_NAME = attrgetter("name")
 
 
+# How a reader reads a text resent alike with every call (Histories.repeated): its message, and a
+# message read from another span's copy of it as this span's own.
+ReadText = Callable[[str | Utf8Text], Message | None]
+ReadAgain = Callable[[Message], Message]
+
+
 class Histories(Protocol):
     """How a reader turns the history a span was sent into messages."""
 
@@ -54,13 +60,7 @@ class Histories(Protocol):
         (a convention's inputs are not its outputs nor another convention's)."""
         ...
 
-    def repeated(
-        self,
-        key: str,
-        text: str | Utf8Text,
-        read: Callable[[str | Utf8Text], Message | None],
-        again: Callable[[Message], Message],
-    ) -> Message | None:
+    def repeated(self, key: str, text: str | Utf8Text, read: ReadText, again: ReadAgain) -> Message | None:
         """The message of a text written again with every call under attribute ``key`` (a system
         prompt): ``read(text)``, or, when the text is the one read last time, ``again(message)`` of
         the message given then (this span's own message with the same text)."""
@@ -107,13 +107,7 @@ class ReadInFull:
     ) -> list[Message]:
         return [message for raw in raws for message in build(raw)]
 
-    def repeated(
-        self,
-        key: str,
-        text: str | Utf8Text,
-        read: Callable[[str | Utf8Text], Message | None],
-        again: Callable[[Message], Message],
-    ) -> Message | None:
+    def repeated(self, key: str, text: str | Utf8Text, read: ReadText, again: ReadAgain) -> Message | None:
         return read(text)
 
 

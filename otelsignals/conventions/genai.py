@@ -23,7 +23,7 @@ and Pydantic AI readers, which reuse parts of these shapes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from itertools import compress
 from typing import Any
 
@@ -33,6 +33,7 @@ from otelsignals.conventions.base import (
     READ_IN_FULL,
     EventView,
     Histories,
+    ReadAgain,
     SpanReading,
     SpanView,
     as_text,
@@ -354,7 +355,7 @@ def system_message_of(value: Any, span_id: bytes) -> Message | None:
     return Message(Role.SYSTEM, content=text_of(parsed), span_id=span_id)
 
 
-def _own(span_id: bytes) -> Callable[[Message], Message]:
+def _own(span_id: bytes) -> ReadAgain:
     """A system message read from another span, as this span's own (the same text): what a read of
     this span would give."""
 

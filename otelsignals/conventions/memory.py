@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import orjson
 import xxhash
 
-from otelsignals.conventions.base import JSON_WHITESPACE, json_or_text, link_tool_names
+from otelsignals.conventions.base import JSON_WHITESPACE, ReadAgain, ReadText, json_or_text, link_tool_names
 from otelsignals.conventions.decoding import EventView, SpanDecodeMemo, Utf8Text
 from otelsignals.model import Message
 
@@ -95,13 +95,7 @@ class HistoryCache:
             self._remember(remembered, data, end, messages)
         return messages
 
-    def repeated(
-        self,
-        key: str,
-        text: str | Utf8Text,
-        read: Callable[[str | Utf8Text], Message | None],
-        again: Callable[[Message], Message],
-    ) -> Message | None:
+    def repeated(self, key: str, text: str | Utf8Text, read: ReadText, again: ReadAgain) -> Message | None:
         """The message of a text written again with every call (a system prompt, resent whole and
         alike by every model call: on the real agent trajectories 10 KB on each of 10,000 calls):
         ``read(text)``, remembered by the xxh3-128 hash of the text's UTF-8 bytes (not the text);

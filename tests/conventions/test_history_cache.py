@@ -440,13 +440,20 @@ def decoded_instructions(text: str) -> Any:
     return decode_span(span.SerializeToString(), None)[1][SYSTEM_INSTRUCTIONS]
 
 
-def test_a_system_prompt_sent_again_alike_is_read_once_and_gives_the_same_message():
-    cache = HistoryCache()
-    reads: list[str] = []
+def prompt_reader(reads: list[str]) -> Callable[[Any], Message | None]:
+    """The GenAI reader's system message of a text, noting each text it reads in ``reads``."""
 
     def read(text: Any) -> Message | None:
         reads.append(str(text))
         return system_message_of(text, b"s")
+
+    return read
+
+
+def test_a_system_prompt_sent_again_alike_is_read_once_and_gives_the_same_message():
+    cache = HistoryCache()
+    reads: list[str] = []
+    read = prompt_reader(reads)
 
     prompt = "You are the support agent of Acme. " * 60  # 2 KB: comes as bytes
     first = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(prompt)), read, _same)
@@ -471,10 +478,7 @@ def test_a_system_prompt_sent_again_alike_is_read_once_and_gives_the_same_messag
 def test_a_system_prompt_that_changed_is_read_again(edit: Callable[[str], str]):
     cache = HistoryCache()
     reads: list[str] = []
-
-    def read(text: Any) -> Message | None:
-        reads.append(str(text))
-        return system_message_of(text, b"s")
+    read = prompt_reader(reads)
 
     prompt = "You are the support agent of Acme. " * 60
     first = cache.repeated(SYSTEM_INSTRUCTIONS, decoded_instructions(_instructions(prompt)), read, _same)
@@ -492,10 +496,7 @@ def test_a_system_prompt_that_changed_is_read_again(edit: Callable[[str], str]):
 def test_a_system_prompt_that_reads_as_nothing_is_not_remembered():
     cache = HistoryCache()
     reads: list[str] = []
-
-    def read(text: Any) -> Message | None:
-        reads.append(str(text))
-        return system_message_of(text, b"s")
+    read = prompt_reader(reads)
 
     for _ in range(2):
         assert cache.repeated(SYSTEM_INSTRUCTIONS, "[]", read, _same) is None
