@@ -34,9 +34,12 @@ from types import ModuleType
 # outside the list (model, compaction), conversation (compiled code boxes its shared integers anew:
 # more memory), evals.session_metrics (the judge gives MetricResult a None score its annotation
 # does not allow), reputation (its Evaluation takes the stores' rows as they come: 1 for True),
-# and what runs elsewhere than the analysis thread.
+# and what runs elsewhere than the analysis thread, but for otlp.wire: the byte walks that split a
+# request into spans and encode export requests on the event loop, and read a span's head for the
+# enricher.
 COMPILED_MODULES: tuple[str, ...] = (
     "limits",
+    "otlp.wire",
     "scoring",
     "triage",
     "conventions.base",
