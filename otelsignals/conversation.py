@@ -1216,11 +1216,10 @@ class _ToolResults:
     tool spans looked past their latest 64 messages. A span now looks at the latest
     :data:`TOOL_RESULT_WINDOW` messages; the first with a call id to find nothing there builds a
     table of the latest result of each call id, and the trace's later spans with a call id look it
-    up there (those without one search on by tool name). The
-    answer is the one the search from the end gives: the latest result with that call id that is
-    not a tool span's own (provisional) message. While a trace's tool spans are read, only
-    provisional messages are added (at the end) and none leaves the conversation, so the table stays
-    right for the rest of the trace."""
+    up there (those without one search on by tool name). The answer is the one the search from the
+    end gives: the latest result with that call id that is not a tool span's own (provisional)
+    message. While a trace's tool spans are read, only provisional messages are added (at the end)
+    and none leaves the conversation, so the table stays right for the rest of the trace."""
 
     __slots__ = ("_by_call_id", "_state")
 
