@@ -82,6 +82,7 @@ def native_extensions() -> list[Any]:
     except ImportError:
         _warn("mypyc is not installed")
         return []
+    opt_level = native.opt_level_asked(os.environ)  # a wrong value stops the build: it is asked for
     package = ROOT / "otelsignals"
     BUILT.update(native.manifest(package))
     # Third-party packages are not installed in an isolated build: their types are then Any, and
@@ -92,6 +93,7 @@ def native_extensions() -> list[Any]:
         extensions = mypycify(
             sources + options,
             group_name=native.GROUP_NAME,
+            opt_level=opt_level,
             multi_file=True,  # a C file per module: less of the compiler's memory at once
         )
     except (Exception, SystemExit) as error:  # mypyc exits (SystemExit) when type checking fails

@@ -83,6 +83,10 @@ COMPILED_MODULES: tuple[str, ...] = (
 )
 PACKAGE_NAME = "otelsignals"
 PURE_PYTHON_ENV = "OTELSIGNALS_PURE_PYTHON"
+# At build time: the C compiler's optimisation level for the compiled modules (mypyc's opt_level).
+# The default, 3, is for running; 0 builds in a fraction of the time, for tests of the packaging.
+OPT_LEVEL_ENV = "OTELSIGNALS_NATIVE_OPT_LEVEL"
+OPT_LEVELS = ("0", "1", "2", "3")
 # The compiled modules are small shims around one shared library, mypyc's "group" module, which
 # setup.py builds at the top level (beside the package, not in it).
 GROUP_NAME = "otelsignals_native"
@@ -193,6 +197,16 @@ pure_python_reason = ""
 def pure_python_asked(environ: Mapping[str, str]) -> bool:
     """Whether ``OTELSIGNALS_PURE_PYTHON`` asks for the source (at build time: setup.py; at run time)."""
     return environ.get(PURE_PYTHON_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def opt_level_asked(environ: Mapping[str, str]) -> str:
+    """The optimisation level ``OTELSIGNALS_NATIVE_OPT_LEVEL`` asks setup.py for ("3" when unset).
+
+    Raises ValueError for another value: a build silently at another level would be measured wrong."""
+    level = environ.get(OPT_LEVEL_ENV, "").strip() or "3"
+    if level not in OPT_LEVELS:
+        raise ValueError(f"{OPT_LEVEL_ENV}={level!r}: expected one of {', '.join(OPT_LEVELS)}")
+    return level
 
 
 def source_reason(

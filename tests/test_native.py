@@ -116,8 +116,11 @@ def test_a_wheel_built_as_the_image_builds_it_runs_the_core_compiled(tmp_path):
     and the analysis the same. (The image itself cannot be built where there is no Docker daemon.)"""
     context = _image_build_context(tmp_path / "context")
     dist, site = tmp_path / "dist", tmp_path / "site"
+    # The packaging is under test, not the compiled code's speed: the C compiler's lowest level
+    # builds several times faster.
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(context)],
+        env={**os.environ, native.OPT_LEVEL_ENV: "0"},
         capture_output=True,
         text=True,
         timeout=900,
@@ -150,6 +153,25 @@ def test_a_wheel_built_as_the_image_builds_it_runs_the_core_compiled(tmp_path):
     assert Path(package_file).is_relative_to(site) and library and Path(library).is_relative_to(site)
     assert sorted(native.compiled_modules(site / "otelsignals")) == sorted(native.COMPILED_MODULES)
     assert digest == analysis_digest()
+
+
+@pytest.mark.parametrize(
+    ("environ", "level"),
+    [
+        ({}, "3"),
+        ({native.OPT_LEVEL_ENV: ""}, "3"),
+        ({native.OPT_LEVEL_ENV: " 0 "}, "0"),
+        ({native.OPT_LEVEL_ENV: "2"}, "2"),
+    ],
+)
+def test_the_build_takes_the_optimisation_level_asked_for(environ, level):
+    assert native.opt_level_asked(environ) == level
+
+
+@pytest.mark.parametrize("value", ["fast", "4", "-O0", "3.0"])
+def test_an_optimisation_level_mypyc_does_not_know_stops_the_build(value):
+    with pytest.raises(ValueError, match=native.OPT_LEVEL_ENV):
+        native.opt_level_asked({native.OPT_LEVEL_ENV: value})
 
 
 def test_the_source_runs_when_asked_to():
