@@ -54,6 +54,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "conventions.pydantic_ai",
     "conventions.tools",
     "conventions.vercel_ai",
+    "evals.glove_tokens",
     "evals.per_trace",
     "evals.proxies",
     "evals.trace_metrics",

