@@ -1,5 +1,6 @@
 """How long a gzip-compressed OTLP/gRPC export stalls the process's other Python threads: grpc.aio
-against grpc's blocking API called from a thread (what the exporter uses), same run.
+against grpc's blocking API called from a thread (what the exporter used until it sent through
+connect-python, gzipping on its own threads), same run.
 
     python bench/grpc_compression_stall.py
 
@@ -135,7 +136,7 @@ def main() -> None:
     print("|---|---|---|")
     for label, send in (
         ("grpc.aio, gzip", aio(grpc.Compression.Gzip)),
-        ("grpc blocking API in a thread, gzip (the exporter)", blocking),
+        ("grpc blocking API in a thread, gzip (the exporter until 2026-11-30)", blocking),
         ("grpc future API awaited on the event loop, gzip", futures),
         ("grpc.aio, no compression", aio(grpc.Compression.NoCompression)),
         ("zlib.compress in an executor thread (no sending)", zlib_in_thread),

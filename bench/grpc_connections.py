@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/grpc_connections.py [--rates 20,40] [--batches 200] [--rounds 2]
 
-The exporter's consumers (otelsignals/pipeline/senders.py, GrpcSender) call grpc's blocking API on
-a pool of 4 threads, with gzip. This sends bench/agent_workload.py's requests, two turns per batch
+The exporter's consumers (otelsignals/pipeline/senders.py, GrpcSender) called grpc's blocking API on
+a pool of 4 threads, with gzip, when this was measured (they now send through connect-python, the
+sidecar gzipping, still one connection per consumer as this found best). This sends bench/agent_workload.py's requests, two turns per batch
 (~600 KB: what a 50 ms batch held at ~40 turns/s; at the 20 ms default a batch holds about one
 turn), at a fixed rate (open loop) from such a pool to a gRPC server in another process that answers
 at once, while a busy Python thread stands in for the analysis; it reports each setting's call

@@ -14,17 +14,23 @@ import base64
 import itertools
 import re
 import ssl
+import zlib
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from io import BufferedWriter
 from pathlib import Path
-from typing import Protocol, TypeAlias, cast
+from typing import Protocol, TypeAlias
 
-import grpc
 import orjson
-from google.protobuf import json_format
+import pyqwest
+from connectrpc.client import ConnectClientSync
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from connectrpc.method import IdempotencyLevel, MethodInfo
+from connectrpc.protocol import ProtocolType
+from google.protobuf import any_pb2, json_format
 from google.rpc import error_details_pb2, status_pb2
 from isal import igzip
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
@@ -40,7 +46,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from otelsignals.config import ExporterConfig
+from otelsignals.config import ExporterConfig, TlsConfig
 from otelsignals.otlp.json_encode import encode_trace_request
 from otelsignals.pipeline.http_client import OTLP_RETRYABLE_STATUSES, HttpClient
 
@@ -68,20 +74,13 @@ REQUEST_TYPES: dict[str, type[ExportRequest]] = {
 
 def gzip_fast(body: bytes) -> bytes:
     """``body`` in gzip, as fast as gzip gets: ISA-L's level 1 (python-isal; it lets go of the GIL).
-    On the agent workload's requests it took 0.86 ms a turn against zlib's 4.2 at level 1 and 10.1
-    at level 6, the level grpc's own gzip uses, and it compressed a little better than zlib's level 1
-    (3.2 times against 3.1; bench/RESULTS.md). Any gzip reader reads it."""
+    On the agent workload's requests it took 0.96 ms a turn against zlib's 4.42 at level 1 and 11.00
+    at level 6, the level grpc's own gzip uses, for 31.8 % of the size against 31.9 and 25.5 %
+    (bench/export_loop_stall.py). Any gzip reader reads it."""
     return igzip.compress(body, 1)
 
 
-_RETRYABLE_GRPC = {
-    grpc.StatusCode.CANCELLED,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.ABORTED,
-    grpc.StatusCode.OUT_OF_RANGE,
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DATA_LOSS,
-}
+_RETRYABLE_GRPC = {"CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "OUT_OF_RANGE", "UNAVAILABLE", "DATA_LOSS"}
 
 
 @dataclass(frozen=True)
@@ -116,116 +115,169 @@ def _rejected_count(signal: str, payload: bytes) -> int:
 
 
 class GrpcSender:
-    """OTLP/gRPC through grpc's blocking API, each call on a thread of the sender's own pool (one per
-    exporter consumer): grpc.aio compresses a request on the event loop with the GIL held, so a
-    4 MiB batch's gzip stalled every other thread, the analysis included, while a blocking call
-    releases it (bench/grpc_compression_stall.py). grpc's future API avoids the stall too, but
-    measured slower on the agent workload (0.67 of the bare forwarder's throughput against 0.84).
+    """OTLP/gRPC through connect-python's gRPC protocol on pyqwest's HTTP/2 connections, so that the
+    sidecar does the gzip itself: :func:`gzip_fast`, where grpc's own client compresses at a fixed zlib
+    level 6 that Python's grpc cannot change (grpc/grpc#41603). That was two thirds of the default
+    configuration's CPU on the agent workload (bench/RESULTS.md).
 
-    One connection per consumer, each send on one no other send is using: over one connection,
-    gzipped batches went out one after another, and a batch waited for the ones before it
-    (bench/grpc_connections.py)."""
+    Each call, its gzip included, blocks a thread of the sender's own pool (one per exporter
+    consumer), never the event loop, where a 4 MiB batch's compression once stalled every other
+    thread, the analysis included (bench/grpc_compression_stall.py). One connection per consumer,
+    each send on one no other send is using: over one connection, gzipped batches went out one after
+    another, and a batch waited for the ones before it (bench/grpc_connections.py)."""
 
     def __init__(self, config: ExporterConfig) -> None:
-        target = re.sub(r"^(grpc|https?)://", "", config.endpoint).rstrip("/")
-        options = [
-            ("grpc.max_send_message_length", -1),
-            ("grpc.max_receive_message_length", 64 * 1024**2),
-            # Reconnect quickly after a downstream restart; the exporter's backoff paces retries.
-            ("grpc.initial_reconnect_backoff_ms", 200),
-            ("grpc.max_reconnect_backoff_ms", 2000),
-            # A connection of each channel's own: channels to one target share one by default.
-            ("grpc.use_local_subchannel_pool", 1),
-        ]
+        secure = config.endpoint.startswith("https://") or not config.tls.insecure
+        address = ("https://" if secure else "http://") + re.sub(
+            r"^(grpc|https?)://", "", config.endpoint
+        ).rstrip("/")
         consumers = config.queue.num_consumers
-        tls = config.tls
-        if config.endpoint.startswith("https://") or not tls.insecure:
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read_optional(tls.ca_file),
-                private_key=_read_optional(tls.key_file),
-                certificate_chain=_read_optional(tls.cert_file),
+        self._transports = [_grpc_transport(config.tls, secure) for _ in range(consumers)]
+        self._gzipped = config.compression == "gzip"
+        self._clients = [
+            ConnectClientSync(
+                address,
+                protocol=ProtocolType.GRPC,
+                send_compression=_GZIPPED if self._gzipped else None,
+                read_max_bytes=64 * 1024**2,
+                http_client=pyqwest.SyncClient(transport),
             )
-            self._channels = [
-                grpc.secure_channel(target, credentials, options=options) for _ in range(consumers)
-            ]
-        else:
-            self._channels = [grpc.insecure_channel(target, options=options) for _ in range(consumers)]
-        self._compression = grpc.Compression.Gzip if config.compression == "gzip" else None
-        self._metadata = tuple((k.lower(), v) for k, v in config.headers.items())
-        self._timeout = config.timeout
-        # No (de)serializers: the calls send and return the encoded bytes.
-        self._calls: list[dict[str, grpc.UnaryUnaryMultiCallable]] = [
-            {
-                signal: channel.unary_unary(method, request_serializer=None, response_deserializer=None)
-                for signal, method in GRPC_METHODS.items()
-            }
-            for channel in self._channels
+            for transport in self._transports
         ]
+        self._headers = {k.lower(): v for k, v in config.headers.items()}
+        self._timeout_ms = max(1, round(config.timeout * 1000))
         # The connections no send is using, the least recently used first (sends start and end on the
         # event loop). The exporter has at most one send per consumer in flight; more at once (another
         # caller) share the connections in turn.
-        self._idle = deque(self._calls)
-        self._shared = itertools.cycle(self._calls)
+        self._idle = deque(self._clients)
+        self._shared = itertools.cycle(self._clients)
         self._threads = ThreadPoolExecutor(consumers, thread_name_prefix="otlp-grpc")
 
     async def send(self, signal: str, body: bytes) -> SendResult:
-        connection = self._idle.popleft() if self._idle else None
+        client = self._idle.popleft() if self._idle else None
         try:
-            return await self._send(
-                connection if connection is not None else next(self._shared), signal, body
-            )
+            return await self._send(client if client is not None else next(self._shared), signal, body)
         finally:
-            if connection is not None:
-                self._idle.append(connection)
+            if client is not None:
+                self._idle.append(client)
 
-    async def _send(
-        self, calls: dict[str, grpc.UnaryUnaryMultiCallable], signal: str, body: bytes
-    ) -> SendResult:
-        call = partial(
-            calls[signal],
-            body,
-            timeout=self._timeout,
-            metadata=self._metadata,
-            compression=self._compression,
-        )
+    async def _send(self, client: ConnectClientSync, signal: str, body: bytes) -> SendResult:
         try:
-            # A send the exporter cancels (its shutdown deadline) leaves its call running until
-            # close() closes the channel, which stop() does next.
-            payload = await asyncio.get_running_loop().run_in_executor(self._threads, call)
-        except grpc.RpcError as error:
-            failed = cast(grpc.Call, error)  # what a call raises is both (the stubs cannot say so)
-            code = failed.code()
-            retry_after = _grpc_retry_delay(failed)
-            retryable = code in _RETRYABLE_GRPC or (
-                code == grpc.StatusCode.RESOURCE_EXHAUSTED and retry_after is not None
+            # A send the exporter cancels (its shutdown deadline) leaves its call running on its
+            # thread until the call's timeout ends it.
+            answer = await asyncio.get_running_loop().run_in_executor(
+                self._threads, self._call, client, signal, body
             )
-            return SendResult(False, retryable, code.name.lower(), failed.details() or code.name, retry_after)
-        except (ValueError, RuntimeError) as error:  # the channel or the pool closed: shutting down
+        except ConnectError as error:
+            code = _GRPC_CODE_NAMES.get(error.code, error.code.name)
+            retry_after = _retry_delay(error.details)
+            retryable = code in _RETRYABLE_GRPC or (code == "RESOURCE_EXHAUSTED" and retry_after is not None)
+            return SendResult(False, retryable, code.lower(), error.message or code, retry_after)
+        except RuntimeError as error:  # the pool closed: shutting down
             return SendResult(False, True, "closed", str(error))
-        return SendResult(True, rejected_spans=_rejected_count(signal, payload))
+        return SendResult(True, rejected_spans=_rejected_count(signal, answer.payload))
+
+    def _call(self, client: ConnectClientSync, signal: str, body: bytes) -> _Answer:
+        return client.execute_unary(
+            request=_Encoded(gzip_fast(body) if self._gzipped else body),
+            method=_GRPC_METHOD_INFO[signal],
+            headers=self._headers,
+            timeout_ms=self._timeout_ms,
+        )
 
     async def close(self) -> None:
-        for channel in self._channels:
-            channel.close()  # calls still in flight end at once (CANCELLED)
+        for transport in self._transports:
+            transport.close()
         self._threads.shutdown(wait=False, cancel_futures=True)
 
 
-def _grpc_retry_delay(err: grpc.Call) -> float | None:
-    """The RetryInfo delay the server sent, in the rich status or as a bare RetryInfo trailer."""
-    for key, value in err.trailing_metadata() or ():
-        raw = value if isinstance(value, bytes) else str(value).encode()
+class _Encoded:
+    """An export request already encoded, as connect-python's codec takes a message to encode."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def SerializeToString(self) -> bytes:  # the protobuf method's name
+        return self.body
+
+
+class _Answer:
+    """The downstream's answer as its bytes: connect-python's codec parses into a new instance."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self) -> None:
+        self.payload = b""
+
+    def ParseFromString(self, data: bytes) -> None:  # the protobuf method's name
+        self.payload = bytes(data)
+
+
+class _Gzipped:
+    """connect-python's compression for a request the sender gzipped already, on its own thread
+    (``GrpcSender._call``): connect-python would compress where pyqwest reads the body, on the
+    threads that run the connections. Answers, a few bytes, are read with zlib."""
+
+    def name(self) -> str:
+        return "gzip"
+
+    def compress(self, data: bytes | bytearray | memoryview) -> bytes:
+        return bytes(data)
+
+    def decompress(self, data: bytes | bytearray | memoryview) -> bytes:
+        return zlib.decompress(data, wbits=31)
+
+
+_GZIPPED = _Gzipped()
+
+
+def _grpc_method_info(path: str) -> MethodInfo[_Encoded, _Answer]:
+    service, method = path.strip("/").split("/")
+    return MethodInfo(
+        name=method,
+        service_name=service,
+        input=_Encoded,
+        output=_Answer,
+        idempotency_level=IdempotencyLevel.UNKNOWN,
+    )
+
+
+_GRPC_METHOD_INFO = {signal: _grpc_method_info(path) for signal, path in GRPC_METHODS.items()}
+# connect-python names codes as Connect does; the labels and retry rules use gRPC's names.
+_GRPC_CODE_NAMES = {Code.CANCELED: "CANCELLED"}
+
+
+def _grpc_transport(tls: TlsConfig, secure: bool) -> pyqwest.SyncHTTPTransport:
+    """One HTTP/2 connection's transport (gRPC needs HTTP/2: prior knowledge without TLS)."""
+    ca = _read_optional(tls.ca_file) if secure else None
+    return pyqwest.SyncHTTPTransport(
+        tls_ca_cert=ca,
+        tls_include_system_certs=secure and ca is None,
+        tls_key=_read_optional(tls.key_file) if secure else None,
+        tls_cert=_read_optional(tls.cert_file) if secure else None,
+        http_version=pyqwest.HTTPVersion.HTTP2,
+        pool_max_idle_per_host=1,
+        max_connections_per_address=1,
+        follow_redirects=False,
+        enable_gzip=False,
+        enable_brotli=False,
+        enable_zstd=False,
+        enable_otel=False,  # the sidecar's own exports are not traced
+    )
+
+
+def _retry_delay(details: Sequence[any_pb2.Any]) -> float | None:
+    """The RetryInfo delay the server sent in its rich status (grpc-status-details-bin)."""
+    for detail in details:
         try:
-            if key == "grpc-status-details-bin":
-                for detail in status_pb2.Status.FromString(raw).details:
-                    # types-protobuf: Any.Is() takes the pure-Python Descriptor only, while
-                    # Message.DESCRIPTOR is typed as it or the upb one (what it is at run time).
-                    if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):  # type: ignore[arg-type]
-                        info = error_details_pb2.RetryInfo()
-                        detail.Unpack(info)
-                        return max(0.0, info.retry_delay.ToNanoseconds() / 1e9)
-            elif key == "google.rpc.retryinfo-bin":
-                delay = error_details_pb2.RetryInfo.FromString(raw).retry_delay.ToNanoseconds() / 1e9
-                return max(0.0, delay)
+            # types-protobuf: Any.Is() takes the pure-Python Descriptor only, while
+            # Message.DESCRIPTOR is typed as it or the upb one (what it is at run time).
+            if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):  # type: ignore[arg-type]
+                info = error_details_pb2.RetryInfo()
+                detail.Unpack(info)
+                return max(0.0, info.retry_delay.ToNanoseconds() / 1e9)
         except Exception:  # a malformed detail is no reason to fail the export path
             continue
     return None

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
+import trustme
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.support.clients import expected_span_bytes, export_grpc, make_spans
@@ -13,44 +12,27 @@ from tests.support.sidecar import SidecarProcess
 
 
 @pytest.fixture(scope="module")
-def certificate(tmp_path_factory) -> tuple[str, str]:
-    """A self-signed certificate for 127.0.0.1, made with the openssl command line."""
+def certificate(tmp_path_factory) -> tuple[str, str, str]:
+    """(server certificate, its key, the private CA that signed it) for 127.0.0.1 (trustme)."""
     directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return str(cert), str(key)
+    authority = trustme.CA()
+    issued = authority.issue_cert("127.0.0.1", "localhost")
+    cert, key, ca = directory / "cert.pem", directory / "key.pem", directory / "ca.pem"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    authority.cert_pem.write_to_path(str(ca))
+    return str(cert), str(key), str(ca)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_tls_with_a_private_ca_headers_and_gzip(tmp_path, certificate, protocol):
-    cert, _ = certificate
-    with OtlpSink(tls=certificate).start() as sink:
+    cert, key, ca = certificate
+    with OtlpSink(tls=(cert, key)).start() as sink:
         endpoint = sink.grpc_endpoint if protocol == "grpc" else sink.http_endpoint
         exporter = {
             "endpoint": endpoint,
             "protocol": protocol,
-            "tls": {"insecure": False, "ca_file": cert},
+            "tls": {"insecure": False, "ca_file": ca},
             "headers": {"x-api-key": "s3cret", "x-tenant": "acme"},
             "compression": "gzip",
         }
@@ -67,7 +49,8 @@ def test_tls_with_a_private_ca_headers_and_gzip(tmp_path, certificate, protocol)
 
 
 def test_tls_refuses_an_unknown_certificate(tmp_path, certificate):
-    with OtlpSink(tls=certificate).start() as sink:
+    cert, key, _ = certificate
+    with OtlpSink(tls=(cert, key)).start() as sink:
         exporter = {"endpoint": sink.grpc_endpoint, "tls": {"insecure": False}}  # system CAs only
         with SidecarProcess(tmp_path, exporter) as sidecar:
             assert export_grpc(sidecar.grpc_endpoint, make_spans(1, 1)) is SpanExportResult.SUCCESS

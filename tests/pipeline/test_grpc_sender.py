@@ -1,19 +1,26 @@
-"""The OTLP/gRPC sender against a real gRPC server: one connection per exporter consumer, and a send
-never queued behind another on a busy connection while one is idle."""
+"""The OTLP/gRPC sender against a real gRPC server (grpcio's): one connection per exporter consumer, a
+send never queued behind another on a busy connection while one is idle, the sidecar's own gzip,
+and every answer classified as the OTLP specification says."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent import futures
 
 import grpc
+import pytest
+import trustme
 
-from otelsignals.config import ExporterConfig
-from otelsignals.pipeline.senders import GrpcSender
+from otelsignals.config import Duration, ExporterConfig, TlsConfig
+from otelsignals.pipeline import senders
+from otelsignals.pipeline.senders import GrpcSender, SendResult
 from tests.support.clients import encode_spans, make_spans
+from tests.support.otlp_sink import OtlpSink, Response
+from tests.support.sidecar import free_port
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 BODY = encode_spans(make_spans(2, 2)).SerializeToString()
@@ -91,3 +98,149 @@ async def test_a_send_never_waits_behind_a_busy_connection_while_another_is_idle
     busy = peers[0]
     assert busy not in peers[1:]
     assert len(set(peers[1:])) == config.queue.num_consumers - 1  # the idle ones, each in turn
+
+
+def _send(config: ExporterConfig, signal: str = "traces", body: bytes = BODY) -> SendResult:
+    async def once() -> SendResult:
+        sender = GrpcSender(config)
+        try:
+            return await asyncio.wait_for(sender.send(signal, body), 20)
+        finally:
+            await sender.close()
+
+    return asyncio.run(once())
+
+
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_a_request_arrives_whole_gzipped_by_the_sidecar_on_a_thread_of_the_sender(
+    compression: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sidecar's own gzip (ISA-L level 1), not grpc's level 6; the downstream reads it as gRPC's
+    gzip (a message whose compressed flag were wrong would not decode)."""
+    compressed_on: list[str] = []
+    real_compress = senders.gzip_fast
+
+    def compress(data: bytes) -> bytes:
+        compressed_on.append(threading.current_thread().name)
+        return real_compress(data)
+
+    monkeypatch.setattr(senders, "gzip_fast", compress)
+    body = encode_spans(make_spans(40, 5)).SerializeToString()
+    with OtlpSink().start() as sink:
+        result = _send(ExporterConfig(endpoint=sink.grpc_endpoint, compression=compression), body=body)  # type: ignore[arg-type]
+        received = sink.received
+    assert result.ok and [r.body for r in received] == [body]
+    if compression == "gzip":
+        assert len(compressed_on) == 1 and compressed_on[0].startswith("otlp-grpc")
+    else:
+        assert compressed_on == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "retryable", "reason", "retry_after"),
+    [
+        (Response.unavailable(), True, "unavailable", None),
+        (Response.unavailable(retry_after=2.5), True, "unavailable", 2.5),
+        (Response.throttled(), False, "resource_exhausted", None),  # without RetryInfo: permanent
+        (Response.throttled(retry_after=1.0), True, "resource_exhausted", 1.0),
+        (Response.invalid("bad spans"), False, "invalid_argument", None),
+        (Response(grpc.StatusCode.CANCELLED), True, "cancelled", None),  # gRPC's spelling, not Connect's
+        (Response(grpc.StatusCode.DATA_LOSS), True, "data_loss", None),
+        (Response(grpc.StatusCode.PERMISSION_DENIED), False, "permission_denied", None),
+        (Response(grpc.StatusCode.UNIMPLEMENTED), False, "unimplemented", None),
+    ],
+)
+def test_the_downstreams_status_is_classified_as_otlp_says(
+    answer: Response, retryable: bool, reason: str, retry_after: float | None
+) -> None:
+    with OtlpSink().start() as sink:
+        sink.script(answer)
+        result = _send(ExporterConfig(endpoint=sink.grpc_endpoint))
+    assert (result.ok, result.retryable, result.reason, result.retry_after) == (
+        False,
+        retryable,
+        reason,
+        retry_after,
+    )
+    if answer.message:
+        assert result.detail == answer.message
+
+
+@pytest.mark.parametrize("signal", ["traces", "metrics", "logs"])
+def test_a_partial_success_is_counted_for_each_signal(signal: str) -> None:
+    with OtlpSink().start() as sink:
+        sink.script(Response.ok(partial_success_rejected=3))
+        result = _send(ExporterConfig(endpoint=sink.grpc_endpoint), signal=signal, body=b"")
+        assert [r.signal for r in sink.received] == [signal]
+    assert result.ok and result.rejected_spans == 3
+
+
+def test_a_downstream_that_is_not_there_or_too_slow_is_retried() -> None:
+    refused = _send(ExporterConfig(endpoint=f"127.0.0.1:{free_port()}"))
+    assert (refused.ok, refused.retryable, refused.reason) == (False, True, "unavailable")
+    with OtlpSink().start() as sink:
+        sink.set_delay(3)
+        config = ExporterConfig(endpoint=sink.grpc_endpoint, timeout=Duration(0.5))
+        started = time.monotonic()
+        slow = _send(config)
+        took = time.monotonic() - started
+    assert (slow.ok, slow.retryable, slow.reason) == (False, True, "deadline_exceeded")
+    assert took < 2.5
+
+
+async def test_a_call_in_flight_at_close_ends_by_its_timeout() -> None:
+    """At shutdown the exporter cancels its sends and closes the sender: close() does not wait for a
+    call the downstream holds, and the call's thread is free again by ``exporter.timeout``."""
+    with OtlpSink().start() as sink:
+        sink.set_delay(30)
+        sender = GrpcSender(ExporterConfig(endpoint=sink.grpc_endpoint, timeout=Duration(2)))
+        sending = asyncio.ensure_future(sender.send("traces", BODY))
+        await wait_for(lambda: sink.attempts >= 1)
+        started = time.monotonic()
+        await sender.close()
+        closed_in = time.monotonic() - started
+        result = await asyncio.wait_for(sending, 10)
+        ended_in = time.monotonic() - started
+    assert closed_in < 0.5
+    assert not result.ok and result.retryable
+    assert ended_in < 4
+
+
+@pytest.mark.parametrize("presents_a_certificate", [True, False])
+def test_mutual_tls_towards_the_downstream(tmp_path, presents_a_certificate: bool) -> None:
+    """``exporter.tls``: the downstream's certificate checked against ``ca_file``, the sidecar's own
+    (``cert_file``, ``key_file``) presented to a downstream that asks for one."""
+    server_ca, client_ca = trustme.CA(), trustme.CA()
+    server_identity = server_ca.issue_cert("127.0.0.1")
+    client_identity = client_ca.issue_cert("otelsignals@example.com")
+    paths = {name: tmp_path / f"{name}.pem" for name in ("ca", "cert", "key")}
+    server_ca.cert_pem.write_to_path(str(paths["ca"]))
+    client_identity.cert_chain_pems[0].write_to_path(str(paths["cert"]))
+    client_identity.private_key_pem.write_to_path(str(paths["key"]))
+    peers: list[str] = []
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+
+    def export(body: bytes, context: grpc.ServicerContext) -> bytes:
+        peers.append(context.peer())
+        return b""
+
+    handler = grpc.unary_unary_rpc_method_handler(export, request_deserializer=None, response_serializer=None)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
+    credentials = grpc.ssl_server_credentials(
+        [(server_identity.private_key_pem.bytes(), server_identity.cert_chain_pems[0].bytes())],
+        root_certificates=client_ca.cert_pem.bytes(),
+        require_client_auth=True,
+    )
+    port = server.add_secure_port("127.0.0.1:0", credentials)
+    server.start()
+    tls = TlsConfig(insecure=False, ca_file=str(paths["ca"]))
+    if presents_a_certificate:
+        tls.cert_file, tls.key_file = str(paths["cert"]), str(paths["key"])
+    try:
+        result = _send(ExporterConfig(endpoint=f"127.0.0.1:{port}", tls=tls))
+    finally:
+        server.stop(None)
+    if presents_a_certificate:
+        assert result.ok and len(peers) == 1
+    else:
+        assert (result.ok, result.retryable, result.reason, peers) == (False, True, "unavailable", [])
