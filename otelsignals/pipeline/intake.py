@@ -7,12 +7,12 @@ import asyncio
 import concurrent.futures
 import hmac
 import logging
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
 from google.protobuf.message import DecodeError, Message
+from isal import isal_zlib
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -41,7 +41,7 @@ GRPC_TRANSPORT_LIMIT_FACTOR = 4
 # Compressed bodies are inflated this much at a time, so a bomb is stopped within one step of the limit.
 _INFLATE_STEP = 1 << 20
 # Above this compressed size (at most ~16 MiB inflated, a few ms), inflating runs in a worker thread
-# (zlib releases the GIL) so the event loop keeps answering other clients.
+# (ISA-L releases the GIL) so the event loop keeps answering other clients.
 _INFLATE_INLINE_MAX = 16 * 1024
 _JSON_DECODERS: dict[str, Callable[[bytes], ExportRequest]] = {
     "traces": decode_trace_request,
@@ -193,8 +193,10 @@ class Intake:
 
 def inflate(body: bytes, encoding: str, limit: int) -> bytes:
     """Decompress a gzip or deflate (zlib) body step by step, never holding more than ``limit`` bytes
-    (plus one step) of output: a small bomb is refused without being inflated."""
-    decompressor = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
+    (plus one step) of output: a small bomb is refused without being inflated. ISA-L (``isal``)
+    inflates the agent workload's gzipped requests in 0.27 ms a turn against zlib's 0.60 (ad hoc),
+    with zlib's interface and formats."""
+    decompressor = isal_zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
     chunks: list[bytes] = []
     size = 0
     pending = body
@@ -216,7 +218,7 @@ def inflate(body: bytes, encoding: str, limit: int) -> bytes:
             pending = decompressor.unconsumed_tail
             if decompressor.eof or (not pending and len(chunk) < _INFLATE_STEP):
                 break
-    except zlib.error as exc:
+    except isal_zlib.error as exc:  # type: ignore[misc]  # its stub types the class as an instance
         raise RequestRejected("invalid", "bad_encoding", f"body is not valid {encoding}: {exc}") from exc
     if not decompressor.eof:
         raise RequestRejected("invalid", "bad_encoding", f"{encoding} body is truncated")
