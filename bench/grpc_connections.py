@@ -4,13 +4,13 @@
 
 The exporter's consumers (otelsignals/pipeline/senders.py, GrpcSender) called grpc's blocking API on
 a pool of 4 threads, with gzip, when this was measured (they now send through connect-python, the
-sidecar gzipping, still one connection per consumer as this found best). This sends bench/agent_workload.py's requests, two turns per batch
-(~600 KB: what a 50 ms batch held at ~40 turns/s; at the 20 ms default a batch holds about one
-turn), at a fixed rate (open loop) from such a pool to a gRPC server in another process that answers
-at once, while a busy Python thread stands in for the analysis; it reports each setting's call
-latency (p50 / p99 / max, from the call's start on its thread to the answer: the wait for a free
-thread, which the sidecar's delivery histogram counts, is left out). Settings alternate, ``--rounds``
-times each:
+sidecar gzipping, still one connection per consumer as this found best). This sends
+bench/agent_workload.py's requests, two turns per batch (~600 KB: what a 50 ms batch held at ~40
+turns/s; at the 20 ms default a batch holds about one turn), at a fixed rate (open loop) from such a
+pool to a gRPC server in another process that answers at once, while a busy Python thread stands in
+for the analysis; it reports each setting's call latency (p50 / p99 / max, from the call's start on
+its thread to the answer: the wait for a free thread, which the sidecar's delivery histogram counts,
+is left out). Settings alternate, ``--rounds`` times each:
 
 - ``1 connection``: the 4 threads share one channel (grpc's default: channels to one target share
   one connection, too);

@@ -310,10 +310,30 @@ class ExporterConfig:
             # host:port, optionally behind http:// or https:// as OTEL_EXPORTER_OTLP_ENDPOINT allows.
             address = re.sub(r"^(grpc|https?)://", "", self.endpoint).rstrip("/")
             problems += _host_port_problems("endpoint", address)
+        problems += [
+            f"headers: {name!r}: {problem}"
+            for name, value in self.headers.items()
+            if (problem := _header_problem(name, value))
+        ]
         problems += in_section("batch", self.batch.validate())
         problems += in_section("queue", self.queue.validate())
         problems += in_section("retry", self.retry.validate())
         return problems
+
+
+# An HTTP field name (RFC 9110 token characters); a value may not hold control characters.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _header_problem(name: str, value: str) -> str:
+    """Why ``name: value`` cannot be sent as a header ("" when it can): caught at start-up rather
+    than failing every export (a token read from a file often ends in a newline)."""
+    if not _HEADER_NAME.fullmatch(name):
+        return "not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)"
+    if _HEADER_VALUE_FORBIDDEN.search(value):
+        return "the value holds a control character (a line break at the end of a token file?)"
+    return ""
 
 
 @dataclass

@@ -584,3 +584,41 @@ def test_annotations_are_off_by_default_and_take_a_phoenix_url_with_headers() ->
     )
     assert config.annotations.headers == {"authorization": "Bearer abc"}
     assert config.annotations.flush_interval == 0.25
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("x-api-key", "abc\n", "control character"),  # a token file's trailing newline
+        ("authorization", "Bearer a\r\nx-injected: 1", "control character"),
+        ("x-api-key", "abc\x00", "control character"),
+        ("bad key", "v", "not a valid header name"),
+        ("x-api-key:", "v", "not a valid header name"),
+        ("", "v", "not a valid header name"),
+    ],
+)
+def test_an_export_header_that_cannot_be_sent_is_refused_at_start_up(
+    name: str, value: str, says: str
+) -> None:
+    config = load_config(None, environ={})
+    config.exporter.headers = {name: value}
+    with pytest.raises(ConfigError, match=says) as refused:
+        validate(config)
+    assert "exporter" in str(refused.value) and "headers" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("authorization", "Bearer abc"),
+        ("x_api_key", "007"),
+        ("x-tenant", "acme\tcorp"),  # a tab may be in a value
+        ("x-name", "Zoë"),
+        ("x-empty", ""),
+        ("X-Honeycomb-Team", "0123456789abcdef"),
+    ],
+)
+def test_export_headers_that_can_be_sent_are_taken(name: str, value: str) -> None:
+    config = load_config(None, environ={})
+    config.exporter.headers = {name: value}
+    assert validate(config).exporter.headers == {name: value}

@@ -196,7 +196,10 @@ class Exporter:
         )
         steps = backoff.steps()
         while True:
-            result = await self.sender.send(batch.signal, batch.body)
+            try:
+                result = await self.sender.send(batch.signal, batch.body)
+            except Exception as error:  # a sender's bug must not end this worker: the batch fails, loudly
+                result = SendResult(False, False, "sender_error", f"{type(error).__name__}: {error}")
             if result.ok:
                 self._record_success(batch, result)
                 return

@@ -12,24 +12,29 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
+import queue
 import re
 import ssl
+import threading
 import zlib
 from collections import deque
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from io import BufferedWriter
 from pathlib import Path
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
+import grpc
 import orjson
 import pyqwest
-from connectrpc.client import ConnectClientSync
+from connectrpc.client import ConnectClientSync, ResponseMetadata
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from connectrpc.method import IdempotencyLevel, MethodInfo
 from connectrpc.protocol import ProtocolType
+from connectrpc.request import Headers
 from google.protobuf import any_pb2, json_format
 from google.rpc import error_details_pb2, status_pb2
 from isal import igzip
@@ -80,6 +85,7 @@ def gzip_fast(body: bytes) -> bytes:
     return igzip.compress(body, 1)
 
 
+T = TypeVar("T")
 _RETRYABLE_GRPC = {"CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "OUT_OF_RANGE", "UNAVAILABLE", "DATA_LOSS"}
 
 
@@ -151,7 +157,7 @@ class GrpcSender:
         # caller) share the connections in turn.
         self._idle = deque(self._clients)
         self._shared = itertools.cycle(self._clients)
-        self._threads = ThreadPoolExecutor(consumers, thread_name_prefix="otlp-grpc")
+        self._threads = _DaemonThreads(consumers, "otlp-grpc")
 
     async def send(self, signal: str, body: bytes) -> SendResult:
         client = self._idle.popleft() if self._idle else None
@@ -164,31 +170,44 @@ class GrpcSender:
     async def _send(self, client: ConnectClientSync, signal: str, body: bytes) -> SendResult:
         try:
             # A send the exporter cancels (its shutdown deadline) leaves its call running on its
-            # thread until the call's timeout ends it.
-            answer = await asyncio.get_running_loop().run_in_executor(
+            # thread until the call's timeout ends it; the threads do not hold up the process's exit.
+            return await asyncio.get_running_loop().run_in_executor(
                 self._threads, self._call, client, signal, body
             )
-        except ConnectError as error:
-            code = _GRPC_CODE_NAMES.get(error.code, error.code.name)
-            retry_after = _retry_delay(error.details)
-            retryable = code in _RETRYABLE_GRPC or (code == "RESOURCE_EXHAUSTED" and retry_after is not None)
-            return SendResult(False, retryable, code.lower(), error.message or code, retry_after)
         except RuntimeError as error:  # the pool closed: shutting down
             return SendResult(False, True, "closed", str(error))
-        return SendResult(True, rejected_spans=_rejected_count(signal, answer.payload))
 
-    def _call(self, client: ConnectClientSync, signal: str, body: bytes) -> _Answer:
-        return client.execute_unary(
-            request=_Encoded(gzip_fast(body) if self._gzipped else body),
-            method=_GRPC_METHOD_INFO[signal],
-            headers=self._headers,
-            timeout_ms=self._timeout_ms,
-        )
+    def _call(self, client: ConnectClientSync, signal: str, body: bytes) -> SendResult:
+        with ResponseMetadata() as metadata:
+            try:
+                answer = client.execute_unary(
+                    request=_Encoded(gzip_fast(body) if self._gzipped else body),
+                    method=_GRPC_METHOD_INFO[signal],
+                    headers=self._headers,
+                    timeout_ms=self._timeout_ms,
+                )
+            except ConnectError as error:
+                return _grpc_failure(error, metadata.trailers())
+        return SendResult(True, rejected_spans=_rejected_count(signal, answer.payload))
 
     async def close(self) -> None:
         for transport in self._transports:
             transport.close()
         self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+def _grpc_failure(error: ConnectError, trailers: Headers) -> SendResult:
+    """What a failed call says, by the OTLP specification's rules. The code is the ``grpc-status``
+    the downstream sent, where it sent one: connect-python takes the code in
+    ``grpc-status-details-bin`` first, and that one may be left unset (UNKNOWN). A ``grpc-status`` of
+    0 means the downstream took the batch, though it answered no message."""
+    status = trailers.get("grpc-status", "")
+    code = _GRPC_CODE_NUMBERS.get(status) or _GRPC_CODE_NAMES.get(error.code, error.code.name)
+    if code == "OK":
+        return SendResult(True)
+    retry_after = _retry_delay(error.details, trailers.get("google.rpc.retryinfo-bin"))
+    retryable = code in _RETRYABLE_GRPC or (code == "RESOURCE_EXHAUSTED" and retry_after is not None)
+    return SendResult(False, retryable, code.lower(), error.message or code, retry_after)
 
 
 class _Encoded:
@@ -218,7 +237,7 @@ class _Answer:
 class _Gzipped:
     """connect-python's compression for a request the sender gzipped already, on its own thread
     (``GrpcSender._call``): connect-python would compress where pyqwest reads the body, on the
-    threads that run the connections. Answers, a few bytes, are read with zlib."""
+    threads that run the connections. (Answers are read with connect-python's own gzip.)"""
 
     def name(self) -> str:
         return "gzip"
@@ -245,7 +264,9 @@ def _grpc_method_info(path: str) -> MethodInfo[_Encoded, _Answer]:
 
 
 _GRPC_METHOD_INFO = {signal: _grpc_method_info(path) for signal, path in GRPC_METHODS.items()}
-# connect-python names codes as Connect does; the labels and retry rules use gRPC's names.
+# The labels and retry rules use gRPC's names: from the grpc-status number, or from connect-python's
+# code (its own name, but for Connect's spelling of CANCELLED) where no status came.
+_GRPC_CODE_NUMBERS = {str(code.value[0]): code.name for code in grpc.StatusCode}
 _GRPC_CODE_NAMES = {Code.CANCELED: "CANCELLED"}
 
 
@@ -268,8 +289,9 @@ def _grpc_transport(tls: TlsConfig, secure: bool) -> pyqwest.SyncHTTPTransport:
     )
 
 
-def _retry_delay(details: Sequence[any_pb2.Any]) -> float | None:
-    """The RetryInfo delay the server sent in its rich status (grpc-status-details-bin)."""
+def _retry_delay(details: Sequence[any_pb2.Any], bare: str | None) -> float | None:
+    """The RetryInfo delay the server sent in its rich status (grpc-status-details-bin), or as a bare
+    ``google.rpc.retryinfo-bin`` trailer (``bare``: base64, as gRPC sends binary trailers)."""
     for detail in details:
         try:
             # types-protobuf: Any.Is() takes the pure-Python Descriptor only, while
@@ -280,7 +302,59 @@ def _retry_delay(details: Sequence[any_pb2.Any]) -> float | None:
                 return max(0.0, info.retry_delay.ToNanoseconds() / 1e9)
         except Exception:  # a malformed detail is no reason to fail the export path
             continue
+    if bare:
+        try:
+            info = error_details_pb2.RetryInfo.FromString(base64.b64decode(bare + "=" * (-len(bare) % 4)))
+            return max(0.0, info.retry_delay.ToNanoseconds() / 1e9)
+        except Exception:
+            return None
     return None
+
+
+class _DaemonThreads(Executor):
+    """A fixed pool of daemon threads. ThreadPoolExecutor's threads are joined when the interpreter
+    exits, and a call the downstream holds cannot be interrupted (closing pyqwest's transport leaves
+    the calls in flight running): the sidecar's exit then waited for ``exporter.timeout``. A call
+    abandoned so is counted as undelivered by the exporter (at least once, as over any network)."""
+
+    def __init__(self, count: int, name: str) -> None:
+        self._work: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None]
+        self._work = queue.SimpleQueue()
+        self._closed = False
+        for number in range(count):
+            threading.Thread(target=self._run, name=f"{name}_{number}", daemon=True).start()
+        self._count = count
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        if self._closed:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        future: Future[T] = Future()
+        self._work.put((future, partial(fn, **kwargs) if kwargs else fn, args))
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._closed = True
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._work.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in range(self._count):
+            self._work.put(None)
+
+    def _run(self) -> None:
+        while (item := self._work.get()) is not None:
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as error:
+                future.set_exception(error)
+            del future, fn, args, item  # not held while waiting for the next call
 
 
 class HttpSender:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from otelsignals.config import ExporterConfig
 from otelsignals.pipeline.exporter import Batch, Exporter
-from otelsignals.pipeline.senders import make_sender
+from otelsignals.pipeline.senders import SendResult, make_sender
 from otelsignals.telemetry import Telemetry
 from tests.support.clients import encode_spans, make_spans
 
@@ -37,3 +37,37 @@ async def test_a_delivered_batch_is_not_kept_by_its_worker(tmp_path: Path) -> No
     assert live_batches() == before
     await exporter.stop(5.0)
     assert (tmp_path / "enriched.jsonl").read_text().count("\n") == config.queue.num_consumers
+
+
+async def test_a_sender_that_raises_fails_its_batch_and_its_worker_goes_on() -> None:
+    """A sender's bug (an exception instead of a SendResult) once ended the worker that met it, with
+    nothing logged; with every worker gone, nothing was exported and the queue filled up."""
+
+    class Flaky:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def send(self, signal: str, body: bytes) -> SendResult:
+            self.calls += 1
+            if self.calls <= 2:
+                raise ValueError("Invalid header value b'abc\\n'")
+            return SendResult(True)
+
+        async def close(self) -> None:
+            return None
+
+    config = ExporterConfig(endpoint="")
+    config.queue.num_consumers = 1
+    telemetry = Telemetry()
+    delivered: list[int] = []
+    exporter = Exporter(config, Flaky(), telemetry, on_done=lambda batch: delivered.append(1))
+    exporter.start()
+    body = encode_spans(make_spans(3, 2)).SerializeToString()
+    for _ in range(3):
+        exporter.add_raw("traces", body)
+    async with asyncio.timeout(10):
+        while len(delivered) < 3:
+            await asyncio.sleep(0.01)
+    failed = telemetry.export_failures.labels("sender_error")._value.get()
+    await exporter.stop(5.0)
+    assert failed == 2 and exporter.backlog == 0

@@ -5,15 +5,21 @@ and every answer classified as the OTLP specification says."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 import pytest
 import trustme
+from google.protobuf import duration_pb2
+from google.rpc import error_details_pb2, status_pb2
 
 from otelsignals.config import Duration, ExporterConfig, TlsConfig
 from otelsignals.pipeline import senders
@@ -22,6 +28,7 @@ from tests.support.clients import encode_spans, make_spans
 from tests.support.otlp_sink import OtlpSink, Response
 from tests.support.sidecar import free_port
 
+ROOT = Path(__file__).resolve().parents[2]
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 BODY = encode_spans(make_spans(2, 2)).SerializeToString()
 
@@ -244,3 +251,100 @@ def test_mutual_tls_towards_the_downstream(tmp_path, presents_a_certificate: boo
         assert result.ok and len(peers) == 1
     else:
         assert (result.ok, result.retryable, result.reason, peers) == (False, True, "unavailable", [])
+
+
+def _answering_server(
+    export: Callable[[bytes, grpc.ServicerContext], object], streaming: bool = False
+) -> int:
+    """A trace service answering with ``export`` (``streaming``: declared server-streaming, so that it
+    may answer no message at all). Stopped when the test's process ends."""
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    make = grpc.unary_stream_rpc_method_handler if streaming else grpc.unary_unary_rpc_method_handler
+    handler = make(export, request_deserializer=None, response_serializer=None)  # type: ignore[operator]
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    _SERVERS.append(server)
+    return port
+
+
+_SERVERS: list[grpc.Server] = []
+
+
+def _retry_info(seconds: int) -> error_details_pb2.RetryInfo:
+    return error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=seconds))
+
+
+def test_the_grpc_status_wins_over_a_rich_status_that_leaves_its_code_unset() -> None:
+    def export(body: bytes, context: grpc.ServicerContext) -> bytes:
+        status = status_pb2.Status(message="slow down")  # code left unset: 0
+        status.details.add().Pack(_retry_info(2))
+        context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "slow down")
+
+    result = _send(ExporterConfig(endpoint=f"127.0.0.1:{_answering_server(export)}"))
+    assert (result.ok, result.reason, result.retryable, result.retry_after) == (
+        False,
+        "resource_exhausted",
+        True,
+        2.0,
+    )
+
+
+def test_a_bare_retry_info_trailer_is_read() -> None:
+    """``google.rpc.retryinfo-bin`` alone, as some servers (and opentelemetry-python) use it."""
+
+    def export(body: bytes, context: grpc.ServicerContext) -> bytes:
+        context.set_trailing_metadata((("google.rpc.retryinfo-bin", _retry_info(3).SerializeToString()),))
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "slow down")
+
+    result = _send(ExporterConfig(endpoint=f"127.0.0.1:{_answering_server(export)}"))
+    assert (result.reason, result.retryable, result.retry_after) == ("resource_exhausted", True, 3.0)
+
+
+def test_an_ok_status_without_an_answer_is_delivered() -> None:
+    """grpc-status 0 and no message: the downstream took the batch (connect-python calls it
+    UNIMPLEMENTED, "unary response has zero messages"); counting it failed would drop it."""
+    taken: list[bytes] = []
+
+    def export(body: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        taken.append(body)
+        return iter(())
+
+    result = _send(ExporterConfig(endpoint=f"127.0.0.1:{_answering_server(export, streaming=True)}"))
+    assert result.ok and taken == [BODY]
+
+
+def test_a_call_the_downstream_holds_does_not_hold_up_the_process_exit(tmp_path) -> None:
+    """Closing pyqwest's transport does not end a call in flight; the sender's threads are daemon
+    threads, so the sidecar's exit does not wait ``exporter.timeout`` for it."""
+    with OtlpSink().start() as sink:
+        sink.set_delay(60)
+        script = tmp_path / "exit.py"
+        script.write_text(
+            textwrap.dedent(f"""
+                import asyncio
+                from otelsignals.config import Duration, ExporterConfig
+                from otelsignals.pipeline.senders import GrpcSender
+
+                async def main():
+                    config = ExporterConfig(endpoint={sink.grpc_endpoint!r}, timeout=Duration(60))
+                    sender = GrpcSender(config)
+                    sending = asyncio.ensure_future(sender.send("traces", b""))
+                    await asyncio.sleep(1.0)
+                    sending.cancel()
+                    await sender.close()
+
+                asyncio.run(main())
+                print("closed", flush=True)
+            """)
+        )
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+        )
+        took = time.monotonic() - started
+        attempts = sink.attempts
+    assert done.returncode == 0 and "closed" in done.stdout, done.stderr[-2000:]
+    assert attempts == 1  # the call was in flight when the process ended
+    assert took < 15
