@@ -333,6 +333,7 @@ class _DaemonThreads(Executor):
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Takes no more calls; ``wait`` is not honoured, a thread may be in a call nothing ends."""
         self._closed = True
         if cancel_futures:
             while True:
