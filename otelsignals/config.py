@@ -310,10 +310,11 @@ class ExporterConfig:
             # host:port, optionally behind http:// or https:// as OTEL_EXPORTER_OTLP_ENDPOINT allows.
             address = re.sub(r"^(grpc|https?)://", "", self.endpoint).rstrip("/")
             problems += _host_port_problems("endpoint", address)
+        grpc = self.protocol == "grpc"
         problems += [
             f"headers: {name!r}: {problem}"
             for name, value in self.headers.items()
-            if (problem := _header_problem(name, value))
+            if (problem := _header_problem(name, value, grpc))
         ]
         problems += in_section("batch", self.batch.validate())
         problems += in_section("queue", self.queue.validate())
@@ -321,16 +322,26 @@ class ExporterConfig:
         return problems
 
 
-# An HTTP field name (RFC 9110 token characters); a value may not hold control characters.
+# An HTTP field name (RFC 9110 token characters); a gRPC metadata key, once lower-cased, is narrower.
+# A value may not hold control characters. The transport writes some headers itself.
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_GRPC_METADATA_KEY = re.compile(r"[0-9a-z_.\-]+")
 _HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_TRANSPORT_HEADERS = frozenset(
+    ("content-type", "content-length", "content-encoding", "transfer-encoding", "te", "connection", "host")
+)
 
 
-def _header_problem(name: str, value: str) -> str:
-    """Why ``name: value`` cannot be sent as a header ("" when it can): caught at start-up rather
-    than failing every export (a token read from a file often ends in a newline)."""
+def _header_problem(name: str, value: str, grpc: bool) -> str:
+    """Why ``name: value`` cannot be sent as an export header ("" when it can): caught at start-up
+    rather than failing every export (a token read from a file often ends in a newline)."""
     if not _HEADER_NAME.fullmatch(name):
         return "not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)"
+    if grpc and not _GRPC_METADATA_KEY.fullmatch(name.lower()):
+        return "not a valid gRPC metadata key (letters, digits and _.- only)"
+    lowered = name.lower()
+    if lowered in _TRANSPORT_HEADERS or lowered.startswith("grpc-") or lowered.startswith(":"):
+        return "the transport writes this header itself"
     if _HEADER_VALUE_FORBIDDEN.search(value):
         return "the value holds a control character (a line break at the end of a token file?)"
     return ""

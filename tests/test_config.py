@@ -587,20 +587,26 @@ def test_annotations_are_off_by_default_and_take_a_phoenix_url_with_headers() ->
 
 
 @pytest.mark.parametrize(
-    ("name", "value", "says"),
+    ("protocol", "name", "value", "says"),
     [
-        ("x-api-key", "abc\n", "control character"),  # a token file's trailing newline
-        ("authorization", "Bearer a\r\nx-injected: 1", "control character"),
-        ("x-api-key", "abc\x00", "control character"),
-        ("bad key", "v", "not a valid header name"),
-        ("x-api-key:", "v", "not a valid header name"),
-        ("", "v", "not a valid header name"),
+        ("grpc", "x-api-key", "abc\n", "control character"),  # a token file's trailing newline
+        ("http/protobuf", "authorization", "Bearer a\r\nx-injected: 1", "control character"),
+        ("grpc", "x-api-key", "abc\x00", "control character"),
+        ("grpc", "bad key", "v", "not a valid header name"),
+        ("http/protobuf", "x-api-key:", "v", "not a valid header name"),
+        ("grpc", "", "v", "not a valid header name"),
+        ("grpc", "x!y", "v", "not a valid gRPC metadata key"),  # an HTTP token, not a gRPC key
+        ("grpc", "x~y", "v", "not a valid gRPC metadata key"),
+        ("http/protobuf", "Content-Type", "application/json", "writes this header itself"),
+        ("grpc", "te", "trailers", "writes this header itself"),
+        ("grpc", "grpc-timeout", "1S", "writes this header itself"),
     ],
 )
 def test_an_export_header_that_cannot_be_sent_is_refused_at_start_up(
-    name: str, value: str, says: str
+    protocol: str, name: str, value: str, says: str
 ) -> None:
     config = load_config(None, environ={})
+    config.exporter.protocol = protocol  # type: ignore[assignment]
     config.exporter.headers = {name: value}
     with pytest.raises(ConfigError, match=says) as refused:
         validate(config)
@@ -616,9 +622,21 @@ def test_an_export_header_that_cannot_be_sent_is_refused_at_start_up(
         ("x-name", "Zoë"),
         ("x-empty", ""),
         ("X-Honeycomb-Team", "0123456789abcdef"),
+        ("authorization", "Basic dXNlcjpwYXNz=="),
+        ("DD-API-KEY", "abc/def+ghi="),
+        ("x-trace-context-bin", "raw bytes"),  # binary metadata: base64-encoded when sent
     ],
 )
 def test_export_headers_that_can_be_sent_are_taken(name: str, value: str) -> None:
+    for protocol in ("grpc", "http/protobuf"):
+        config = load_config(None, environ={})
+        config.exporter.protocol = protocol  # type: ignore[assignment]
+        config.exporter.headers = {name: value}
+        assert validate(config).exporter.headers == {name: value}
+
+
+def test_an_http_token_that_is_no_grpc_key_is_taken_over_http() -> None:
     config = load_config(None, environ={})
-    config.exporter.headers = {name: value}
-    assert validate(config).exporter.headers == {name: value}
+    config.exporter.protocol = "http/protobuf"
+    config.exporter.headers = {"x!y": "v"}
+    assert validate(config).exporter.headers == {"x!y": "v"}

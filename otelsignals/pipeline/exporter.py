@@ -198,8 +198,12 @@ class Exporter:
         while True:
             try:
                 result = await self.sender.send(batch.signal, batch.body)
-            except Exception as error:  # a sender's bug must not end this worker: the batch fails, loudly
-                result = SendResult(False, False, "sender_error", f"{type(error).__name__}: {error}")
+            except Exception as error:
+                # A sender's bug (or a fault of this process) must not end this worker, and is no
+                # refusal by the downstream: the batch is kept and retried like an outage (the
+                # disk queue keeps it until delivered), loudly.
+                logger.debug("sending a batch raised", exc_info=True)
+                result = SendResult(False, True, "sender_error", f"{type(error).__name__}: {error}")
             if result.ok:
                 self._record_success(batch, result)
                 return
@@ -223,7 +227,7 @@ class Exporter:
             self.telemetry.export_retries.labels(result.reason).inc()
             self.telemetry.problems.warning(
                 f"export_retry_{result.reason}",
-                f"downstream refused a batch ({result.detail}); retrying with backoff",
+                f"a batch was not delivered ({result.detail}); retrying with backoff",
                 reason=result.reason,
             )
             await asyncio.sleep(delay)

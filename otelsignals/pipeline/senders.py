@@ -150,7 +150,7 @@ class GrpcSender:
             )
             for transport in self._transports
         ]
-        self._headers = {k.lower(): v for k, v in config.headers.items()}
+        self._metadata = grpc_metadata(config.headers)
         self._timeout_ms = max(1, round(config.timeout * 1000))
         # The connections no send is using, the least recently used first (sends start and end on the
         # event loop). The exporter has at most one send per consumer in flight; more at once (another
@@ -169,13 +169,12 @@ class GrpcSender:
 
     async def _send(self, client: ConnectClientSync, signal: str, body: bytes) -> SendResult:
         try:
-            # A send the exporter cancels (its shutdown deadline) leaves its call running on its
-            # thread until the call's timeout ends it; the threads do not hold up the process's exit.
-            return await asyncio.get_running_loop().run_in_executor(
-                self._threads, self._call, client, signal, body
-            )
-        except RuntimeError as error:  # the pool closed: shutting down
+            call = asyncio.get_running_loop().run_in_executor(self._threads, self._call, client, signal, body)
+        except RuntimeError as error:  # the pool is shut down: the sender is closing
             return SendResult(False, True, "closed", str(error))
+        # A send the exporter cancels (its shutdown deadline) leaves its call running on its thread
+        # until the call's timeout ends it; the threads do not hold up the process's exit.
+        return await call
 
     def _call(self, client: ConnectClientSync, signal: str, body: bytes) -> SendResult:
         with ResponseMetadata() as metadata:
@@ -183,7 +182,7 @@ class GrpcSender:
                 answer = client.execute_unary(
                     request=_Encoded(gzip_fast(body) if self._gzipped else body),
                     method=_GRPC_METHOD_INFO[signal],
-                    headers=self._headers,
+                    headers=self._metadata,
                     timeout_ms=self._timeout_ms,
                 )
             except ConnectError as error:
@@ -196,15 +195,26 @@ class GrpcSender:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
 
+def grpc_metadata(headers: dict[str, str]) -> dict[str, str]:
+    """``exporter.headers`` as gRPC metadata: lower-case keys, and the value of a ``-bin`` key (binary
+    metadata) in base64, as gRPC sends it (the Collector does the same)."""
+    return {
+        key: base64.b64encode(value.encode()).decode() if key.endswith("-bin") else value
+        for key, value in ((name.lower(), value) for name, value in headers.items())
+    }
+
+
 def _grpc_failure(error: ConnectError, trailers: Headers) -> SendResult:
     """What a failed call says, by the OTLP specification's rules. The code is the ``grpc-status``
     the downstream sent, where it sent one: connect-python takes the code in
     ``grpc-status-details-bin`` first, and that one may be left unset (UNKNOWN). A ``grpc-status`` of
-    0 means the downstream took the batch, though it answered no message."""
+    0 with no answer ("unary response has zero messages") means the downstream took the batch."""
     status = trailers.get("grpc-status", "")
-    code = _GRPC_CODE_NUMBERS.get(status) or _GRPC_CODE_NAMES.get(error.code, error.code.name)
-    if code == "OK":
+    if status == "0" and error.code is Code.UNIMPLEMENTED:
         return SendResult(True)
+    code = (status != "0" and _GRPC_CODE_NUMBERS.get(status)) or _GRPC_CODE_NAMES.get(
+        error.code, error.code.name
+    )
     retry_after = _retry_delay(error.details, trailers.get("google.rpc.retryinfo-bin"))
     retryable = code in _RETRYABLE_GRPC or (code == "RESOURCE_EXHAUSTED" and retry_after is not None)
     return SendResult(False, retryable, code.lower(), error.message or code, retry_after)
@@ -321,41 +331,43 @@ class _DaemonThreads(Executor):
         self._work: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None]
         self._work = queue.SimpleQueue()
         self._closed = False
+        self._lock = threading.Lock()  # a submit never slips between shutdown's drain and its ends
         for number in range(count):
             threading.Thread(target=self._run, name=f"{name}_{number}", daemon=True).start()
         self._count = count
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        if self._closed:
-            raise RuntimeError("cannot schedule new futures after shutdown")
-        future: Future[T] = Future()
-        self._work.put((future, partial(fn, **kwargs) if kwargs else fn, args))
-        return future
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            future: Future[T] = Future()
+            self._work.put((future, partial(fn, **kwargs) if kwargs else fn, args))
+            return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Takes no more calls; ``wait`` is not honoured, a thread may be in a call nothing ends."""
-        self._closed = True
-        if cancel_futures:
-            while True:
+        with self._lock:
+            self._closed = True
+            while cancel_futures:
                 try:
                     item = self._work.get_nowait()
                 except queue.Empty:
                     break
                 if item is not None:
                     item[0].cancel()
-        for _ in range(self._count):
-            self._work.put(None)
+            for _ in range(self._count):
+                self._work.put(None)
 
     def _run(self) -> None:
         while (item := self._work.get()) is not None:
             future, fn, args = item
-            if not future.set_running_or_notify_cancel():
-                continue
             try:
-                future.set_result(fn(*args))
+                if future.set_running_or_notify_cancel():
+                    future.set_result(fn(*args))
             except BaseException as error:
                 future.set_exception(error)
-            del future, fn, args, item  # not held while waiting for the next call
+            finally:
+                del future, fn, args, item  # not held while waiting for the next call
 
 
 class HttpSender:

@@ -6,7 +6,7 @@ import asyncio
 import gc
 from pathlib import Path
 
-from otelsignals.config import ExporterConfig
+from otelsignals.config import Duration, ExporterConfig
 from otelsignals.pipeline.exporter import Batch, Exporter
 from otelsignals.pipeline.senders import SendResult, make_sender
 from otelsignals.telemetry import Telemetry
@@ -39,9 +39,10 @@ async def test_a_delivered_batch_is_not_kept_by_its_worker(tmp_path: Path) -> No
     assert (tmp_path / "enriched.jsonl").read_text().count("\n") == config.queue.num_consumers
 
 
-async def test_a_sender_that_raises_fails_its_batch_and_its_worker_goes_on() -> None:
+async def test_a_sender_that_raises_keeps_its_batch_and_its_worker_goes_on() -> None:
     """A sender's bug (an exception instead of a SendResult) once ended the worker that met it, with
-    nothing logged; with every worker gone, nothing was exported and the queue filled up."""
+    nothing logged; with every worker gone, nothing was exported and the queue filled up. It is no
+    refusal by the downstream either: the batch is retried, not dropped."""
 
     class Flaky:
         def __init__(self) -> None:
@@ -58,6 +59,7 @@ async def test_a_sender_that_raises_fails_its_batch_and_its_worker_goes_on() -> 
 
     config = ExporterConfig(endpoint="")
     config.queue.num_consumers = 1
+    config.retry.initial_interval = Duration(0.01)
     telemetry = Telemetry()
     delivered: list[int] = []
     exporter = Exporter(config, Flaky(), telemetry, on_done=lambda batch: delivered.append(1))
@@ -68,6 +70,7 @@ async def test_a_sender_that_raises_fails_its_batch_and_its_worker_goes_on() -> 
     async with asyncio.timeout(10):
         while len(delivered) < 3:
             await asyncio.sleep(0.01)
-    failed = telemetry.export_failures.labels("sender_error")._value.get()
+    retried = telemetry.export_retries.labels("sender_error")._value.get()
+    forwarded = telemetry.forwarded_requests.labels("traces")._value.get()
     await exporter.stop(5.0)
-    assert failed == 2 and exporter.backlog == 0
+    assert (retried, forwarded, exporter.backlog) == (2, 3, 0)

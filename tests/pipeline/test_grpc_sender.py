@@ -5,11 +5,13 @@ and every answer classified as the OTLP specification says."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -348,3 +350,58 @@ def test_a_call_the_downstream_holds_does_not_hold_up_the_process_exit(tmp_path)
     assert done.returncode == 0 and "closed" in done.stdout, done.stderr[-2000:]
     assert attempts == 1  # the call was in flight when the process ended
     assert took < 15
+
+
+def test_a_binary_header_goes_as_grpc_binary_metadata() -> None:
+    """A ``-bin`` key's value is sent in base64, as gRPC requires (grpcio answered every call
+    INTERNAL "illegal base64 encoding" to the raw value)."""
+    with OtlpSink().start() as sink:
+        config = ExporterConfig(
+            endpoint=sink.grpc_endpoint, headers={"X-Trace-Bin": "raw bytes", "x-plain": "p"}
+        )
+        result = _send(config)
+        headers = sink.received[0].headers
+    assert result.ok
+    assert base64.b64decode(headers["x-trace-bin"]) == b"raw bytes" and headers["x-plain"] == "p"
+
+
+async def test_a_bug_inside_a_call_is_raised_not_taken_for_the_sender_closing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a closed pool answers "closed" (retryable); anything else a call raises goes up to the
+    exporter, which keeps the batch and says so (sender_error)."""
+
+    def broken(data: bytes) -> bytes:
+        raise RecursionError("a bug")
+
+    monkeypatch.setattr(senders, "gzip_fast", broken)
+    sender = GrpcSender(ExporterConfig(endpoint=f"127.0.0.1:{free_port()}"))
+    try:
+        with pytest.raises(RecursionError):
+            await sender.send("traces", BODY)
+    finally:
+        await sender.close()
+    closed = await sender.send("traces", BODY)
+    assert (closed.ok, closed.retryable, closed.reason) == (False, True, "closed")
+
+
+def test_an_idle_thread_keeps_nothing_of_a_cancelled_call() -> None:
+    pool = senders._DaemonThreads(1, "test")
+    started, release = threading.Event(), threading.Event()
+    pool.submit(lambda: (started.set(), release.wait(10)))
+    started.wait(10)
+
+    class Big:
+        pass
+
+    big = Big()
+    alive = weakref.ref(big)
+    queued = pool.submit(lambda item: item, big)
+    assert queued.cancel()
+    del big, queued
+    release.set()
+    deadline = time.monotonic() + 5  # no call comes after it: the thread waits, holding nothing
+    while alive() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert alive() is None
+    pool.shutdown()
