@@ -335,11 +335,11 @@ _TRANSPORT_HEADERS = frozenset(
 def _header_problem(name: str, value: str, grpc: bool) -> str:
     """Why ``name: value`` cannot be sent as an export header ("" when it can): caught at start-up
     rather than failing every export (a token read from a file often ends in a newline)."""
+    lowered = name.lower()
     if not _HEADER_NAME.fullmatch(name):
         return "not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)"
-    if grpc and not _GRPC_METADATA_KEY.fullmatch(name.lower()):
+    if grpc and not _GRPC_METADATA_KEY.fullmatch(lowered):
         return "not a valid gRPC metadata key (letters, digits and _.- only)"
-    lowered = name.lower()
     if lowered in _TRANSPORT_HEADERS or lowered.startswith("grpc-") or lowered.startswith(":"):
         return "the transport writes this header itself"
     if _HEADER_VALUE_FORBIDDEN.search(value):
