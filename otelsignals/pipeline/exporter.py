@@ -227,7 +227,7 @@ class Exporter:
             self.telemetry.export_retries.labels(result.reason).inc()
             self.telemetry.problems.warning(
                 f"export_retry_{result.reason}",
-                f"a batch was not delivered ({result.detail}); retrying with backoff",
+                f"sending a batch failed ({result.detail}); retrying with backoff",
                 reason=result.reason,
             )
             await asyncio.sleep(delay)
