@@ -683,6 +683,11 @@ class AnnotationsConfig:
             problems.append(f"phoenix_url: must start with http:// or https://, got {self.phoenix_url!r}")
         if not self.name.strip() or self.name == "note":
             problems.append(f"name: must be set and not 'note' (Phoenix reserves it), got {self.name!r}")
+        problems += [
+            f"headers: {name!r}: {problem}"
+            for name, value in self.headers.items()
+            if (problem := _header_problem(name, value, grpc=False))
+        ]
         for key in ("max_pending", "batch_size", "max_attempts"):
             if getattr(self, key) < 1:
                 problems.append(f"{key}: must be at least 1, got {getattr(self, key)}")

@@ -640,3 +640,13 @@ def test_an_http_token_that_is_no_grpc_key_is_taken_over_http() -> None:
     config.exporter.protocol = "http/protobuf"
     config.exporter.headers = {"x!y": "v"}
     assert validate(config).exporter.headers == {"x!y": "v"}
+
+
+def test_a_phoenix_annotation_header_that_cannot_be_sent_is_refused_at_start_up() -> None:
+    config = load_config(None, environ={})
+    config.annotations.headers = {"authorization": "Bearer key\n"}
+    with pytest.raises(ConfigError, match="control character") as refused:
+        validate(config)
+    assert "annotations" in str(refused.value)
+    config.annotations.headers = {"authorization": "Bearer key"}
+    assert validate(config).annotations.headers == {"authorization": "Bearer key"}
