@@ -308,14 +308,8 @@ class ExporterConfig:
             )
         if self.endpoint and self.protocol == "grpc":
             # host:port, optionally behind http:// or https:// as OTEL_EXPORTER_OTLP_ENDPOINT allows.
-            address = re.sub(r"^(grpc|https?)://", "", self.endpoint).rstrip("/")
-            problems += _host_port_problems("endpoint", address)
-        grpc = self.protocol == "grpc"
-        problems += [
-            f"headers: {name!r}: {problem}"
-            for name, value in self.headers.items()
-            if (problem := _header_problem(name, value, grpc))
-        ]
+            problems += _host_port_problems("endpoint", grpc_address(self.endpoint))
+        problems += _header_problems(self.headers, grpc=self.protocol == "grpc")
         problems += in_section("batch", self.batch.validate())
         problems += in_section("queue", self.queue.validate())
         problems += in_section("retry", self.retry.validate())
@@ -330,6 +324,19 @@ _HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _TRANSPORT_HEADERS = frozenset(
     ("content-type", "content-length", "content-encoding", "transfer-encoding", "te", "connection", "host")
 )
+
+
+def grpc_address(endpoint: str) -> str:
+    """An OTLP/gRPC endpoint's host:port, without the scheme OTEL_EXPORTER_OTLP_ENDPOINT may put first."""
+    return re.sub(r"^(grpc|https?)://", "", endpoint).rstrip("/")
+
+
+def _header_problems(headers: dict[str, str], grpc: bool) -> list[str]:
+    return [
+        f"headers: {name!r}: {problem}"
+        for name, value in headers.items()
+        if (problem := _header_problem(name, value, grpc))
+    ]
 
 
 def _header_problem(name: str, value: str, grpc: bool) -> str:
@@ -683,11 +690,7 @@ class AnnotationsConfig:
             problems.append(f"phoenix_url: must start with http:// or https://, got {self.phoenix_url!r}")
         if not self.name.strip() or self.name == "note":
             problems.append(f"name: must be set and not 'note' (Phoenix reserves it), got {self.name!r}")
-        problems += [
-            f"headers: {name!r}: {problem}"
-            for name, value in self.headers.items()
-            if (problem := _header_problem(name, value, grpc=False))
-        ]
+        problems += _header_problems(self.headers, grpc=False)
         for key in ("max_pending", "batch_size", "max_attempts"):
             if getattr(self, key) < 1:
                 problems.append(f"{key}: must be at least 1, got {getattr(self, key)}")

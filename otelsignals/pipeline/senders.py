@@ -13,7 +13,6 @@ import asyncio
 import base64
 import itertools
 import queue
-import re
 import ssl
 import threading
 import zlib
@@ -51,7 +50,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from otelsignals.config import ExporterConfig, TlsConfig
+from otelsignals.config import ExporterConfig, TlsConfig, grpc_address
 from otelsignals.otlp.json_encode import encode_trace_request
 from otelsignals.pipeline.http_client import OTLP_RETRYABLE_STATUSES, HttpClient
 
@@ -134,9 +133,7 @@ class GrpcSender:
 
     def __init__(self, config: ExporterConfig) -> None:
         secure = config.endpoint.startswith("https://") or not config.tls.insecure
-        address = ("https://" if secure else "http://") + re.sub(
-            r"^(grpc|https?)://", "", config.endpoint
-        ).rstrip("/")
+        address = ("https://" if secure else "http://") + grpc_address(config.endpoint)
         consumers = config.queue.num_consumers
         self._transports = [_grpc_transport(config.tls, secure) for _ in range(consumers)]
         self._gzipped = config.compression == "gzip"
@@ -309,16 +306,21 @@ def _retry_delay(details: Sequence[any_pb2.Any], bare: str | None) -> float | No
             if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):  # type: ignore[arg-type]
                 info = error_details_pb2.RetryInfo()
                 detail.Unpack(info)
-                return max(0.0, info.retry_delay.ToNanoseconds() / 1e9)
+                return _seconds(info)
         except Exception:  # a malformed detail is no reason to fail the export path
             continue
     if bare:
         try:
-            info = error_details_pb2.RetryInfo.FromString(base64.b64decode(bare + "=" * (-len(bare) % 4)))
-            return max(0.0, info.retry_delay.ToNanoseconds() / 1e9)
+            return _seconds(
+                error_details_pb2.RetryInfo.FromString(base64.b64decode(bare + "=" * (-len(bare) % 4)))
+            )
         except Exception:
             return None
     return None
+
+
+def _seconds(info: error_details_pb2.RetryInfo) -> float:
+    return max(0.0, info.retry_delay.ToNanoseconds() / 1e9)
 
 
 class _DaemonThreads(Executor):
