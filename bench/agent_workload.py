@@ -43,8 +43,9 @@ divided by ``otelsignals_sessions_active`` (every conversation is still held: ``
 
 ``--profile`` runs the sidecar's stages in this process on the same requests (receiver parse and span marks,
 trace assembly, convention readers, detectors, scoring, trace metrics, enrichment, export encoding
-and gzip; 100 conversations unless --conversations) and prints µs of CPU (the thread's time) per
-turn per stage, then the top functions under cProfile.
+and the exporter's own gzip, none with ``--compression none``; 100 conversations unless
+--conversations) and prints µs of CPU (the thread's time) per turn per stage, then the top functions
+under cProfile.
 ``--set SECTION.KEY=VALUE`` (repeatable; VALUE read as YAML) changes the sidecar's configuration, to
 measure what a part costs with it off: ``--set evals.trace_metrics=false``, ``--set
 reputation.enabled=false``, ``--set index.enabled=false``.
@@ -73,7 +74,6 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -1248,17 +1248,18 @@ STAGES = (
     "enrich",
     "index",
     "encode",
-    "gzip (est.)",
+    "gzip",
 )
 
 
-def profile(workload: Workload, top: int) -> dict[str, Any]:
+def profile(workload: Workload, top: int, compression: str) -> dict[str, Any]:
     import otelsignals.analysis as analysis_module
     from otelsignals.otlp.wire import SpanRecord, encode_request, split_by_size, split_request
     from otelsignals.pipeline.analyzer import Analyzer
     from otelsignals.pipeline.assembler import Assembler, ReleasedTrace
     from otelsignals.pipeline.enricher import Enricher
     from otelsignals.pipeline.index_writer import IndexWriter
+    from otelsignals.pipeline.senders import gzip_fast
     from otelsignals.signals.detect import warm_up
     from otelsignals.stores.conversation_index import open_index
     from otelsignals.telemetry import Telemetry
@@ -1313,14 +1314,14 @@ def profile(workload: Workload, top: int) -> dict[str, Any]:
             timers[key] = 0.0
 
         def export(records: list[SpanRecord]) -> None:
-            """The exporter's batch encoding, and gzip as grpc core does it (zlib level 6)."""
+            """The exporter's batch encoding, and its gzip (the exporter's own function, on either
+            transport) unless ``--compression none``."""
             for chunk in split_by_size(records, batch.max_bytes):
                 body = encode_request(chunk)
-                started = clock()
-                gzip = zlib.compressobj(6, zlib.DEFLATED, 31)
-                gzip.compress(body)
-                gzip.flush()
-                timers["gzip (est.)"] += clock() - started
+                if compression == "gzip":
+                    started = clock()
+                    gzip_fast(body)
+                    timers["gzip"] += clock() - started
 
         indexed_turns = 0
         if profiler is not None:
@@ -1368,7 +1369,7 @@ def profile(workload: Workload, top: int) -> dict[str, Any]:
         elapsed = clock() - started
         if profiler is not None:
             profiler.disable()
-        timers["encode"] -= timers["gzip (est.)"]
+        timers["encode"] -= timers["gzip"]
         inner = timers["read"] + timers["detect"] + timers["score + rank"] + timers["trace metrics"]
         timers["analyzer other"] -= inner
         return elapsed
@@ -1463,7 +1464,7 @@ def main() -> None:
     if args.profile and overrides:
         parser.error("--set changes the running sidecar; --profile runs the stages with the defaults")
     if args.profile:
-        result = profile(workload, args.top)
+        result = profile(workload, args.top, args.compression)
         print_profile(result, line)
         if args.json:
             args.json.write_text(json.dumps({"workload": line, **result}, indent=2))
