@@ -48,13 +48,17 @@ from otelsignals.telemetry import Telemetry  # noqa: E402
 DATA = ROOT.parent / "shared" / "data" / "agent-trajectories"
 
 
-def real_traces() -> list[ReleasedTrace]:
+def real_traces(count: int | None = None) -> list[ReleasedTrace]:
+    """The real trajectories' traces in time order; ``count``: only that many trajectories (one file
+    each), spread evenly over the set's sorted files, so that every domain keeps its share."""
     with tempfile.TemporaryDirectory(prefix="gc-pauses-") as directory:
         out = Path(directory)
         subprocess.run(
             [sys.executable, str(DATA / "to_otlp.py"), "--out", str(out)], check=True, capture_output=True
         )
         paths = sorted(out.rglob("*.binpb"))
+        if count is not None and count < len(paths):
+            paths = [paths[i * len(paths) // count] for i in range(count)]
         return traces_in_time_order(request for path in paths for request in read_requests(path))
 
 

@@ -25,6 +25,8 @@ fresh process analyses them (the same Analyzer, embedded defaults, no session bo
 its RSS growth, the C allocator's bytes in use (otelsignals_malloc_bytes) and the text kept; the
 slope between two sizes is the resident memory an added conversation costs, free of the process's
 fixed part and of what a burst leaves behind (the sidecar's backlogs, not run here).
+``--resident-set real`` does the same with that many of the real set's conversations (spread evenly
+over its files), e.g. ``--resident 150,473 --resident-set real``.
 
     .venv/bin/python bench/session_memory.py --resize 100,1000,3000
 
@@ -104,10 +106,10 @@ def fresh_analyzer() -> Analyzer:
     return Analyzer(Telemetry(), config.sessions, config.signals, config.evals, config.analyzer)
 
 
-def real_traces() -> list[ReleasedTrace]:
+def real_traces(count: int | None = None) -> list[ReleasedTrace]:
     from gc_pauses import real_traces as convert
 
-    return convert()
+    return convert(count)
 
 
 def workload_traces(conversations: int, seed: int) -> Iterator[ReleasedTrace]:
@@ -339,20 +341,29 @@ def report(result: dict[str, Any], top: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def resident_child(conversations: int, seed: int) -> dict[str, float]:
-    """Run in a fresh process: resident memory before and after analysing the conversations."""
+def resident_child(conversations: int, seed: int, real: bool) -> dict[str, float]:
+    """Run in a fresh process: resident memory before and after analysing the conversations (of the
+    workload, or that many of the real set's)."""
     from agent_workload import build_workload
 
     from otelsignals.allocator import malloc_bytes
 
-    # Built first: the workload's requests are held in memory, and must not count as growth.
-    workload = build_workload(conversations, max(1, conversations // 2), seed)
+    # Built first, and held to the end: the requests must not count as growth, nor their release.
+    requests: list[ReleasedTrace] | Any = (
+        real_traces(conversations)
+        if real
+        else build_workload(conversations, max(1, conversations // 2), seed)
+    )
+    traces: Iterable[ReleasedTrace] = requests if real else traces_of(requests)
     analyzer = fresh_analyzer()
     for trace in workload_traces(2, seed + 1):  # loads the detectors' tables and the embedding model
         analyzer.process(trace)
     gc.collect()
+    # Memory freed while the requests were built and read would otherwise be reused by the
+    # analysis without showing as growth: handed back to the system first, at both sizes.
+    _malloc_trim()
     rss_before, malloc_before = status_mib("VmRSS"), malloc_bytes() or {}
-    for trace in traces_of(workload):
+    for trace in traces:
         analyzer.process(trace)
     gc.collect()
     rss_after, malloc_after = status_mib("VmRSS"), malloc_bytes() or {}
@@ -368,6 +379,16 @@ def resident_child(conversations: int, seed: int) -> dict[str, float]:
     }
 
 
+def _malloc_trim() -> None:
+    """glibc's malloc_trim(0): the free memory of every heap given back to the system (nothing
+    where the C library is not glibc)."""
+    import ctypes
+
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
 def status_mib(key: str) -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(f"{key}:"):
@@ -375,16 +396,19 @@ def status_mib(key: str) -> float:
     raise KeyError(key)
 
 
-def resident(sizes: list[int], seed: int) -> str:
+def resident(sizes: list[int], seed: int, real: bool) -> str:
     import subprocess
 
+    name = "real" if real else "workload"
     rows = []
     for size in sizes:
-        log(f"resident: {size} workload conversations in a fresh process...")
+        log(f"resident: {size} {name} conversations in a fresh process...")
         command = [sys.executable, __file__, "--resident-child", str(size), "--seed", str(seed)]
+        command += ["--resident-set", name]
         rows.append(json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout))
     lines = [
-        "| workload conversations | RSS growth (MiB) | C allocator in use, growth (MiB) "
+        f"| {name} conversations (and 2 of the workload's, first) | RSS growth (MiB) "
+        "| C allocator in use, growth (MiB) "
         "| text kept (MiB, UTF-8) | RSS growth / text | mallinfo2 call (ms) |",
         "|---|---|---|---|---|---|",
     ]
@@ -546,6 +570,12 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=15, help="parts listed per set")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--resident", help="workload sizes, e.g. 100,300: resident memory per conversation")
+    parser.add_argument(
+        "--resident-set",
+        choices=["workload", "real"],
+        default="workload",
+        help="--resident: the workload's conversations, or that many of the real set's (at most 473)",
+    )
     parser.add_argument("--resident-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--resize", help="conversation sizes, e.g. 100,1000,3000: CPU per resize")
     parser.add_argument("--long", help="turns, e.g. 1000,5000: what one long conversation keeps, by part")
@@ -562,13 +592,13 @@ def main() -> None:
         print(resize_cost([int(size) for size in args.resize.split(",")]))
         return
     if args.resident_child:
-        print(json.dumps(resident_child(args.resident_child, args.seed)))
+        print(json.dumps(resident_child(args.resident_child, args.seed, args.resident_set == "real")))
         return
     if args.resident:
         sizes = [int(size) for size in args.resident.split(",")]
         if len(sizes) < 2:
             parser.error("--resident needs two sizes or more (the slope between them), e.g. 100,300")
-        print(resident(sizes, args.seed))
+        print(resident(sizes, args.seed, args.resident_set == "real"))
         return
     gc.disable()  # the measurement walks every object: no collection in the middle
     results = [
