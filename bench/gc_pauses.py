@@ -57,6 +57,8 @@ def real_traces(count: int | None = None) -> list[ReleasedTrace]:
             [sys.executable, str(DATA / "to_otlp.py"), "--out", str(out)], check=True, capture_output=True
         )
         paths = sorted(out.rglob("*.binpb"))
+        if count is not None and count > len(paths):
+            raise ValueError(f"the real set has {len(paths)} conversations, not {count}")
         if count is not None and count < len(paths):
             paths = [paths[i * len(paths) // count] for i in range(count)]
         return traces_in_time_order(request for path in paths for request in read_requests(path))

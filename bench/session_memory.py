@@ -26,7 +26,13 @@ its RSS growth, the C allocator's bytes in use (otelsignals_malloc_bytes) and th
 slope between two sizes is the resident memory an added conversation costs, free of the process's
 fixed part and of what a burst leaves behind (the sidecar's backlogs, not run here).
 ``--resident-set real`` does the same with that many of the real set's conversations (spread evenly
-over its files), e.g. ``--resident 150,473 --resident-set real``.
+over its files), e.g. ``--resident 150,473 --resident-set real``; their traces are decoded and
+assembled before the first reading, where the workload's requests are split inside the measured
+window. Both start with 2 workload conversations (the detectors' tables and the embedding model
+loaded): counted in each row's conversations and text, not in its growth; the slope cancels them.
+Memory freed while the requests were built can be reused by the analysis without showing as growth,
+as a running sidecar reuses what its traffic frees (a trim of the C library's free memory before the
+first reading was tried: bench/RESULTS.md, seventeenth session).
 
     .venv/bin/python bench/session_memory.py --resize 100,1000,3000
 
@@ -348,7 +354,7 @@ def resident_child(conversations: int, seed: int, real: bool) -> dict[str, float
 
     from otelsignals.allocator import malloc_bytes
 
-    # Built first, and held to the end: the requests must not count as growth, nor their release.
+    # Built first and held to the end: the requests must not count as growth, nor their release.
     requests: list[ReleasedTrace] | Any = (
         real_traces(conversations)
         if real
@@ -359,9 +365,6 @@ def resident_child(conversations: int, seed: int, real: bool) -> dict[str, float
     for trace in workload_traces(2, seed + 1):  # loads the detectors' tables and the embedding model
         analyzer.process(trace)
     gc.collect()
-    # Memory freed while the requests were built and read would otherwise be reused by the
-    # analysis without showing as growth: handed back to the system first, at both sizes.
-    _malloc_trim()
     rss_before, malloc_before = status_mib("VmRSS"), malloc_bytes() or {}
     for trace in traces:
         analyzer.process(trace)
@@ -377,16 +380,6 @@ def resident_child(conversations: int, seed: int, real: bool) -> dict[str, float
         "text_mib": sum(kept_text(state)[1] for state in analyzer.sessions) / 2**20,
         "mallinfo2_ms": (time.perf_counter() - started) / 20 * 1000,
     }
-
-
-def _malloc_trim() -> None:
-    """glibc's malloc_trim(0): the free memory of every heap given back to the system (nothing
-    where the C library is not glibc)."""
-    import ctypes
-
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
 
 
 def status_mib(key: str) -> float:
