@@ -78,7 +78,9 @@ class Analyzer:
         # Decodes and reads the GenAI spans; used on the analysis thread only, like the sessions
         # (but for mark_spans, on the event loop, which only reads its markers).
         self.decoder = SpanDecoder()
-        self._contexts: dict[ScopeContext, tuple[dict, str]] = {}
+        # A request's resource and scope, read once for every request that sends the same bytes (each
+        # request has ScopeContext objects of its own, equal only to themselves: keyed by their bytes).
+        self._contexts: dict[tuple[bytes | None, bytes | None], tuple[dict, str]] = {}
         self.log_events = LogEventBuffer(on_forget=telemetry.log_events.labels("forgotten").inc)
         # Spans read without content, for log-record events that arrive after them: (trace id, span
         # id) → (conversation key, the span's short attributes).
@@ -297,7 +299,8 @@ class Analyzer:
             view.events = [*view.events, *joined]
 
     def _context(self, context: ScopeContext) -> tuple[dict, str]:
-        cached = self._contexts.get(context)
+        key = (context.resource, context.scope)
+        cached = self._contexts.get(key)
         if cached is None:
             if len(self._contexts) >= _CONTEXT_CACHE_LIMIT:
                 self._contexts.clear()
@@ -305,7 +308,7 @@ class Analyzer:
                 key_values(Resource.FromString(context.resource).attributes) if context.resource else {}
             )
             scope = InstrumentationScope.FromString(context.scope).name if context.scope else ""
-            cached = self._contexts[context] = (resource, scope)
+            cached = self._contexts[key] = (resource, scope)
         return cached
 
     def _record_trace(self, state: ConversationState, update: TraceUpdate, analysis: Analysis) -> None:
