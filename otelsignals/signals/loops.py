@@ -174,6 +174,19 @@ def _state(ctx: DetectionContext, key: str) -> dict[str, Any]:
     return state
 
 
+def _at_rest(state: dict[str, Any]) -> bool:
+    """No run under way, no call waiting for its result, no unsatisfying result carried over: every
+    step then starts from scratch at the next call, as it does from an empty state, so the state
+    need not be kept (half of the real development set's conversations, three dicts each)."""
+    signatures = state.get("signatures")
+    return not (
+        state.get("run")
+        or state.get("pending")
+        or state.get("unsatisfied")
+        or (isinstance(signatures, dict) and signatures.get("run"))
+    )
+
+
 def _emit(found: dict[int, SignalInstance], instance: SignalInstance) -> None:
     """One instance per (leaf, message): a later, longer run at the same message replaces it."""
     found[instance.message_index] = instance
@@ -206,6 +219,8 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
                 if instance is not None:
                     _emit(found, instance)
             progress_done(ctx, next_key)
+            if _at_rest(state):
+                ctx.memory.pop(key, None)
             return sorted(found.values(), key=lambda instance: instance.message_index)
         except Exception:
             return []

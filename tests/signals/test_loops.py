@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from otelsignals.model import Message, Role
+from otelsignals.model import Conversation, Message, Role
 from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext
 from otelsignals.signals.loops import DRIFT_LOWER_BOUND, adjusted, arguments_similarity, text_similarity
 from tests.signals.conversations import of_type
 from tests.signals.tool_conversations import (
@@ -634,3 +635,64 @@ def test_drift_over_very_short_arguments(messages: list[Message]) -> None:
 @pytest.mark.parametrize("messages", SHORT_DRIFT_NEAR_MISSES)
 def test_short_different_values_do_not_drift(messages: list[Message]) -> None:
     assert not of_type(run(messages, EXECUTION_DETECTORS), tx.PARAMETER_DRIFT)
+
+
+# A conversation at rest keeps no loop state (issue 16: half of the real development set's
+# conversations held three such dicts after their tool calls had all been answered).
+
+LOOP_STATE_KEYS = [f"{leaf}:state" for leaf in (tx.RETRY, tx.PARAMETER_DRIFT, tx.OSCILLATION)]
+
+
+def _message_by_message(messages: list[Message], memory: dict[str, Any]) -> list[tuple[str, int, Any]]:
+    """The loop detectors run after each message, memory kept between runs, as the pipeline runs
+    them on a conversation that grows by one message per trace."""
+    conversation = Conversation("c")
+    found = []
+    for message in messages:
+        start = len(conversation.messages)
+        conversation.messages.append(message)
+        context = DetectionContext(conversation, start, [], memory)
+        for detector in EXECUTION_DETECTORS:
+            found += [(i.type, i.message_index, i.metadata) for i in detector(context)]
+    return found
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        *(messages for messages, _ in RETRY_POSITIVES + OSCILLATION_POSITIVES),
+        *DRIFT_POSITIVES,
+        *RETRY_NEAR_MISSES,
+        *DRIFT_NEAR_MISSES,
+        *OSCILLATION_NEAR_MISSES,
+        *(messages for messages, _ in SIGNATURE_OSCILLATION_POSITIVES),
+        *SIGNATURE_OSCILLATION_NEAR_MISSES,
+        *SHORT_DRIFT_POSITIVES,
+        *SHORT_DRIFT_NEAR_MISSES,
+    ],
+)
+def test_message_by_message_the_loops_find_what_one_run_finds(messages: list[Message]) -> None:
+    whole = [(i.type, i.message_index, i.metadata) for i in run(messages, EXECUTION_DETECTORS)]
+    assert sorted(_message_by_message(messages, {}), key=repr) == sorted(whole, key=repr)
+
+
+def test_loop_state_is_kept_only_while_a_loop_may_go_on() -> None:
+    args = {"sku": "DY-V15", "store": "Austin"}
+    answered = [user("in stock?"), *exchange("check_inventory", args, '{"qty": 3}')]
+    memory: dict[str, Any] = {}
+    _message_by_message([*answered, Message(Role.ASSISTANT, "3 in stock."), user("thanks")], memory)
+    assert not any(key in memory for key in LOOP_STATE_KEYS)  # at rest: the user asked anew
+    # Near misses, kept: a call answered but no user message since (a run of one), and a failed
+    # result before the user's "try again" (the retry goes on across it).
+    memory = {}
+    _message_by_message(answered, memory)
+    assert all(key in memory for key in LOOP_STATE_KEYS)
+    memory = {}
+    failed = [
+        user("in stock?"),
+        *exchange("check_inventory", args, None, is_error=True, error_type="TimeoutError"),
+        Message(Role.ASSISTANT, "The inventory system is having trouble. Try again?"),
+        user("yes try again please"),
+    ]
+    _message_by_message(failed, memory)
+    assert memory[f"{tx.RETRY}:state"]["unsatisfied"]
