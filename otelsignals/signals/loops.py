@@ -167,11 +167,9 @@ def _call_events(ctx: DetectionContext, state: dict[str, Any], start: int) -> It
 
 
 def _state(ctx: DetectionContext, key: str) -> dict[str, Any]:
+    """The detector's state as kept, or a new one (kept once it is not at rest: :func:`_at_rest`)."""
     state = ctx.memory.get(key)
-    if not isinstance(state, dict):
-        state = {}
-        ctx.memory[key] = state
-    return state
+    return state if isinstance(state, dict) else {}
 
 
 def _at_rest(state: dict[str, Any]) -> bool:
@@ -221,6 +219,8 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
             progress_done(ctx, next_key)
             if _at_rest(state):
                 ctx.memory.pop(key, None)
+            else:
+                ctx.memory[key] = state
             return sorted(found.values(), key=lambda instance: instance.message_index)
         except Exception:
             return []
