@@ -213,23 +213,24 @@ class SharedValues:
         one of their conversation's (a dict of one key is 184 bytes before its key and value)."""
         for call in calls:
             arguments = call.arguments
-            if not arguments or not isinstance(arguments, dict | list):
-                continue
-            for recent in self._calls.values():
-                match = next(
-                    (
-                        other.arguments
-                        for other in recent
-                        if other.name == call.name
-                        and other.arguments is not arguments
-                        and other.arguments == arguments
-                        and _same_arguments(other.arguments, arguments)
-                    ),
-                    None,
-                )
-                if match is not None:
-                    call.arguments = match
-                    break
+            if arguments and isinstance(arguments, dict | list):
+                call.arguments = self._recent_arguments(call.name, arguments)
+
+    def _recent_arguments(self, name: str, arguments: Any) -> Any:
+        """The arguments object of a recent call of tool ``name`` written like ``arguments``, else
+        ``arguments``."""
+        for recent in self._calls.values():
+            for other in recent:
+                kept = other.arguments
+                # == first: cheap, and false for most; then written alike (1 is not true)
+                if (
+                    kept is not arguments
+                    and other.name == name
+                    and kept == arguments
+                    and _same_arguments(kept, arguments)
+                ):
+                    return kept
+        return arguments
 
 
 def _shared_short_text(value: Any) -> Any:
