@@ -149,6 +149,7 @@ def _fingerprint(message: Message) -> int:
 # SHARED_SHORT_TEXTS (_shared_short_text): a canned greeting or an id passed to tool after tool.
 SHARED_TEXT_MIN_CHARACTERS = 64
 SHARED_VALUES = 16
+REPEATS_SEARCHED = 16  # calls of a message, and of each recent list, that a repeated call is looked for in
 SHARED_SHORT_TEXTS = 8192
 _SHORT_TEXTS: dict[str, str] = {}
 _SHARED_ARGUMENT_KEYS_AT_MOST = 32  # arguments with more keys (a payload, not parameters) are left as read
@@ -210,8 +211,10 @@ class SharedValues:
         """A new call with the same tool and arguments as one of the recent calls kept here takes
         that call's arguments object: agents repeat calls (a retry, a status polled, the same lookup
         in a later turn), and on the real development set 3,474 of 5,334 argument dicts repeated
-        one of their conversation's (a dict of one key is 184 bytes before its key and value)."""
-        for call in calls:
+        one of their conversation's (a dict of one key is 184 bytes before its key and value). The
+        first REPEATS_SEARCHED calls of a message look at the first REPEATS_SEARCHED of each recent
+        list: a message of a thousand calls must not cost a million comparisons."""
+        for call in itertools.islice(calls, REPEATS_SEARCHED):
             arguments = call.arguments
             if arguments and isinstance(arguments, dict | list):
                 call.arguments = self._recent_arguments(call.name, arguments)
@@ -220,7 +223,7 @@ class SharedValues:
         """The arguments object of a recent call of tool ``name`` written like ``arguments``, else
         ``arguments``."""
         for recent in self._calls.values():
-            for other in recent:
+            for other in itertools.islice(recent, REPEATS_SEARCHED):
                 kept = other.arguments
                 # == first: cheap, and false for most; then written alike (1 is not true)
                 if (

@@ -883,6 +883,29 @@ def test_only_a_repeat_of_a_recent_call_is_shared():
     assert recent.arguments is history[-3].tool_calls[0].arguments  # the latest call's: shared
 
 
+def test_a_message_of_many_calls_looks_for_repeats_in_a_bounded_part_of_each_list():
+    """A message of a thousand calls must not cost a million comparisons: the first REPEATS_SEARCHED
+    calls of a message look at the first REPEATS_SEARCHED of each recent list."""
+    bound = conversation_module.REPEATS_SEARCHED
+    state = ConversationState.new("many")
+    earlier = [ToolCall("get", {"id": number}, f"a{number}") for number in range(2 * bound)]
+    history = [user("All of them"), assistant(None, *earlier), user("Again")]
+    apply_trace(state, b"t1", [chat(1, history[:1], [history[1]])])
+    later = [ToolCall("get", {"id": number}, f"b{number}") for number in range(2 * bound)]
+    apply_trace(state, b"t2", [chat(2, history, [assistant(None, *later)])])
+    assert [new.arguments is old.arguments for new, old in zip(later, earlier, strict=True)] == [
+        True
+    ] * bound + [False] * bound
+    # One call repeating a call beyond the first REPEATS_SEARCHED of its list: not found.
+    beyond = ToolCall("get", {"id": bound}, "c")
+    apply_trace(
+        state,
+        b"t3",
+        [chat(3, [*history, assistant(None, *later), user("One more")], [assistant(None, beyond)])],
+    )
+    assert beyond.arguments == earlier[bound].arguments and beyond.arguments is not earlier[bound].arguments
+
+
 def test_arguments_read_again_stay_the_dict_their_tool_result_shares(monkeypatch):
     """A client that resends only its latest 50 messages makes every history a whole new read: each
     call's arguments are shared again, also once the call has left the conversation's table of

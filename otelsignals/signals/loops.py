@@ -173,16 +173,12 @@ def _state(ctx: DetectionContext, key: str) -> dict[str, Any]:
 
 
 def _at_rest(state: dict[str, Any]) -> bool:
-    """No run under way, no call waiting for its result, no unsatisfying result carried over: every
-    step then starts from scratch at the next call, as it does from an empty state, so the state
-    need not be kept (half of the real development set's conversations, three dicts each)."""
-    signatures = state.get("signatures")
-    return not (
-        state.get("run")
-        or state.get("pending")
-        or state.get("unsatisfied")
-        or (isinstance(signatures, dict) and signatures.get("run"))
-    )
+    """No run under way and no call waiting for its result: every step then starts from scratch at
+    the next call, as it does from an empty state, so the state need not be kept (half of the real
+    development set's conversations, three dicts each). The rest does not matter then: the signature
+    rule's run is under way only while the tool rule's is (both count named calls), and an
+    unsatisfying result carried over changes nothing while no run is under way."""
+    return not (state.get("run") or state.get("pending"))
 
 
 def _emit(found: dict[int, SignalInstance], instance: SignalInstance) -> None:
@@ -198,8 +194,8 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
     next_key = memory_key(leaf, "next")
 
     def detect(ctx: DetectionContext) -> list[SignalInstance]:
+        state = _state(ctx, key)
         try:
-            state = _state(ctx, key)
             start = progress_start(ctx, next_key)
             found: dict[int, SignalInstance] = {}
             for index, kind, payload in _call_events(ctx, state, start):
@@ -217,13 +213,14 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
                 if instance is not None:
                     _emit(found, instance)
             progress_done(ctx, next_key)
+            return sorted(found.values(), key=lambda instance: instance.message_index)
+        except Exception:
+            return []
+        finally:  # what the steps recorded is kept when one fails too
             if _at_rest(state):
                 ctx.memory.pop(key, None)
             else:
                 ctx.memory[key] = state
-            return sorted(found.values(), key=lambda instance: instance.message_index)
-        except Exception:
-            return []
 
     return detect
 

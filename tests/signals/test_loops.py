@@ -642,19 +642,35 @@ def test_short_different_values_do_not_drift(messages: list[Message]) -> None:
 
 LOOP_STATE_KEYS = [f"{leaf}:state" for leaf in (tx.RETRY, tx.PARAMETER_DRIFT, tx.OSCILLATION)]
 
+# A call whose arguments were not captured waits for its result, which the tool span names with
+# its arguments: dropped while the call waits, the state would count the result as a call of its own.
+QUERY = {"q": "status of order 1234"}
+WAITING_CALLS = [user("where is my order?")] + [
+    message
+    for number, arguments in enumerate([None, QUERY, QUERY, QUERY], start=1)
+    for message in (
+        assistant(call("track", arguments, f"c{number}")),
+        tool("in transit", name="track", arguments=QUERY, call_id=f"c{number}"),
+    )
+]
 
-def _message_by_message(messages: list[Message], memory: dict[str, Any]) -> list[tuple[str, int, Any]]:
-    """The loop detectors run after each message, memory kept between runs, as the pipeline runs
-    them on a conversation that grows by one message per trace."""
+
+def _trace_by_trace(traces: list[list[Message]], memory: dict[str, Any]) -> list[tuple[str, int, Any]]:
+    """The loop detectors run after each trace's messages, memory kept between runs, as the pipeline
+    runs them on a growing conversation."""
     conversation = Conversation("c")
     found = []
-    for message in messages:
+    for trace in traces:
         start = len(conversation.messages)
-        conversation.messages.append(message)
+        conversation.messages.extend(trace)
         context = DetectionContext(conversation, start, [], memory)
         for detector in EXECUTION_DETECTORS:
             found += [(i.type, i.message_index, i.metadata) for i in detector(context)]
     return found
+
+
+def _message_by_message(messages: list[Message], memory: dict[str, Any]) -> list[tuple[str, int, Any]]:
+    return _trace_by_trace([[message] for message in messages], memory)
 
 
 @pytest.mark.parametrize(
@@ -669,6 +685,7 @@ def _message_by_message(messages: list[Message], memory: dict[str, Any]) -> list
         *SIGNATURE_OSCILLATION_NEAR_MISSES,
         *SHORT_DRIFT_POSITIVES,
         *SHORT_DRIFT_NEAR_MISSES,
+        WAITING_CALLS,
     ],
 )
 def test_message_by_message_the_loops_find_what_one_run_finds(messages: list[Message]) -> None:
@@ -682,17 +699,31 @@ def test_loop_state_is_kept_only_while_a_loop_may_go_on() -> None:
     memory: dict[str, Any] = {}
     _message_by_message([*answered, Message(Role.ASSISTANT, "3 in stock."), user("thanks")], memory)
     assert not any(key in memory for key in LOOP_STATE_KEYS)  # at rest: the user asked anew
-    # Near misses, kept: a call answered but no user message since (a run of one), and a failed
-    # result before the user's "try again" (the retry goes on across it).
+    # Near misses, kept: a call answered but no user message since (a run of one), a call waiting
+    # for its result.
     memory = {}
     _message_by_message(answered, memory)
     assert all(key in memory for key in LOOP_STATE_KEYS)
     memory = {}
-    failed = [
-        user("in stock?"),
-        *exchange("check_inventory", args, None, is_error=True, error_type="TimeoutError"),
-        Message(Role.ASSISTANT, "The inventory system is having trouble. Try again?"),
-        user("yes try again please"),
-    ]
-    _message_by_message(failed, memory)
-    assert memory[f"{tx.RETRY}:state"]["unsatisfied"]
+    _message_by_message(WAITING_CALLS[:2], memory)
+    assert memory[f"{tx.RETRY}:state"]["pending"] and not memory[f"{tx.RETRY}:state"]["run"]
+
+
+@pytest.mark.source_modules  # replaces a function of the compiled core
+def test_what_the_steps_recorded_is_kept_when_one_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step that raises costs its trace the signals, not the state recorded before it."""
+    import otelsignals.signals.loops as loops
+
+    judged = loops._unsatisfying_at
+    failures = iter([True])
+
+    def fails_once(ctx: DetectionContext, index: int) -> bool:
+        if next(failures, False):
+            raise RuntimeError("a reader's surprise")
+        return judged(ctx, index)
+
+    monkeypatch.setattr(loops, "_unsatisfying_at", fails_once)
+    messages = repeated("track", [{"id": 1}] * 3)  # the user, then three calls and their results
+    # The first trace fails on its tool result, with a state the detectors had just made.
+    found = _trace_by_trace([messages[:3], messages[3:5], messages[5:]], {})
+    assert [(kind, index) for kind, index, _ in found if kind == tx.RETRY] == [(tx.RETRY, 5)]
