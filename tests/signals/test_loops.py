@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from otelsignals.model import Conversation, Message, Role
+from otelsignals.model import Message, Role
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext
 from otelsignals.signals.loops import DRIFT_LOWER_BOUND, adjusted, arguments_similarity, text_similarity
@@ -25,6 +25,7 @@ from tests.signals.tool_conversations import (
     exchange,
     repeated,
     run,
+    run_traces,
     tool,
     user,
 )
@@ -658,15 +659,8 @@ WAITING_CALLS = [user("where is my order?")] + [
 def _trace_by_trace(traces: list[list[Message]], memory: dict[str, Any]) -> list[tuple[str, int, Any]]:
     """The loop detectors run after each trace's messages, memory kept between runs, as the pipeline
     runs them on a growing conversation."""
-    conversation = Conversation("c")
-    found = []
-    for trace in traces:
-        start = len(conversation.messages)
-        conversation.messages.extend(trace)
-        context = DetectionContext(conversation, start, [], memory)
-        for detector in EXECUTION_DETECTORS:
-            found += [(i.type, i.message_index, i.metadata) for i in detector(context)]
-    return found
+    found = run_traces([(trace, []) for trace in traces], EXECUTION_DETECTORS, memory)
+    return [(i.type, i.message_index, i.metadata) for i in found]
 
 
 def _message_by_message(messages: list[Message], memory: dict[str, Any]) -> list[tuple[str, int, Any]]:

@@ -73,11 +73,14 @@ def run(
 
 
 def run_traces(
-    traces: list[tuple[list[Message], list[LlmCall]]], detectors: tuple = ALL
+    traces: list[tuple[list[Message], list[LlmCall]]],
+    detectors: tuple = ALL,
+    memory: dict[str, Any] | None = None,
 ) -> list[SignalInstance]:
-    """Feed a conversation trace by trace: the messages grow, ``new_from`` moves, memory is kept."""
+    """Feed a conversation trace by trace: the messages grow, ``new_from`` moves, ``memory`` (a new
+    one by default) is kept."""
     conversation = Conversation("c")
-    memory: dict[str, Any] = {}
+    memory = {} if memory is None else memory
     found: list[SignalInstance] = []
     for messages, llm_calls in traces:
         start = len(conversation.messages)
