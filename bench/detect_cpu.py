@@ -19,6 +19,8 @@ in one trace: its µs per turn says how long the trace is, its µs per call what
 decoding, reading the messages, merging them into the conversation), ``--stage metrics`` the per-trace
 agent metrics (``Analyzer._record_trace``); the digest is still of the signals found, which depend on
 every message read, and a second digest is printed of every trace's agent metrics (``TraceSignals``).
+``--stage cap`` measures the text limits applied to each span's reading, a part of the read stage
+(``limits.cap_reading``; with ``--by-length`` bucketed by the span's history length: µs per span).
 ``--stage score`` measures the conversation's score and triage priority after each trace
 (``analysis.score`` and ``analysis.rank``) and prints a digest of every priority (with
 ``--by-length`` each of the two calls is bucketed: µs per call there, not per turn).
@@ -54,8 +56,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from session_memory import deep_size  # noqa: E402
 
 import otelsignals.analysis as analysis_module  # noqa: E402
+import otelsignals.pipeline.analyzer as analyzer_module  # noqa: E402
 from otelsignals.compaction import expansions  # noqa: E402
 from otelsignals.config_loading import load_config  # noqa: E402
+from otelsignals.conventions.base import SpanReading  # noqa: E402
 from otelsignals.conversation import ConversationState, TraceUpdate  # noqa: E402
 from otelsignals.model import Conversation  # noqa: E402
 from otelsignals.otlp.wire import split_request  # noqa: E402
@@ -113,7 +117,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sizes", action="store_true")
     parser.add_argument("--by-length", action="store_true")
-    parser.add_argument("--stage", choices=("detect", "read", "metrics", "score"), default="detect")
+    parser.add_argument("--stage", choices=("detect", "read", "cap", "metrics", "score"), default="detect")
     parser.add_argument(
         "--embedding-cache",
         type=int,
@@ -160,15 +164,23 @@ def main() -> None:
                 spent += seconds
                 if profiler is not None:
                     profiler.disable()
-                conversation = conversation_of((*args, result))
-                if conversation is not None:
-                    length = conversation.message_offset + len(conversation.messages)
+                length = length_of((*args, result))
+                if length is not None:
                     bucket = by_length.setdefault(next(b for b in LENGTH_BUCKETS if length >= b), [0, 0.0, 0])
                     bucket[0] += 1
                     bucket[1] += seconds
                     bucket[2] += model_calls_of((*args, result))
 
         return run
+
+    def length_of(values: tuple[Any, ...]) -> int | None:
+        """The length a stage's call is bucketed by: its conversation's, the trimmed messages
+        included, or for --stage cap the span's history's."""
+        conversation = conversation_of(values)
+        if conversation is not None:
+            return conversation.message_offset + len(conversation.messages)
+        reading = next((value for value in values if isinstance(value, SpanReading)), None)
+        return len(reading.input_messages) if reading is not None else None
 
     def conversation_of(values: tuple[Any, ...]) -> Conversation | None:
         """The conversation a stage's call worked on, from its arguments or its result."""
@@ -197,6 +209,9 @@ def main() -> None:
     original_method = getattr(Analyzer, method) if method else None
     if method:
         setattr(Analyzer, method, measured(original_method))
+    original_cap = analyzer_module.cap_reading
+    if args.stage == "cap":
+        analyzer_module.cap_reading = measured(original_cap)
 
     # --stage score: the conversation's score and triage priority after each trace (analysis.score
     # and analysis.rank), and a digest of every priority with its terms and reasons.
@@ -260,6 +275,7 @@ def main() -> None:
         setattr(analysis_module, name, function)
     if method:
         setattr(Analyzer, method, original_method)
+    analyzer_module.cap_reading = original_cap
 
     per_turn = spent / turns * 1e6
     print(f"{turns:,} turns: {args.stage} {per_turn:,.0f} µs CPU per turn, {signals:,} signals, ", end="")
@@ -274,10 +290,12 @@ def main() -> None:
         )
         print(f"{len(trace_metrics):,} traces' agent metrics: digest {metrics_digest.hexdigest()}")
     if args.by_length:
-        print(f"{args.stage}, by the conversation's length after the turn:")
+        unit = "span" if args.stage == "cap" else "turn"
+        whose = "the span's history" if args.stage == "cap" else "the conversation's length after the turn"
+        print(f"{args.stage}, by {whose}:")
         for low in sorted(by_length):
             count, seconds, calls = by_length[low]
-            line = f"  {low:>4}+ messages: {count:5,} turns, {seconds / count * 1e6:7,.0f} µs per turn"
+            line = f"  {low:>4}+ messages: {count:5,} {unit}s, {seconds / count * 1e6:7,.0f} µs per {unit}"
             if calls:
                 line += f"; {calls:6,.0f} model calls, {seconds / calls * 1e6:6,.0f} µs per call"
             print(line)

@@ -40,6 +40,7 @@ from otelsignals.model import (
     SignalInstance,
     ToolCall,
     ToolResult,
+    leading_system_prompts,
 )
 from otelsignals.triage import NO_PRIORITY, Priority
 
@@ -754,10 +755,10 @@ def _split_inputs(state: ConversationState, inputs: list[Message]) -> tuple[_Sna
     same message objects, from the history cache, then more; the leading system prompt may be read
     anew from its own attribute) is split for its new part only."""
     last = state.last_inputs
-    skip = _leading_system_prompts(inputs)
+    skip = leading_system_prompts(inputs)
     new, system, body, fps = inputs, None, [], []
     if last is not None:
-        skip_last = _leading_system_prompts(last.messages)
+        skip_last = leading_system_prompts(last.messages)
         held = len(last.messages) - skip_last
         if (
             held
@@ -787,13 +788,6 @@ def _may_equal(read: Message, held: Message) -> bool:
     history cut to its latest messages starts elsewhere, and comparing it with a compacted message
     would expand that message's text to find out)."""
     return read is held or (read.__class__ is Message and held.__class__ is Message)
-
-
-def _leading_system_prompts(messages: list[Message]) -> int:
-    count = 0
-    while count < len(messages) and messages[count].role is Role.SYSTEM:
-        count += 1
-    return count
 
 
 # One string per model or tool name and finish reason for every conversation: bounded, since names
@@ -959,7 +953,7 @@ def _adopt(
     inputs only), or, in the history cache, as many from its end when the inputs were cut to their
     latest messages (limits.py). Replacing only the objects named by id, a position looked at in vain
     changes nothing."""
-    lead = _leading_system_prompts(inputs)
+    lead = leading_system_prompts(inputs)
     end = len(inputs)
     state.decoder_memory.histories.adopt(counterparts, adopted_from, end)
     adopted.add(counterparts, adopted_from, end)
@@ -1035,7 +1029,7 @@ class _TraceAdoptions:
         for later in self._eager_numbers:
             if later > self._current:
                 history = self._histories[later]
-                adopt_in(history, counterparts, start, end + _leading_system_prompts(history))
+                adopt_in(history, counterparts, start, end + leading_system_prompts(history))
         number = len(self._merges)
         self._merges.append((start, end, counterparts))
         self._spans = _united(self._spans, max(0, start), end)
@@ -1048,7 +1042,7 @@ class _TraceAdoptions:
         if not self._merges or self._eager[current]:
             return
         history = self._histories[current]
-        lead, size = _leading_system_prompts(history), len(history)
+        lead, size = leading_system_prompts(history), len(history)
         low = self._spans[0][0]
         high = max(low, min(self._spans[-1][1] + lead, size))
         as_read = history[low:high] if high - low >= _WINDOW_WORTH_KEEPING else None

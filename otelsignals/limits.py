@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from otelsignals.compaction import content_lengths, is_compacted
+from otelsignals.compaction import content_length, content_lengths, is_compacted
 from otelsignals.conventions.base import SpanReading
-from otelsignals.model import Message
+from otelsignals.conventions.memory import ConversationMemory, MeasuredHistory
+from otelsignals.model import Message, Role, leading_system_prompts
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,12 @@ def _cut(text: str, limit: int) -> str | None:
     return encoded[:limit].decode("utf-8", "ignore")
 
 
-def cap_reading(reading: SpanReading, limits: TextLimits, cut: Counter[str]) -> None:
-    """Cut one span's reading to ``limits`` in place (module docstring); ``cut`` counts by reason."""
-    reading.input_messages = cap_messages(reading.input_messages, limits, cut)
+def cap_reading(
+    reading: SpanReading, limits: TextLimits, cut: Counter[str], memory: ConversationMemory | None = None
+) -> None:
+    """Cut one span's reading to ``limits`` in place (module docstring); ``cut`` counts by reason.
+    ``memory``: the conversation's (its history's messages measured before are not measured again)."""
+    reading.input_messages = cap_messages(reading.input_messages, limits, cut, memory)
     reading.output_messages = cap_messages(reading.output_messages, limits, cut)
     result = reading.tool_execution.result if reading.tool_execution is not None else None
     if result is not None and result.content:
@@ -57,24 +61,61 @@ def cap_reading(reading: SpanReading, limits: TextLimits, cut: Counter[str]) -> 
             cut["tool_result_bytes"] += 1
 
 
-def cap_messages(messages: list[Message], limits: TextLimits, cut: Counter[str]) -> list[Message]:
+# Histories whose measure is remembered per conversation, as many as the history cache keeps per key:
+# an agent span's short input next to its model calls' whole histories.
+MEASURED_HISTORIES = 4
+# A shorter history is measured whole: that costs less than looking for what was measured of it.
+MEASURED_MIN_MESSAGES = 16
+
+
+def cap_messages(
+    messages: list[Message], limits: TextLimits, cut: Counter[str], memory: ConversationMemory | None = None
+) -> list[Message]:
     """The part of ``messages`` (one span's history or answer) the analysis reads; ``cut`` counts
     what was cut by reason. Messages are cut in place: the same object may be read again from the
-    decoding memo, and must then look the same."""
-    # A resent history's messages were cut when first read: one pass over their lengths (no call
-    # per message) finds the few that may need it. len() in characters is a lower bound of the
-    # UTF-8 size and exact for ASCII; the exact size is computed only near the limit.
-    sizes = content_lengths(messages)
-    fits = limits.max_message_bytes // 4
-    if sizes and max(sizes) > fits:
-        for index, message in enumerate(messages):
-            # A compacted message was cut when first read (and is not expanded to be measured).
-            long = sizes[index] > fits and not is_compacted(message)
-            shorter = _cut(message.content, limits.max_message_bytes) if long else None  # type: ignore[arg-type]
-            if shorter is not None:
-                message.content = shorter
-                sizes[index] = len(shorter)
-                cut["message_bytes"] += 1
+    decoding memo, and must then look the same.
+
+    With the conversation's ``memory``, a history costs what it adds: the messages it shares, as
+    the same objects, with a history measured before are neither cut again nor measured again (their
+    total is remembered). Measured again are the leading system prompts a reader gives each span a
+    message of its own for (conventions/genai.py), and the tool results measured without text (the
+    tool's span may give one its text later: conversation._attach_tool_execution). Each message's
+    size is needed only when the history is over a limit of its own."""
+    if memory is not None and len(messages) < MEASURED_MIN_MESSAGES:
+        memory = None
+    known = _measured_before(messages, memory.measured) if memory is not None else None
+    empty: list[int] = []
+    if known is None:
+        start = kept = 0
+    else:
+        start, kept = known.count, known.total
+        for index in known.empty:
+            size = _cut_to_size(messages[index], content_length(messages[index]), limits, cut)
+            kept += size
+            if not size:
+                empty.append(index)
+    sizes = _cut_sizes(messages[start:] if start else messages, limits, cut)
+    kept += sum(sizes)
+    empty.extend(
+        start + index
+        for index, size in enumerate(sizes)
+        if not size and messages[start + index].role is Role.TOOL
+    )
+    total = kept
+    if known is not None and known.fresh:
+        total += sum(_cut_sizes(messages[: known.fresh], limits, cut))
+    if memory is not None:
+        lists = memory.histories.message_lists()
+        fresh, body = _body(messages, known.fresh if known is not None else None, lists)
+        if body is not None:
+            if known is None and fresh:
+                kept -= sum(sizes[:fresh])
+                empty = [index for index in empty if index >= fresh]
+            _remember(memory, MeasuredHistory(body, fresh, kept, tuple(empty)), known, lists)
+    if len(messages) <= limits.max_messages_per_span and total <= limits.max_span_text_bytes:
+        return messages
+    if start:
+        sizes = content_lengths(messages)  # the limits below need each message's size
     if len(messages) > limits.max_messages_per_span:
         cut["messages_per_span"] += len(messages) - limits.max_messages_per_span
         messages = messages[-limits.max_messages_per_span :]
@@ -88,3 +129,83 @@ def cap_messages(messages: list[Message], limits: TextLimits, cut: Counter[str])
         cut["span_text_bytes"] += first
         messages = messages[first:]
     return messages
+
+
+def _cut_sizes(messages: list[Message], limits: TextLimits, cut: Counter[str]) -> list[int]:
+    """The size of each of ``messages`` once cut to ``max_message_bytes``. One pass over their
+    lengths (no call per message) finds the few that may need a cut: len() in characters is a lower
+    bound of the UTF-8 size and exact for ASCII; the exact size is computed only near the limit."""
+    sizes = content_lengths(messages)
+    if sizes and max(sizes) > limits.max_message_bytes // 4:
+        for index, size in enumerate(sizes):
+            sizes[index] = _cut_to_size(messages[index], size, limits, cut)
+    return sizes
+
+
+def _cut_to_size(message: Message, size: int, limits: TextLimits, cut: Counter[str]) -> int:
+    """``message``'s size once cut to ``max_message_bytes`` (``size``: its length before)."""
+    # A compacted message was cut when first read (and is not expanded to be measured).
+    if size <= limits.max_message_bytes // 4 or is_compacted(message):
+        return size
+    shorter = _cut(message.content, limits.max_message_bytes)  # type: ignore[arg-type]
+    if shorter is None:
+        return size
+    message.content = shorter
+    cut["message_bytes"] += 1
+    return len(shorter)
+
+
+def _measured_before(
+    messages: list[Message], measured: tuple[MeasuredHistory, ...]
+) -> MeasuredHistory | None:
+    """The longest history measured before that ``messages`` continues: the same objects at the
+    same positions, but for its leading ones that are measured again anyway."""
+    found: MeasuredHistory | None = None
+    for history in measured:
+        fresh, count, body = history.fresh, history.count, history.body
+        if count > len(messages) or (found is not None and count <= found.count):
+            continue
+        if messages[count - 1] is not body[count - 1 - fresh] or messages[fresh] is not body[0]:
+            continue  # the quick test: most histories that differ, differ at an end
+        # (mypyc compiles all() over a generator into a loop)
+        if all(messages[fresh + index] is body[index] for index in range(1, count - fresh - 1)):
+            found = history
+    return found
+
+
+def _body(
+    messages: list[Message], fresh: int | None, lists: list[list[Message]]
+) -> tuple[int, list[Message] | None]:
+    """(``fresh``, the history cache's own list of ``messages[fresh:]``), or (0, None) when the
+    cache holds no such list (then nothing is remembered: a list of its own would cost the
+    conversation memory, and its messages would not be adopted: conversation.py). ``fresh`` None:
+    the first of the history's leading system prompts from which the cache holds the rest."""
+    offsets = range(leading_system_prompts(messages) + 1) if fresh is None else range(fresh, fresh + 1)
+    for offset in offsets:
+        length = len(messages) - offset
+        for held in lists:
+            if (
+                length
+                and len(held) == length
+                and held[0] is messages[offset]
+                and held[-1] is messages[-1]
+                and all(held[index] is messages[offset + index] for index in range(1, length - 1))
+            ):
+                return offset, held
+    return 0, None
+
+
+def _remember(
+    memory: ConversationMemory,
+    history: MeasuredHistory,
+    extended: MeasuredHistory | None,
+    lists: list[list[Message]],
+) -> None:
+    """``history`` remembered first, in place of the one it ``extended``, and of those whose body
+    the history cache no longer holds (``lists``): it would stay alive here."""
+    others = [
+        other
+        for other in memory.measured
+        if other is not extended and any(other.body is held for held in lists)
+    ]
+    memory.measured = (history, *others[: MEASURED_HISTORIES - 1])

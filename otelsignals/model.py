@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 import operator
 from array import array
-from collections.abc import Iterable, Iterator, MutableSequence
+from collections.abc import Iterable, Iterator, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NoReturn, SupportsIndex, TypeVar, overload
@@ -102,6 +102,14 @@ class Message:
         if not isinstance(other, Message):
             return NotImplemented
         return _values(self, _MESSAGE_FIELDS) == _values(other, _MESSAGE_FIELDS)
+
+
+def leading_system_prompts(messages: Sequence[Message]) -> int:
+    """How many system prompts ``messages`` starts with."""
+    count = 0
+    while count < len(messages) and messages[count].role is Role.SYSTEM:
+        count += 1
+    return count
 
 
 def _compared_fields(cls: type) -> tuple[str, ...]:

@@ -6,6 +6,8 @@ from collections import Counter
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -14,6 +16,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otelsignals.config import ConfigError, validate
 from otelsignals.config_loading import load_config
 from otelsignals.conventions.base import SpanReading, ToolExecution
+from otelsignals.conventions.genai import otel_messages
+from otelsignals.conventions.memory import ConversationMemory
 from otelsignals.limits import TextLimits, cap_messages, cap_reading
 from otelsignals.model import Message, Role, ToolResult
 from tests.support.clients import export_grpc
@@ -99,3 +103,143 @@ def test_a_huge_message_is_cut_for_the_analysis_and_forwarded_whole(tmp_path, si
         sent = {kv.key: kv.value.string_value for kv in span.attributes}
         assert huge in sent["gen_ai.input.messages"], "the span leaves with its text whole"
         assert any(kv.key == "signals.quality" for kv in span.attributes), "and analysed"
+
+
+# A history resent whole on every model call, read through the conversation's history cache the way
+# the GenAI reader reads it: the cache hands back the messages it read before as the same objects.
+MEMO_LIMITS = TextLimits(max_message_bytes=64, max_messages_per_span=40, max_span_text_bytes=1500)
+
+
+class ResentHistory:
+    """One client's history and one conversation's memory reading it, call after call."""
+
+    def __init__(self, prompt_apart: bool) -> None:
+        self.items: list[dict[str, object]] = (
+            [] if prompt_apart else [{"role": "system", "content": "Be kind."}]
+        )
+        self.prompt_apart = prompt_apart  # as gen_ai.system_instructions: a message of its own per span
+        self.memory = ConversationMemory()
+        self.span = 0
+
+    def read(self) -> list[Message]:
+        self.span += 1
+        span_id = self.span.to_bytes(8, "big")
+        text = orjson.dumps(self.items).decode()
+        read = lambda parsed: otel_messages(parsed, span_id, Role.USER)  # noqa: E731
+        history = self.memory.histories.messages("gen_ai.input.messages", text, read)
+        return (
+            [Message(Role.SYSTEM, "Be kind.", span_id=span_id), *history]
+            if self.prompt_apart
+            else list(history)
+        )
+
+
+def _text(length: int, seed: int) -> str:
+    return ("é" if seed % 3 == 0 else "a") * length  # some texts over the byte limit only as UTF-8
+
+
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("say"), st.sampled_from(["user", "assistant"]), st.integers(0, 120)),
+        st.tuples(st.just("tool"), st.just(""), st.sampled_from([0, 0, 20, 90])),  # 0: a result without text
+        st.tuples(st.just("call"), st.just(""), st.just(0)),
+        st.tuples(st.just("result text"), st.just(""), st.integers(1, 120)),
+    ),
+    min_size=1,
+    max_size=80,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=_steps, prompt_apart=st.booleans())
+def test_a_history_measured_with_the_memory_is_cut_as_without_it(steps, prompt_apart) -> None:
+    """The same client read by two conversations, one capping with its memory and one without: call
+    after call, both read the same messages, cut the same way, and count the same cuts; also when
+    a tool result that came without text is given its text later (by its tool span)."""
+    remembering, forgetting = ResentHistory(prompt_apart), ResentHistory(prompt_apart)
+    last: dict[int, list[Message]] = {}
+    for number, (step, role, length) in enumerate(steps):
+        if step in ("say", "tool"):
+            for client in (remembering, forgetting):
+                if step == "say":
+                    client.items.append({"role": role, "content": _text(length, number)})
+                else:
+                    content = _text(length, number) if length else None
+                    client.items.append({"role": "tool", "content": content, "tool_call_id": f"c{number}"})
+        elif step == "result text":
+            # What conversation._attach_tool_execution does: the latest result without text gets one.
+            for world in (0, 1):
+                waiting = [m for m in last.get(world, []) if m.role is Role.TOOL and m.content is None]
+                if waiting:
+                    waiting[-1].content = _text(length, number)
+        else:
+            cuts: list[Counter[str]] = [Counter(), Counter()]
+            read = [
+                cap_messages(remembering.read(), MEMO_LIMITS, cuts[0], remembering.memory),
+                cap_messages(forgetting.read(), MEMO_LIMITS, cuts[1]),
+            ]
+            assert [(m.role, m.content) for m in read[0]] == [(m.role, m.content) for m in read[1]]
+            assert cuts[0] == cuts[1]
+            last = {0: read[0], 1: read[1]}
+
+
+def _long_history(client: ResentHistory, count: int) -> None:
+    client.items += [
+        {"role": "user" if n % 2 else "assistant", "content": f"message {n}"} for n in range(count)
+    ]
+
+
+@pytest.mark.parametrize("prompt_apart", [False, True], ids=["prompt-in-history", "prompt-apart"])
+def test_what_was_measured_of_a_resent_history_is_not_measured_again(prompt_apart) -> None:
+    """Shown by a text changed behind the analysis' back (nothing in the pipeline does that): once
+    measured, a message of a continued history is not looked at again, so its new text is not cut.
+    Near misses: a history that does not continue the one measured (another head), and a short
+    history, which is measured whole every time."""
+    client = ResentHistory(prompt_apart)
+    _long_history(client, 30)
+    first = cap_messages(client.read(), MEMO_LIMITS, Counter(), client.memory)
+    first[5].content = "x" * 100
+    client.items.append({"role": "user", "content": "and one more"})
+    cut: Counter[str] = Counter()
+    again = cap_messages(client.read(), MEMO_LIMITS, cut, client.memory)
+    assert again[5] is first[5] and again[5].content == "x" * 100 and not cut
+
+    other = ResentHistory(prompt_apart)
+    _long_history(other, 30)
+    history = other.read()
+    history[5].content = "x" * 100  # a history read for the first time: measured whole
+    cap_messages(history, MEMO_LIMITS, Counter(), other.memory)
+    assert history[5].content == "x" * 64
+
+    short = ResentHistory(prompt_apart)
+    _long_history(short, 5)
+    read = cap_messages(short.read(), MEMO_LIMITS, Counter(), short.memory)
+    read[-1].content = "x" * 100
+    short.items.append({"role": "user", "content": "and one more"})
+    assert cap_messages(short.read(), MEMO_LIMITS, Counter(), short.memory)[-2].content == "x" * 64
+
+
+def test_a_history_with_the_same_ends_but_another_middle_is_measured_whole() -> None:
+    client = ResentHistory(prompt_apart=False)
+    _long_history(client, 30)
+    measured = cap_messages(client.read(), MEMO_LIMITS, Counter(), client.memory)
+    edited = list(measured)
+    edited[10] = Message(Role.USER, "y" * 100)
+    cut: Counter[str] = Counter()
+    cap_messages(edited, MEMO_LIMITS, cut, client.memory)
+    assert edited[10].content == "y" * 64 and cut == {"message_bytes": 1}
+
+
+def test_the_memory_keeps_only_histories_the_cache_holds() -> None:
+    """What the analysis remembers of a history is the cache's own list of its messages: no list
+    of its own, and none the cache has let go of (a client's long histories from many starts, each
+    followed by short ones, which the cache keeps too and the analysis measures whole)."""
+    client = ResentHistory(prompt_apart=True)
+    for start in range(6):
+        for count in (30, 3, 4, 5, 6):
+            client.items = [{"role": "user", "content": f"start {start}: {n}"} for n in range(count)]
+            cap_messages(client.read(), MEMO_LIMITS, Counter(), client.memory)
+            if count == 30:  # (a short history is neither looked up nor remembered)
+                held = client.memory.histories.message_lists()
+                assert len(client.memory.measured) == 1, "the earlier long ones have left the cache"
+                assert any(client.memory.measured[0].body is h for h in held)

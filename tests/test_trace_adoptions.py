@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otelsignals.conventions.memory import HistoryCache, adopt_in
-from otelsignals.conversation import _leading_system_prompts, _TraceAdoptions
-from otelsignals.model import Message, Role
+from otelsignals.conversation import _TraceAdoptions
+from otelsignals.model import Message, Role, leading_system_prompts
 
 _ROLES = (Role.USER, Role.ASSISTANT, Role.TOOL)
 
@@ -77,7 +77,7 @@ def test_each_history_catches_up_with_exactly_what_the_earlier_merges_did(
     for number, history in enumerate(histories):
         adoptions.catch_up(number)
         assert [id(m) for m in history] == [id(m) for m in expected[number]], f"call {number}"
-        lead = _leading_system_prompts(history)
+        lead = leading_system_prompts(history)
         for start, end, replaced, again in merges[number]:
             counterparts: dict[int, Message] = {}
             span = range(max(0, start), min(end + lead, len(history)))
@@ -94,7 +94,7 @@ def test_each_history_catches_up_with_exactly_what_the_earlier_merges_did(
             put_there.extend(counterparts.values())
             adoptions.add(counterparts, start, end)
             for later in expected[number + 1 :]:
-                adopt_in(later, counterparts, start, end + _leading_system_prompts(later))
+                adopt_in(later, counterparts, start, end + leading_system_prompts(later))
 
 
 def test_a_long_trace_takes_each_window_over_and_replays_only_the_new_merge(

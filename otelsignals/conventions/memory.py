@@ -368,8 +368,26 @@ def raw_text_bytes(raw: Any) -> int:
 
 @dataclass(slots=True, eq=False)
 class ConversationMemory:
-    """One conversation's memory: what was decoded of its latest long spans, and what was read of
-    its histories."""
+    """One conversation's memory: what was decoded of its latest long spans, what was read of its
+    histories, and what the analysis measured of them (limits.py)."""
 
     spans: SpanDecodeMemo = field(default_factory=SpanDecodeMemo)
     histories: HistoryCache = field(default_factory=HistoryCache)
+    measured: tuple[MeasuredHistory, ...] = ()  # the latest measured first (a tuple: smaller)
+
+
+class MeasuredHistory:
+    """What the analysis measured of a history (limits.cap_messages), so that the next history, which
+    continues it, costs only its new messages. Of its ``count`` messages, those after the ``fresh``
+    leading ones (its ``body``: the history cache's own list of them) held ``total`` characters of
+    text, and the tool results at the positions ``empty`` none (a tool's span may give its result
+    text later: conversation.py)."""
+
+    __slots__ = ("body", "count", "empty", "fresh", "total")
+
+    def __init__(self, body: list[Message], fresh: int, total: int, empty: tuple[int, ...]) -> None:
+        self.body = body
+        self.count = fresh + len(body)
+        self.fresh = fresh
+        self.total = total
+        self.empty = empty

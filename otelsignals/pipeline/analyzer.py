@@ -218,7 +218,7 @@ class Analyzer:
         if reading is None:
             return None
         cut: Counter[str] = Counter()
-        cap_reading(reading, self.limits, cut)
+        cap_reading(reading, self.limits, cut, memory)
         for reason, count in cut.items():
             self.telemetry.truncated_for_analysis.labels(reason).inc(count)
             self.telemetry.problems.warning(

@@ -222,7 +222,10 @@ def _copies_bytes(state: ConversationState) -> tuple[int, int]:
     held.update(id(message.tool_calls) for message in messages)
     copies = 0
     distinct: set[int] = set()  # the cache's messages, each once (its histories share most)
-    for history in state.decoder_memory.histories.message_lists():
+    memory = state.decoder_memory
+    # A history the analysis measured outlives the cache's hold on it until the next is measured.
+    histories = memory.histories.message_lists() + [measured.body for measured in memory.measured]
+    for history in histories:
         distinct.update(map(id, history))
         for message in history:
             if id(message) in held:

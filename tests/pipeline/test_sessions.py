@@ -310,18 +310,21 @@ def test_the_estimate_covers_what_a_long_conversation_holds_in_each_convention(c
 @pytest.mark.parametrize("convention", ["genai", "vercel_ai", "genai_events"])
 def test_a_trimmed_conversation_counts_the_history_its_decoder_still_holds(convention):
     """Past sessions.max_messages a conversation drops its oldest messages, but the next model call
-    resends them, and the history cache (and the latest history's split) keep them: what those
-    hold beyond the rest of the state is counted."""
+    resends them, and the history cache (and the latest history's split, and the analysis' record of
+    what it measured of the latest histories) keep them: what those hold beyond the rest of the
+    state is counted."""
     from bench.session_memory import deep_size, parts_of
 
     analyzer = _demo_analyzer(convention, 8, max_messages=20)
     held = counted = 0
+    holders = ("decoder_memory.histories", "decoder_memory.measured", "last_inputs")
     for state in analyzer.sessions:
         seen = {id(analyzer), id(analyzer.sessions)}
-        for name, part in parts_of(state):
-            if name not in ("decoder_memory.histories", "last_inputs"):
+        parts = dict(parts_of(state))
+        for name, part in parts.items():
+            if name not in holders:
                 deep_size(part, seen)
-        held += deep_size(state.decoder_memory.histories, seen) + deep_size(state.last_inputs, seen)
+        held += sum(deep_size(parts[name], seen) for name in holders)
         counted += analyzer.sessions._sizes[state.conversation.key].copies
     assert (
         held <= counted <= 4 * held
