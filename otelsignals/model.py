@@ -154,7 +154,7 @@ _integers_of = operator.attrgetter(*_COLUMNED_INTEGERS)
 
 
 class RecentModelCalls(MutableSequence[LlmCall]):
-    """A conversation's latest model calls, kept column by column: about 90 bytes a call, where an
+    """A conversation's latest model calls, kept column by column: about 67 bytes a call, where an
     ``LlmCall`` with its span id and its integers took about 260 (bench/session_memory.py). The
     span ids and five integers are in arrays, the trace ids and model names are references to
     shared objects. Each read builds the call anew, so changing a call read does not change the
@@ -164,23 +164,27 @@ class RecentModelCalls(MutableSequence[LlmCall]):
     The pipeline appends and trims the front; other changes (insert, replace, reverse) build the
     columns anew."""
 
-    __slots__ = ("_models", "_numbers", "_span_ids", "_trace_ids", "_whole")
+    __slots__ = ("_models", "_numbers", "_span_ids", "_trace_ids", "_trimmed", "_whole")
 
     def __init__(self, calls: Iterable[LlmCall] = ()) -> None:
         self._span_ids = array("Q")  # 8-byte span ids as integers
         self._trace_ids: list[bytes] = []
         self._models: list[str | None] = []
         self._numbers = array("q")  # the _COLUMNED_INTEGERS of each call, _ABSENT for None
-        self._whole: list[LlmCall | None] = []  # the call itself where it is not in the columns
+        # The calls not in the columns, by their position counted from the first call ever kept
+        # (None while there is none: a list of a None per call cost 8 bytes a call).
+        self._whole: dict[int, LlmCall] | None = None
+        self._trimmed = 0  # calls trimmed from the front since the first
         self.extend(calls)
 
     def __len__(self) -> int:
         return len(self._span_ids)
 
     def _call(self, index: int) -> LlmCall:
-        whole = self._whole[index]
-        if whole is not None:
-            return whole
+        if self._whole is not None:
+            whole = self._whole.get(self._trimmed + index)
+            if whole is not None:
+                return whole
         at = index * len(_COLUMNED_INTEGERS)
         # in the order of _COLUMNED_INTEGERS; times are always ints (a call without is kept whole)
         status, input_tokens, output_tokens, start, end = self._numbers[at : at + len(_COLUMNED_INTEGERS)]
@@ -222,7 +226,10 @@ class RecentModelCalls(MutableSequence[LlmCall]):
         self._trace_ids.append(call.trace_id)
         self._models.append(call.model)
         self._numbers.extend([_ABSENT if number is None or not columned else number for number in numbers])
-        self._whole.append(None if columned else call)
+        if not columned:
+            if self._whole is None:
+                self._whole = {}
+            self._whole[self._trimmed + len(self) - 1] = call
 
     def extend(self, calls: Iterable[LlmCall]) -> None:
         for call in list(calls) if calls is self else calls:
@@ -234,14 +241,19 @@ class RecentModelCalls(MutableSequence[LlmCall]):
             positions = range(positions, positions + 1)
         if not positions:
             return  # the pipeline's trimming of a conversation under its bound
-        if positions.step != 1:  # not made by the pipeline: done one call at a time
-            for position in sorted(positions, reverse=True):
-                del self[position]
-            return
         start, stop = positions.start, positions.stop
-        for column in (self._span_ids, self._trace_ids, self._models, self._whole):
-            del column[start:stop]
-        del self._numbers[start * len(_COLUMNED_INTEGERS) : stop * len(_COLUMNED_INTEGERS)]
+        if positions.step != 1 or start != 0:  # not made by the pipeline, which trims the front
+            calls = list(self)
+            del calls[index]
+            self._replace(calls)
+            return
+        for column in (self._span_ids, self._trace_ids, self._models):
+            del column[:stop]
+        del self._numbers[: stop * len(_COLUMNED_INTEGERS)]
+        self._trimmed += stop
+        if self._whole is not None:
+            kept = {position: call for position, call in self._whole.items() if position >= self._trimmed}
+            self._whole = kept or None
 
     def insert(self, index: int, call: LlmCall) -> None:
         calls = list(self)
@@ -268,10 +280,7 @@ class RecentModelCalls(MutableSequence[LlmCall]):
             setattr(self, name, getattr(made, name))
 
     def __copy__(self) -> RecentModelCalls:
-        copied = RecentModelCalls()
-        for name in self.__slots__:
-            setattr(copied, name, getattr(self, name)[:])  # the copy's own columns, as a list's copy
-        return copied
+        return RecentModelCalls(self)  # the copy's own columns, as a list's copy
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, list | RecentModelCalls):

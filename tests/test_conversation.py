@@ -1147,7 +1147,7 @@ def test_a_call_that_cannot_be_kept_leaves_the_recent_model_calls_as_they_were()
     assert kept == _CALLS
 
 
-def test_recent_model_calls_keep_a_call_in_under_100_bytes():
+def test_recent_model_calls_keep_a_call_in_under_70_bytes():
     """What the columns are for: an LlmCall and its integers took about 260 bytes a call."""
     span_ids = [number.to_bytes(8, "big") for number in range(500)]
     shared = {id(item) for item in (*span_ids, b"t", "gpt-4o")}
@@ -1171,7 +1171,7 @@ def test_recent_model_calls_keep_a_call_in_under_100_bytes():
             seen.add(id(item))
             size += sys.getsizeof(item)
             stack.extend(gc.get_referents(item))
-    assert size / len(kept) < 100
+    assert size / len(kept) < 70  # 75 with a list of a None per call beside the columns
 
 
 def agent_turn(
