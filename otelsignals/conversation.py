@@ -460,6 +460,7 @@ class ConversationState:
         self.provisional.remove(shown)
         if shown.content is None and message.content is not None:
             shown.content = message.content
+            self.decoder_memory.text_given()
             if shown.tool_result is not None:
                 shown.tool_result.content = message.content
         self._index(fingerprint(message))
@@ -1214,6 +1215,7 @@ def _attach_tool_execution(
     if target.content is None and result.content is not None:
         target.content = result.content
         existing.content = result.content
+        state.decoder_memory.text_given()
 
 
 def _call_answered_by(messages: list[Message], at: int, result: ToolResult) -> ToolCall | None:

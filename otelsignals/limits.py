@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from otelsignals.compaction import content_length, content_lengths, is_compacted
+from otelsignals.compaction import content_lengths, is_compacted
 from otelsignals.conventions.base import SpanReading
 from otelsignals.conventions.memory import ConversationMemory, MeasuredHistory
-from otelsignals.model import Message, Role, leading_system_prompts
+from otelsignals.model import Message, leading_system_prompts
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,8 @@ def cap_reading(
             cut["tool_result_bytes"] += 1
 
 
-# Histories whose measure is remembered per conversation, as many as the history cache keeps per key:
-# an agent span's short input next to its model calls' whole histories.
+# Histories whose measure is remembered per conversation: a few, for sub-agents' histories beside the
+# main agent's.
 MEASURED_HISTORIES = 4
 # A shorter history is measured whole: that costs less than looking for what was measured of it.
 MEASURED_MIN_MESSAGES = 16
@@ -75,47 +75,29 @@ def cap_messages(
     what was cut by reason. Messages are cut in place: the same object may be read again from the
     decoding memo, and must then look the same.
 
-    With the conversation's ``memory``, a history costs what it adds: the messages it shares, as
-    the same objects, with a history measured before are neither cut again nor measured again (their
-    total is remembered). Measured again are the leading system prompts a reader gives each span a
-    message of its own for (conventions/genai.py), and the tool results measured without text (the
-    tool's span may give one its text later: conversation._attach_tool_execution). Each message's
-    size is needed only when the history is over a limit of its own."""
-    if memory is not None and len(messages) < MEASURED_MIN_MESSAGES:
-        memory = None
-    known = _measured_before(messages, memory.measured) if memory is not None else None
-    empty: list[int] = []
-    if known is None:
-        start = kept = 0
+    With the conversation's ``memory``, the messages a history shares, as the same objects, with a
+    history measured before are neither cut again nor measured again (their total is remembered):
+    beyond a scan of their identities, a history costs what it adds. Measured again are the leading
+    system prompts a reader gives each span a message of its own for (conventions/genai.py). Each
+    message's size is needed only when the history is over a limit of its own."""
+    remembered = memory if memory is not None and len(messages) >= MEASURED_MIN_MESSAGES else None
+    lists = remembered.histories.message_lists() if remembered is not None else []
+    known = _measured_before(messages, remembered.measured) if remembered is not None else None
+    if known is not None:
+        fresh, start, kept = known.fresh, known.count, known.total
+        body = _body(messages, fresh, lists)[1]
     else:
-        start, kept = known.count, known.total
-        for index in known.empty:
-            size = _cut_to_size(messages[index], content_length(messages[index]), limits, cut)
-            kept += size
-            if not size:
-                empty.append(index)
+        fresh, body = _body(messages, None, lists) if remembered is not None else (0, None)
+        start, kept = fresh, 0
     sizes = _cut_sizes(messages[start:] if start else messages, limits, cut)
     kept += sum(sizes)
-    empty.extend(
-        start + index
-        for index, size in enumerate(sizes)
-        if not size and messages[start + index].role is Role.TOOL
-    )
-    total = kept
-    if known is not None and known.fresh:
-        total += sum(_cut_sizes(messages[: known.fresh], limits, cut))
-    if memory is not None:
-        lists = memory.histories.message_lists()
-        fresh, body = _body(messages, known.fresh if known is not None else None, lists)
-        if body is not None:
-            if known is None and fresh:
-                kept -= sum(sizes[:fresh])
-                empty = [index for index in empty if index >= fresh]
-            _remember(memory, MeasuredHistory(body, fresh, kept, tuple(empty)), known, lists)
+    if remembered is not None and body is not None:
+        _remember(remembered, MeasuredHistory(body, fresh, kept), known, lists)
+    total = kept + sum(_cut_sizes(messages[:fresh], limits, cut)) if fresh else kept
     if len(messages) <= limits.max_messages_per_span and total <= limits.max_span_text_bytes:
         return messages
     if start:
-        sizes = content_lengths(messages)  # the limits below need each message's size
+        sizes = content_lengths(messages)  # (of the new messages only above) the limits below need each
     if len(messages) > limits.max_messages_per_span:
         cut["messages_per_span"] += len(messages) - limits.max_messages_per_span
         messages = messages[-limits.max_messages_per_span :]
@@ -158,8 +140,10 @@ def _cut_to_size(message: Message, size: int, limits: TextLimits, cut: Counter[s
 def _measured_before(
     messages: list[Message], measured: tuple[MeasuredHistory, ...]
 ) -> MeasuredHistory | None:
-    """The longest history measured before that ``messages`` continues: the same objects at the
-    same positions, but for its leading ones that are measured again anyway."""
+    """The longest history measured before that ``messages`` continues: the same messages at the
+    same positions, but for its leading ones that are measured again anyway. (Lists compared with
+    ``==``, which looks at each pair's identity first, in C: the same objects, or else equal
+    messages, which hold the same text.)"""
     found: MeasuredHistory | None = None
     for history in measured:
         fresh, count, body = history.fresh, history.count, history.body
@@ -167,8 +151,7 @@ def _measured_before(
             continue
         if messages[count - 1] is not body[count - 1 - fresh] or messages[fresh] is not body[0]:
             continue  # the quick test: most histories that differ, differ at an end
-        # (mypyc compiles all() over a generator into a loop)
-        if all(messages[fresh + index] is body[index] for index in range(1, count - fresh - 1)):
+        if messages[fresh:count] == body[: count - fresh]:
             found = history
     return found
 
@@ -176,10 +159,10 @@ def _measured_before(
 def _body(
     messages: list[Message], fresh: int | None, lists: list[list[Message]]
 ) -> tuple[int, list[Message] | None]:
-    """(``fresh``, the history cache's own list of ``messages[fresh:]``), or (0, None) when the
-    cache holds no such list (then nothing is remembered: a list of its own would cost the
-    conversation memory, and its messages would not be adopted: conversation.py). ``fresh`` None:
-    the first of the history's leading system prompts from which the cache holds the rest."""
+    """(``fresh``, the history cache's own list of ``messages[fresh:]``, one of ``lists``), or (0,
+    None) when the cache holds no such list (then nothing is remembered: a list of its own would
+    cost the conversation memory, and its messages would not be adopted: conversation.py). ``fresh``
+    None: the first of the history's leading system prompts from which the cache holds the rest."""
     offsets = range(leading_system_prompts(messages) + 1) if fresh is None else range(fresh, fresh + 1)
     for offset in offsets:
         length = len(messages) - offset
@@ -189,7 +172,7 @@ def _body(
                 and len(held) == length
                 and held[0] is messages[offset]
                 and held[-1] is messages[-1]
-                and all(held[index] is messages[offset + index] for index in range(1, length - 1))
+                and held == messages[offset:]
             ):
                 return offset, held
     return 0, None

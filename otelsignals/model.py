@@ -242,17 +242,20 @@ class RecentModelCalls(MutableSequence[LlmCall]):
         if not positions:
             return  # the pipeline's trimming of a conversation under its bound
         start, stop = positions.start, positions.stop
-        if positions.step != 1 or start != 0:  # not made by the pipeline, which trims the front
+        if positions.step != 1 or (start != 0 and stop != len(self)):
+            # Not the front (the pipeline's trimming) nor the end (pop, clear): built anew.
             calls = list(self)
             del calls[index]
             self._replace(calls)
             return
+        low, high = self._trimmed + start, self._trimmed + stop  # the positions of the calls deleted
         for column in (self._span_ids, self._trace_ids, self._models):
-            del column[:stop]
-        del self._numbers[: stop * len(_COLUMNED_INTEGERS)]
-        self._trimmed += stop
+            del column[start:stop]
+        del self._numbers[start * len(_COLUMNED_INTEGERS) : stop * len(_COLUMNED_INTEGERS)]
+        if start == 0:
+            self._trimmed += stop
         if self._whole is not None:
-            kept = {position: call for position, call in self._whole.items() if position >= self._trimmed}
+            kept = {position: call for position, call in self._whole.items() if not low <= position < high}
             self._whole = kept or None
 
     def insert(self, index: int, call: LlmCall) -> None:

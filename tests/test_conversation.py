@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import otelsignals.conversation as conversation_module
 from otelsignals.conventions.base import SpanReading, SpanView, ToolExecution
+from otelsignals.conventions.memory import MeasuredHistory
 from otelsignals.conversation import (
     ConversationState,
     agent_id_of,
@@ -526,6 +527,42 @@ def test_property_resent_history_in_any_delivery_order_gives_the_true_history(tu
     # The final call always arrives at some point, and with it the whole history.
     rebuilt = [(m.role, m.content) for m in state.conversation.messages]
     assert rebuilt == [(m.role, m.content) for m in history]
+
+
+def _measured_before(state: ConversationState) -> None:
+    """As if limits.cap_messages had measured a history of the conversation (what it remembers)."""
+    state.decoder_memory.measured = (MeasuredHistory(list(state.conversation.messages), 0, 0),)
+
+
+@pytest.mark.parametrize("result_text", ["Seat 14C is free.", None])
+def test_a_tool_result_given_its_tool_spans_text_makes_the_histories_be_measured_again(result_text):
+    """The text limits remember how much text they measured of a resent history; a tool result the
+    history sent without text, given its tool span's, changes that. Near miss: a tool span without
+    text gives none, and what was measured stands."""
+    call = ToolCall("check_seat", {"flight": "TP1353"}, id="call_7")
+    state = ConversationState.new("c1")
+    textless = Message(Role.TOOL, None, tool_result=ToolResult(call_id="call_7"))
+    apply_trace(state, b"t1", [chat(1, [user("Any aisle seat?"), assistant(None, call), textless], [])])
+    _measured_before(state)
+    execution = ToolExecution("check_seat", "call_7", None, ToolResult(call_id="call_7", content=result_text))
+    apply_trace(state, b"t2", [(view(5), SpanReading("tools", tool_execution=execution))])
+    assert state.conversation.messages[2].content == result_text
+    assert bool(state.decoder_memory.measured) is (result_text is None)
+
+
+@pytest.mark.parametrize("history_text", ["none left", None])
+def test_a_tool_spans_result_given_a_historys_text_makes_the_histories_be_measured_again(history_text):
+    """The other way round: the tool span came first, without text, and the history gives it."""
+    call = ToolCall("check_seat", {"flight": "TP1353"}, id="call_7")
+    state = ConversationState.new("c1")
+    execution = ToolExecution("check_seat", "call_7", None, ToolResult(call_id="call_7"))
+    first = chat(1, [user("Any aisle seat?")], [assistant(None, call)])
+    apply_trace(state, b"t1", [first, (view(2), SpanReading("tools", tool_execution=execution))])
+    _measured_before(state)
+    result = Message(Role.TOOL, history_text, tool_result=ToolResult(call_id="call_7", content=history_text))
+    apply_trace(state, b"t1", [chat(3, [user("Any aisle seat?"), assistant(None, call), result], [])])
+    assert state.conversation.messages[2].content == history_text
+    assert bool(state.decoder_memory.measured) is (history_text is None)
 
 
 def test_a_tool_span_ahead_of_its_history_is_shown_once_and_later_snapshots_still_align():
@@ -1138,6 +1175,18 @@ def test_recent_model_calls_change_as_a_list_does(change):
     change(kept)
     change(plain)
     assert kept == plain and len(kept) == len(plain)
+
+
+def test_recent_model_calls_trim_the_front_and_pop_the_end_in_place():
+    """Neither builds the columns anew: clear() pops one call at a time, and rebuilding on each pop
+    made it quadratic (2 s for 1,000 calls)."""
+    kept = RecentModelCalls(_CALLS)
+    columns = kept._span_ids
+    del kept[:2]
+    kept.pop()
+    assert kept == _CALLS[2:-1]
+    kept.clear()
+    assert kept._span_ids is columns and kept == []
 
 
 def test_a_call_that_cannot_be_kept_leaves_the_recent_model_calls_as_they_were():

@@ -107,16 +107,17 @@ def test_a_huge_message_is_cut_for_the_analysis_and_forwarded_whole(tmp_path, si
 
 # A history resent whole on every model call, read through the conversation's history cache the way
 # the GenAI reader reads it: the cache hands back the messages it read before as the same objects.
-MEMO_LIMITS = TextLimits(max_message_bytes=64, max_messages_per_span=40, max_span_text_bytes=1500)
+MEMO_LIMITS = TextLimits(max_message_bytes=64, max_messages_per_span=24, max_span_text_bytes=900)
+
+
+PROMPT = "Be kind. " * 20  # over max_message_bytes: each message of its own for it is cut
 
 
 class ResentHistory:
     """One client's history and one conversation's memory reading it, call after call."""
 
     def __init__(self, prompt_apart: bool) -> None:
-        self.items: list[dict[str, object]] = (
-            [] if prompt_apart else [{"role": "system", "content": "Be kind."}]
-        )
+        self.items: list[dict[str, object]] = [] if prompt_apart else [{"role": "system", "content": PROMPT}]
         self.prompt_apart = prompt_apart  # as gen_ai.system_instructions: a message of its own per span
         self.memory = ConversationMemory()
         self.span = 0
@@ -128,9 +129,7 @@ class ResentHistory:
         read = lambda parsed: otel_messages(parsed, span_id, Role.USER)  # noqa: E731
         history = self.memory.histories.messages("gen_ai.input.messages", text, read)
         return (
-            [Message(Role.SYSTEM, "Be kind.", span_id=span_id), *history]
-            if self.prompt_apart
-            else list(history)
+            [Message(Role.SYSTEM, PROMPT, span_id=span_id), *history] if self.prompt_apart else list(history)
         )
 
 
@@ -145,20 +144,27 @@ _steps = st.lists(
         st.tuples(st.just("call"), st.just(""), st.just(0)),
         st.tuples(st.just("result text"), st.just(""), st.integers(1, 120)),
     ),
-    min_size=1,
-    max_size=80,
+    max_size=40,
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(steps=_steps, prompt_apart=st.booleans())
-def test_a_history_measured_with_the_memory_is_cut_as_without_it(steps, prompt_apart) -> None:
+@settings(max_examples=80, deadline=None)
+@given(head=st.integers(0, 30), steps=_steps, prompt_apart=st.booleans())
+def test_a_history_measured_with_the_memory_is_cut_as_without_it(head, steps, prompt_apart) -> None:
     """The same client read by two conversations, one capping with its memory and one without: call
-    after call, both read the same messages, cut the same way, and count the same cuts; also when
-    a tool result that came without text is given its text later (by its tool span)."""
+    after call, both read the same messages, cut the same way, and count the same cuts; also past
+    the limits of a span, and when a tool result that came without text is given its text later
+    (by its tool span: the conversation then says so, conversation.py)."""
     remembering, forgetting = ResentHistory(prompt_apart), ResentHistory(prompt_apart)
+    for client in (remembering, forgetting):  # a history long enough for the memory from the start
+        client.items += [
+            {"role": "tool", "content": None, "tool_call_id": f"h{n}"}
+            if n % 5 == 4
+            else {"role": "user", "content": _text(10 + n * 7 % 90, n)}
+            for n in range(head)
+        ]
     last: dict[int, list[Message]] = {}
-    for number, (step, role, length) in enumerate(steps):
+    for number, (step, role, length) in enumerate([*steps, ("call", "", 0)]):
         if step in ("say", "tool"):
             for client in (remembering, forgetting):
                 if step == "say":
@@ -167,11 +173,12 @@ def test_a_history_measured_with_the_memory_is_cut_as_without_it(steps, prompt_a
                     content = _text(length, number) if length else None
                     client.items.append({"role": "tool", "content": content, "tool_call_id": f"c{number}"})
         elif step == "result text":
-            # What conversation._attach_tool_execution does: the latest result without text gets one.
-            for world in (0, 1):
+            # What conversation._attach_tool_execution does: a result without text gets its span's.
+            for world, client in enumerate((remembering, forgetting)):
                 waiting = [m for m in last.get(world, []) if m.role is Role.TOOL and m.content is None]
                 if waiting:
-                    waiting[-1].content = _text(length, number)
+                    waiting[0].content = _text(length, number)
+                    client.memory.text_given()
         else:
             cuts: list[Counter[str]] = [Counter(), Counter()]
             read = [
@@ -196,16 +203,17 @@ def test_what_was_measured_of_a_resent_history_is_not_measured_again(prompt_apar
     Near misses: a history that does not continue the one measured (another head), and a short
     history, which is measured whole every time."""
     client = ResentHistory(prompt_apart)
-    _long_history(client, 30)
+    _long_history(client, 20)
     first = cap_messages(client.read(), MEMO_LIMITS, Counter(), client.memory)
     first[5].content = "x" * 100
     client.items.append({"role": "user", "content": "and one more"})
     cut: Counter[str] = Counter()
     again = cap_messages(client.read(), MEMO_LIMITS, cut, client.memory)
-    assert again[5] is first[5] and again[5].content == "x" * 100 and not cut
+    assert again[5] is first[5] and again[5].content == "x" * 100
+    assert cut == Counter(message_bytes=1 if prompt_apart else 0)  # (the prompt's new message is cut)
 
     other = ResentHistory(prompt_apart)
-    _long_history(other, 30)
+    _long_history(other, 20)
     history = other.read()
     history[5].content = "x" * 100  # a history read for the first time: measured whole
     cap_messages(history, MEMO_LIMITS, Counter(), other.memory)
@@ -221,7 +229,7 @@ def test_what_was_measured_of_a_resent_history_is_not_measured_again(prompt_apar
 
 def test_a_history_with_the_same_ends_but_another_middle_is_measured_whole() -> None:
     client = ResentHistory(prompt_apart=False)
-    _long_history(client, 30)
+    _long_history(client, 20)
     measured = cap_messages(client.read(), MEMO_LIMITS, Counter(), client.memory)
     edited = list(measured)
     edited[10] = Message(Role.USER, "y" * 100)

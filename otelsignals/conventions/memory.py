@@ -375,19 +375,22 @@ class ConversationMemory:
     histories: HistoryCache = field(default_factory=HistoryCache)
     measured: tuple[MeasuredHistory, ...] = ()  # the latest measured first (a tuple: smaller)
 
+    def text_given(self) -> None:
+        """A message read before was given its text (conversation.py: a tool result without text
+        gets its tool span's): what was measured of the histories no longer holds."""
+        self.measured = ()
+
 
 class MeasuredHistory:
     """What the analysis measured of a history (limits.cap_messages), so that the next history, which
-    continues it, costs only its new messages. Of its ``count`` messages, those after the ``fresh``
-    leading ones (its ``body``: the history cache's own list of them) held ``total`` characters of
-    text, and the tool results at the positions ``empty`` none (a tool's span may give its result
-    text later: conversation.py)."""
+    continues it, costs only its new messages: of its first ``count`` messages, those after the
+    ``fresh`` leading ones, at the start of ``body`` (the history cache's own list of them, which
+    may have grown since), held ``total`` characters of text."""
 
-    __slots__ = ("body", "count", "empty", "fresh", "total")
+    __slots__ = ("body", "count", "fresh", "total")
 
-    def __init__(self, body: list[Message], fresh: int, total: int, empty: tuple[int, ...]) -> None:
+    def __init__(self, body: list[Message], fresh: int, total: int) -> None:
         self.body = body
         self.count = fresh + len(body)
         self.fresh = fresh
         self.total = total
-        self.empty = empty

@@ -223,7 +223,7 @@ def _copies_bytes(state: ConversationState) -> tuple[int, int]:
     copies = 0
     distinct: set[int] = set()  # the cache's messages, each once (its histories share most)
     memory = state.decoder_memory
-    # A history the analysis measured outlives the cache's hold on it until the next is measured.
+    # A history the analysis measured may outlive the cache's hold on it (limits.py).
     histories = memory.histories.message_lists() + [measured.body for measured in memory.measured]
     for history in histories:
         distinct.update(map(id, history))
