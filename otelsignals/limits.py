@@ -77,9 +77,10 @@ def cap_messages(
 
     With the conversation's ``memory``, the messages a history shares, as the same objects, with a
     history measured before are neither cut again nor measured again (their total is remembered):
-    beyond a scan of their identities, a history costs what it adds. Measured again are the leading
-    system prompts a reader gives each span a message of its own for (conventions/genai.py). Each
-    message's size is needed only when the history is over a limit of its own."""
+    beyond a comparison of the lists (in C, identity first), a history costs what it adds. Measured
+    again are the leading system prompts a reader gives each span a message of its own for
+    (conventions/genai.py). Each message's size is needed only when the history is over a limit of
+    its own."""
     remembered = memory if memory is not None and len(messages) >= MEASURED_MIN_MESSAGES else None
     lists = remembered.histories.message_lists() if remembered is not None else []
     known = _measured_before(messages, remembered.measured) if remembered is not None else None
@@ -97,7 +98,7 @@ def cap_messages(
     if len(messages) <= limits.max_messages_per_span and total <= limits.max_span_text_bytes:
         return messages
     if start:
-        sizes = content_lengths(messages)  # (of the new messages only above) the limits below need each
+        sizes = content_lengths(messages)  # the new messages' only so far: the limits below need each
     if len(messages) > limits.max_messages_per_span:
         cut["messages_per_span"] += len(messages) - limits.max_messages_per_span
         messages = messages[-limits.max_messages_per_span :]

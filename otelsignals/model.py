@@ -161,8 +161,8 @@ class RecentModelCalls(MutableSequence[LlmCall]):
     one kept. A call that failed or names an error, whose span id is not 8 bytes, or whose integers
     are not ``int``s of 64 bits is kept as its own object: rare.
 
-    The pipeline appends and trims the front; other changes (insert, replace, reverse) build the
-    columns anew."""
+    The pipeline appends and trims the front; deleting the end (pop, clear) is done in place too;
+    other changes (insert, replace, reverse) build the columns anew."""
 
     __slots__ = ("_models", "_numbers", "_span_ids", "_trace_ids", "_trimmed", "_whole")
 

@@ -377,7 +377,8 @@ class ConversationMemory:
 
     def text_given(self) -> None:
         """A message read before was given its text (conversation.py: a tool result without text
-        gets its tool span's): what was measured of the histories no longer holds."""
+        gets its tool span's, or a tool span's result a history's): what was measured of the
+        histories no longer holds."""
         self.measured = ()
 
 
