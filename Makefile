@@ -36,13 +36,13 @@ demo-phoenix: $(RUNTIME_STAMP)
 run: $(RUNTIME_STAMP)
 	$(BIN)/otelsignals run
 
-# scripts/test-deps first: it installs the Debian packages the tests use (Redis, PostgreSQL 15,
-# chromium, openssl, a word list) when missing, or, not root, says how.
 # Two test processes (pytest-xdist), each taking whole files so that a file's servers start once; at
 # most two, whatever the core count: the fault and latency tests are tuned on two cores. One process
 # where there is one core. PYTEST_PARALLEL= (empty) runs the suite in this process.
 PYTEST_PARALLEL ?= -n auto --maxprocesses 2 --dist loadfile
 
+# scripts/test-deps first: it installs the Debian packages the tests use (Redis, PostgreSQL 15,
+# chromium, openssl, a word list) when missing, or, not root, says how.
 test: $(TEST_STAMP)
 	scripts/test-deps
 	$(BIN)/ruff check otelsignals tests bench
