@@ -45,7 +45,8 @@ divided by ``otelsignals_sessions_active`` (every conversation is still held: ``
 trace assembly, convention readers, detectors, scoring, trace metrics, enrichment, export encoding
 and the exporter's own gzip, none with ``--compression none``; 100 conversations unless
 --conversations) and prints µs of CPU (the thread's time) per turn per stage, then the top functions
-under cProfile.
+under cProfile. ``--profile --cold``: every conversation goes cold before each turn, as when each
+user turn comes after a pause of ``sessions.cold_after`` (the worst case of that setting).
 ``--set SECTION.KEY=VALUE`` (repeatable; VALUE read as YAML) changes the sidecar's configuration, to
 measure what a part costs with it off: ``--set evals.trace_metrics=false``, ``--set
 reputation.enabled=false``, ``--set index.enabled=false``.
@@ -1252,7 +1253,9 @@ STAGES = (
 )
 
 
-def profile(workload: Workload, top: int, compression: str) -> dict[str, Any]:
+def profile(workload: Workload, top: int, compression: str, cold: bool = False) -> dict[str, Any]:
+    """``cold``: every conversation goes cold before each turn (sessions.cold_after: each turn comes
+    after an idle pause), the sweep timed as the stage "cool"."""
     import otelsignals.analysis as analysis_module
     from otelsignals.otlp.wire import SpanRecord, encode_request, split_by_size, split_request
     from otelsignals.pipeline.analyzer import Analyzer
@@ -1266,7 +1269,7 @@ def profile(workload: Workload, top: int, compression: str) -> dict[str, Any]:
 
     config = load_config(None, environ={})
     turns = workload.turns
-    timers = dict.fromkeys(STAGES, 0.0)
+    timers = dict.fromkeys((*STAGES, "cool") if cold else STAGES, 0.0)
     # CPU time of this thread: on shared cores, wall time moves with the other jobs' load.
     clock = time.thread_time
 
@@ -1328,6 +1331,10 @@ def profile(workload: Workload, top: int, compression: str) -> dict[str, Any]:
             profiler.enable()
         started = clock()
         for turn in turns:
+            if cold:
+                t0 = clock()
+                analyzer.sessions.cool_idle(now=math.inf)
+                timers["cool"] += clock() - t0
             t0 = clock()
             split = split_request(ExportTraceServiceRequest.FromString(turn.body), raw=turn.body)
             analyzer.mark_spans(split, turn.body)  # as the sidecar's intake does
@@ -1440,6 +1447,11 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="the sidecar's stages in-process instead")
     parser.add_argument("--top", type=int, default=25, help="--profile: functions listed")
     parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="--profile: every conversation goes cold before each turn (sessions.cold_after)",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -1466,7 +1478,7 @@ def main() -> None:
     if args.profile and overrides:
         parser.error("--set changes the running sidecar; --profile runs the stages with the defaults")
     if args.profile:
-        result = profile(workload, args.top, args.compression)
+        result = profile(workload, args.top, args.compression, args.cold)
         print_profile(result, line)
         if args.json:
             args.json.write_text(json.dumps({"workload": line, **result}, indent=2))

@@ -66,6 +66,7 @@ import argparse
 import dataclasses
 import gc
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -87,6 +88,8 @@ from otelsignals.pipeline.analyzer import Analyzer  # noqa: E402
 from otelsignals.pipeline.assembler import Assembler, ReleasedTrace  # noqa: E402
 from otelsignals.pipeline.sessions import (  # noqa: E402
     BYTES_PER_ARGUMENT_CHARACTER,
+    BYTES_PER_COLD_CONVERSATION,
+    BYTES_PER_COLD_MESSAGE,
     BYTES_PER_CONVERSATION,
     BYTES_PER_MESSAGE,
     BYTES_PER_TEXT_BYTE,
@@ -98,6 +101,12 @@ from otelsignals.pipeline.sessions import (  # noqa: E402
 from otelsignals.telemetry import Telemetry  # noqa: E402
 
 SHIPPED_MODEL = (BYTES_PER_TEXT_BYTE, BYTES_PER_ARGUMENT_CHARACTER, BYTES_PER_MESSAGE, BYTES_PER_CONVERSATION)
+COLD_MODEL = (
+    BYTES_PER_TEXT_BYTE,
+    BYTES_PER_ARGUMENT_CHARACTER,
+    BYTES_PER_COLD_MESSAGE,
+    BYTES_PER_COLD_CONVERSATION,
+)
 LONG_STRING = 64  # characters: shorter strings are names and ids, not text worth sharing
 
 
@@ -208,12 +217,15 @@ def _as_text(arguments: object) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 
 
-def measure(name: str, traces: Iterable[ReleasedTrace]) -> dict[str, Any]:
+def measure(name: str, traces: Iterable[ReleasedTrace], cold: bool = False) -> dict[str, Any]:
+    """``cold``: every conversation gone cold first, as sessions.cold_after leaves an idle one."""
     analyzer = fresh_analyzer()
     count = 0
     for trace in traces:
         analyzer.process(trace)
         count += 1
+    if cold:
+        analyzer.sessions.cool_idle(now=math.inf)
     states = list(analyzer.sessions)
     log(f"{name}: {count:,} traces, {len(states):,} conversations; measuring...")
     # What the analyzer shares between conversations (tables, models) is not a conversation's.
@@ -285,10 +297,10 @@ def model_inputs(state: ConversationState) -> tuple[float, ...]:
     return (text, argument_characters(messages), len(messages), 1.0, records_bytes(state))
 
 
-def fit(results: list[dict[str, Any]]) -> str:
+def fit(results: list[dict[str, Any]], shipped_model: tuple[float, ...] = SHIPPED_MODEL) -> str:
     """The memory model's per-message coefficients, by least squares over every conversation of
     every set on what its records (counted per trace, signal and call as shipped) leave, and each
-    set's median error with them and with the model as shipped."""
+    set's median error with them and with the model as shipped (``shipped_model``)."""
     import numpy as np
 
     table = np.array([row for result in results for row in result["rows"]], dtype=float)
@@ -306,7 +318,7 @@ def fit(results: list[dict[str, Any]]) -> str:
         rows = np.array(result["rows"], dtype=float)
         measured = rows[:, 5]
         fitted = rows[:, :4] @ coefficients + rows[:, 4]
-        shipped = rows[:, :4] @ np.array(SHIPPED_MODEL) + rows[:, 4]
+        shipped = rows[:, :4] @ np.array(shipped_model) + rows[:, 4]
         lines.append(
             f"| {result['set']} | {np.median(np.abs(fitted - measured) / measured):.0%} | "
             f"{np.median(np.abs(shipped - measured) / measured):.0%} | "
@@ -562,6 +574,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--top", type=int, default=15, help="parts listed per set")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--cold", action="store_true", help="every conversation gone cold first (sessions.cold_after)"
+    )
     parser.add_argument("--resident", help="workload sizes, e.g. 100,300: resident memory per conversation")
     parser.add_argument(
         "--resident-set",
@@ -594,13 +609,14 @@ def main() -> None:
         print(resident(sizes, args.seed, args.resident_set == "real"))
         return
     gc.disable()  # the measurement walks every object: no collection in the middle
+    suffix = ", cold" if args.cold else ""
     results = [
-        measure("real", real_traces()),
-        measure("workload", workload_traces(args.workload_conversations, args.seed)),
+        measure("real" + suffix, real_traces(), args.cold),
+        measure("workload" + suffix, workload_traces(args.workload_conversations, args.seed), args.cold),
     ]
     for result in results:
         print(report(result, args.top))
-    print(fit(results))
+    print(fit(results, COLD_MODEL if args.cold else SHIPPED_MODEL))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

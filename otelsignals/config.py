@@ -365,6 +365,10 @@ class SessionsConfig:
     max_bytes: ByteSize = ByteSize(128 * 1024**2)
     # Per conversation, only the latest messages are kept (older ones are counted as trimmed).
     max_messages: int = 2000
+    # A conversation with no trace for this long goes cold: it drops what its next trace rebuilds
+    # from its messages (the history cache, the detectors' prepared texts), about a quarter of a
+    # short conversation's state, and that trace takes longer. The results are the same. 0 = never.
+    cold_after: Duration = Duration(300.0)
 
     def validate(self) -> list[str]:
         if self.max_messages < 10:

@@ -18,7 +18,7 @@ import itertools
 import operator
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -378,10 +378,33 @@ class ConversationState:
     # compaction; those at compaction_held were held elsewhere then (offered again).
     compacted_upto: int = 0
     compaction_held: list[int] = field(default_factory=list)
+    cold: bool = False  # what the next trace rebuilds was dropped while the conversation waited (go_cold)
 
     @classmethod
     def new(cls, key: str) -> ConversationState:
         return cls(Conversation(key, llm_calls=RecentModelCalls()))
+
+    def go_cold(self, detector_keys: Collection[str]) -> None:
+        """Drop what the next trace rebuilds from the messages, while the conversation waits for it
+        (sessions.cold_after): the span decoder's memory (so the next history is read whole), the
+        latest split history, the recent texts kept to share copies, the history index's positions
+        (rebuilt from its fingerprints by :meth:`warm_up`) and the detector memory under
+        ``detector_keys`` (signals.base.REBUILT_WHEN_MISSING). What is analysed stays the same;
+        the next trace takes longer."""
+        self.decoder_memory = ConversationMemory()
+        self.last_inputs = None
+        self.shared = SharedValues()
+        self.body_positions = {}
+        # A dict keeps its table's size when keys are deleted: a new one holds only what is left.
+        self.detector_memory = {
+            key: value for key, value in self.detector_memory.items() if key not in detector_keys
+        }
+        self.cold = True
+
+    def warm_up(self) -> None:
+        """Before a cold conversation's next trace is merged: its history index's positions again."""
+        self._reindex(self.body_fingerprints)
+        self.cold = False
 
     def record_trace_end(self, trace_id: bytes) -> None:
         """Remember where ``trace_id``'s messages end (the latest RECENT_SIGNALS traces)."""
@@ -551,13 +574,16 @@ class ConversationState:
         self.body_trimmed += dropped_fingerprints
         self.last_spoken = max(-1, self.last_spoken - dropped_fingerprints)
         self.provisional = [m for m in self.provisional if any(m is k for k in self.conversation.messages)]
+        self._reindex(kept)
+        return excess
+
+    def _reindex(self, fingerprints: list[int]) -> None:
+        """The history index made anew of ``fingerprints``, in order."""
         self.body_fingerprints, self.body_positions = [], {}
-        first = self.first_body_fingerprint
-        last_spoken = self.last_spoken
-        for fp in kept:
+        first, last_spoken = self.first_body_fingerprint, self.last_spoken
+        for fp in fingerprints:
             self._index(fp)
         self.first_body_fingerprint, self.last_spoken = first, last_spoken
-        return excess
 
 
 @dataclass(frozen=True, slots=True)
@@ -611,6 +637,8 @@ def apply_trace(
 ) -> TraceUpdate:
     """Merge one trace's span readings into ``state``. ``parents`` maps span id to parent span id
     for every span of the trace (GenAI or not), to tell enclosing spans from the calls they wrap."""
+    if state.cold:
+        state.warm_up()
     conversation = state.conversation
     start = len(conversation.messages)
     ordered = _ordered(readings)

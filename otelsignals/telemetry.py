@@ -200,6 +200,12 @@ class Telemetry:
             ["reason"],
             registry=r,
         )
+        self.sessions_cooled = Counter(
+            "otelsignals_sessions_cooled",
+            "Conversations gone cold: idle for sessions.cold_after, they dropped what their next trace "
+            "rebuilds from their messages.",
+            registry=r,
+        )
         self.sessions_closed = Counter(
             "otelsignals_sessions_closed",
             "Sessions closed and summarised in an otelsignals.session span, by reason: ttl, capacity.",

@@ -529,6 +529,40 @@ def test_property_resent_history_in_any_delivery_order_gives_the_true_history(tu
     assert rebuilt == [(m.role, m.content) for m in history]
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    turns=st.lists(
+        st.tuples(st.sampled_from(["hi", "ok", "order 42?"]), st.sampled_from(["Sure.", "Done.", "OK"])),
+        min_size=2,
+        max_size=10,
+    ),
+    data=st.data(),
+)
+def test_property_a_conversation_gone_cold_between_any_traces_is_assembled_the_same(turns, data):
+    """Cold (sessions.cold_after), a conversation drops its history index's positions and the
+    span decoder's memory; late and repeated snapshots after it still find their place."""
+    from otelsignals.signals.detect import REBUILT_WHEN_MISSING
+
+    history: list[Message] = []
+    snapshots = []
+    for number, (question, answer) in enumerate(turns):
+        history.append(user(question))
+        snapshots.append(chat(number, list(history), [assistant(answer)]))
+        history.append(assistant(answer))
+    order = data.draw(st.permutations(range(len(snapshots))))
+    cold_before = data.draw(st.lists(st.booleans(), min_size=len(order), max_size=len(order)))
+    warm, cold = ConversationState.new("c"), ConversationState.new("c")
+    for number, goes_cold in zip(order, cold_before, strict=True):
+        apply_trace(warm, f"t{number}".encode(), [snapshots[number]])
+        if goes_cold:
+            cold.go_cold(REBUILT_WHEN_MISSING)
+        apply_trace(cold, f"t{number}".encode(), [snapshots[number]])
+        assert [(m.role, m.content) for m in cold.conversation.messages] == [
+            (m.role, m.content) for m in warm.conversation.messages
+        ]
+        assert cold.body_positions == warm.body_positions and not cold.cold
+
+
 def _measured_before(state: ConversationState) -> None:
     """As if limits.cap_messages had measured a history of the conversation (what it remembers)."""
     state.decoder_memory.measured = (MeasuredHistory(list(state.conversation.messages), 0, 0),)

@@ -63,6 +63,9 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / union if union else 0.0
 
 
+_NO_VECTOR = np.dtype(np.float32)  # the type of a vector there is not (one shared object)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ComparableOutput:
     """A trace's output as loop detection compares it, prepared once: the pipeline keeps the latest
@@ -72,35 +75,55 @@ class ComparableOutput:
     The content words are kept as their sorted, distinct ``hash()`` values: 8 bytes a word instead
     of a string object and a set slot (~90 bytes). Two different words share a 64-bit hash with odds
     of about 1e-15 per comparison; Python's string hash differs between processes, so these stay in
-    the process that made them (as session state does).
+    the process that made them (as session state does). Both arrays are kept as bytes, read as
+    arrays when compared: an array object takes 112 bytes besides its numbers, a bytes object 33.
     """
 
     blank: bool  # the text is empty or whitespace: nothing to compare
-    vector: np.ndarray | None  # its embedding row; None when it was not embedded (a blank text)
-    word_hashes: np.ndarray  # int64, sorted, distinct
+    vector_bytes: bytes | None  # its embedding row; None when it was not embedded (a blank text)
+    vector_type: np.dtype[Any]
+    word_hash_bytes: bytes  # int64, sorted, distinct
 
     @classmethod
     def of(cls, text: str, vector: np.ndarray | None) -> ComparableOutput:
         """``text`` with its embedding row ``vector`` (copied: a row of a larger array would keep
         the whole array alive)."""
         hashes = np.array(sorted({hash(word) for word in content_words(text)}), dtype=np.int64)
-        return cls(not text.strip(), None if vector is None else np.array(vector), hashes)
+        row = None if vector is None else np.ascontiguousarray(vector)
+        return cls(
+            not text.strip(),
+            None if row is None else row.tobytes(),
+            _NO_VECTOR if row is None else row.dtype,
+            hashes.tobytes(),
+        )
+
+    @property
+    def vector(self) -> np.ndarray | None:
+        if self.vector_bytes is None:
+            return None
+        return np.frombuffer(self.vector_bytes, dtype=self.vector_type)
+
+    @property
+    def word_hashes(self) -> np.ndarray:
+        return np.frombuffer(self.word_hash_bytes, dtype=np.int64)
 
     @property
     def nbytes(self) -> int:
         """The bytes of its arrays (for the session's memory estimate)."""
-        return self.word_hashes.nbytes + (0 if self.vector is None else self.vector.nbytes)
+        return len(self.word_hash_bytes) + (0 if self.vector_bytes is None else len(self.vector_bytes))
 
     def cosine(self, other: ComparableOutput) -> float:
         """Cosine similarity of the two rows; 0.0 when either text was not embedded."""
-        if self.vector is None or other.vector is None:
+        mine, theirs = self.vector, other.vector
+        if mine is None or theirs is None:
             return 0.0
-        return cosine(self.vector, other.vector)
+        return cosine(mine, theirs)
 
     def jaccard(self, other: ComparableOutput) -> float:
         """:func:`jaccard` of the two texts' content words."""
-        shared = np.intersect1d(self.word_hashes, other.word_hashes, assume_unique=True).size
-        union = self.word_hashes.size + other.word_hashes.size - shared
+        mine, theirs = self.word_hashes, other.word_hashes
+        shared = np.intersect1d(mine, theirs, assume_unique=True).size
+        union = mine.size + theirs.size - shared
         return shared / union if union else 0.0
 
 

@@ -71,7 +71,11 @@ class Analyzer:
         self.config = sessions or SessionsConfig()
         self.signals = signals or SignalsConfig()
         self.sessions = SessionStore(
-            self.config.ttl, self.config.max_sessions, self._on_evict, max_bytes=int(self.config.max_bytes)
+            self.config.ttl,
+            self.config.max_sessions,
+            self._on_evict,
+            max_bytes=int(self.config.max_bytes),
+            cold_after=self.config.cold_after,
         )
         # What is usual per agent (conversation length, tool calls), for the triage priority.
         self.agent_baselines = AgentBaselines()
@@ -270,6 +274,7 @@ class Analyzer:
 
     def expire(self) -> None:
         self.sessions.expire()
+        self.telemetry.sessions_cooled.inc(self.sessions.cool_idle())
         self.log_events.expire()
         self.telemetry.conversations.set(len(self.sessions))
         self.telemetry.conversation_bytes.set(self.sessions.bytes)

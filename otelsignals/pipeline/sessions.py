@@ -14,6 +14,7 @@ import orjson
 from otelsignals.compaction import stored_message_text, stored_result_text
 from otelsignals.conversation import ConversationState
 from otelsignals.model import Message, Role
+from otelsignals.signals.detect import REBUILT_WHEN_MISSING
 
 # What one open conversation's messages cost in memory, as a function of what they hold: least
 # squares of the measured deep sizes of conversation states (bench/session_memory.py: the 473 real
@@ -29,6 +30,14 @@ BYTES_PER_TEXT_BYTE = 1.12
 BYTES_PER_ARGUMENT_CHARACTER = 22
 BYTES_PER_MESSAGE = 400
 BYTES_PER_CONVERSATION = 22_000
+# The same for a cold conversation (sessions.cold_after: ConversationState.go_cold), which no longer
+# holds the detectors' prepared texts, the history cache, the latest split history, the history
+# index's positions nor the recent texts kept for sharing. With room above as for a warm one: 1.53
+# and 1.40 times the measured cold states of the real set and the workload, none under (the lowest
+# 1.03 and 1.16; bench/session_memory.py --cold, 2026-12-01; the least-squares fit there: 0.99 x
+# text storage, 8.1 x argument characters, -15 a message and 9.9 KB).
+BYTES_PER_COLD_MESSAGE = 200
+BYTES_PER_COLD_CONVERSATION = 12_000
 # The records a conversation keeps of its latest traces, signals, model calls and tool calls
 # (RECENT_SIGNALS, RECENT_MODEL_CALLS, TOOL_NAMES_KEPT), whatever number of messages it keeps: a
 # conversation trimmed to sessions.max_messages still holds them (records_bytes). Measured on the
@@ -96,12 +105,12 @@ def _leading_prompts(messages: Sequence[Message]) -> int:
     return 1 if messages and messages[0].role is Role.SYSTEM else 0
 
 
-def _estimate(text_bytes: int, argument_characters: int, messages: int) -> int:
+def _estimate(text_bytes: int, argument_characters: int, messages: int, cold: bool = False) -> int:
     return int(
         BYTES_PER_TEXT_BYTE * text_bytes
         + BYTES_PER_ARGUMENT_CHARACTER * argument_characters
-        + BYTES_PER_MESSAGE * messages
-        + BYTES_PER_CONVERSATION
+        + (BYTES_PER_COLD_MESSAGE if cold else BYTES_PER_MESSAGE) * messages
+        + (BYTES_PER_COLD_CONVERSATION if cold else BYTES_PER_CONVERSATION)
     )
 
 
@@ -268,11 +277,17 @@ class SessionStore:
         on_evict: Callable[[ConversationState, str], None] = lambda state, reason: None,
         clock: Callable[[], float] = time.monotonic,
         max_bytes: int = 0,
+        cold_after: float = 0.0,
     ) -> None:
         self.ttl = ttl
         self.max_sessions = max_sessions
         # 0: no bound in bytes (only max_sessions).
         self.max_bytes = max_bytes
+        # Idle this long, a conversation drops what its next trace rebuilds (cool_idle); 0: never.
+        self.cold_after = cold_after
+        # The keys of the conversations not cold, least recently active first (a conversation gone
+        # cold leaves; its next trace brings it back at the end).
+        self._warm: dict[str, None] = {}
         self._on_evict = on_evict
         self._clock = clock
         # Least recently active first, so both expiry and eviction pop from the front.
@@ -300,6 +315,9 @@ class SessionStore:
         else:
             self._states.move_to_end(key)
         state.last_seen = self._clock()
+        if self.cold_after:
+            self._warm.pop(key, None)
+            self._warm[key] = None
         while len(self._states) > self.max_sessions:
             self._evict_oldest("capacity")
         return state
@@ -310,16 +328,46 @@ class SessionStore:
         state = self._states.get(key)
         if state is None:
             return
+        self._count(state, self._sizes.setdefault(key, _Size()))
+        # The state just changed is the last one evicted (it may alone be over the bound).
+        self._states.move_to_end(key)
+        while self.max_bytes and self.bytes > self.max_bytes and len(self._states) > 1:
+            self._evict_oldest("bytes")
+
+    def cool_idle(self, now: float | None = None) -> int:
+        """Let every conversation idle for ``cold_after`` (at ``now``, by default the clock's now)
+        drop what its next trace rebuilds (ConversationState.go_cold), and count it anew; returns
+        how many did."""
+        if not self.cold_after:
+            return 0
+        deadline = (self._clock() if now is None else now) - self.cold_after
+        warm = self._warm
+        cooled = 0
+        while warm:
+            key = next(iter(warm))
+            state = self._states[key]
+            if state.last_seen > deadline:
+                break
+            del warm[key]
+            state.go_cold(REBUILT_WHEN_MISSING)
+            size = self._sizes.get(key)
+            if size is not None:
+                self._count(state, size, copies=True)
+            cooled += 1
+        return cooled
+
+    def _count(self, state: ConversationState, size: _Size, copies: bool = False) -> None:
+        """Estimate what ``state`` holds now into ``size`` and the total; ``copies``: count what its
+        history cache and recent texts hold anew, whatever the rules below say."""
         messages = state.conversation.messages
-        offset = state.conversation.message_offset
-        size = self._sizes.setdefault(key, _Size())
         before = size.bytes
-        text_bytes = size.count(messages, offset)
+        text_bytes = size.count(messages, state.conversation.message_offset)
         cache = state.decoder_memory.histories
         built = cache.built - size.copies_built
         size.copies_age += 1
         if (
-            len(messages) + size.copies_counted_at + built <= 2 * RECOUNTED_TAIL
+            copies
+            or len(messages) + size.copies_counted_at + built <= 2 * RECOUNTED_TAIL
             or size.copies_age >= FULL_RECOUNT_EVERY
             or built >= max(COPIES_RECOUNT_GROWTH, size.copies_counted_at // 4)
             or built < 0  # a cache of its own again (the conversation resumed)
@@ -333,21 +381,17 @@ class SessionStore:
             # latest messages only replaces them.
             size.copies, size.copies_counted_at = _copies_bytes(state)
             size.copies_built, size.copies_age, built = cache.built, 0, 0
-        copies = size.copies
+        held_copies = size.copies
         if built and size.copies_counted_at >= COPIES_RECOUNT_GROWTH:
             # Between passes the messages built since are taken to be copies like those counted.
-            copies += copies * built // size.copies_counted_at
+            held_copies += held_copies * built // size.copies_counted_at
         size.bytes = (
-            _estimate(text_bytes, size.argument_characters, len(messages))
+            _estimate(text_bytes, size.argument_characters, len(messages), state.cold)
             + _bytes_beside_messages(state)
-            + copies
+            + held_copies
         )
         self.bytes += size.bytes - before
         self._count_system_prompt(size, system_prompt(messages))
-        # The state just changed is the last one evicted (it may alone be over the bound).
-        self._states.move_to_end(key)
-        while self.max_bytes and self.bytes > self.max_bytes and len(self._states) > 1:
-            self._evict_oldest("bytes")
 
     def expire(self) -> int:
         deadline = self._clock() - self.ttl
@@ -362,6 +406,7 @@ class SessionStore:
 
     def _evict_oldest(self, reason: str) -> None:
         key, evicted = self._states.popitem(last=False)
+        self._warm.pop(key, None)
         size = self._sizes.pop(key, None)
         if size is not None:
             self.bytes -= size.bytes

@@ -87,6 +87,19 @@ def memory_key(leaf: str, part: str) -> str:
     return sys.intern(f"{leaf}:{part}")
 
 
+# Detector-memory keys whose value the detector prepares from the conversation's messages, and
+# prepares again from them when it is missing (phrase_analysis.recent_messages seeds a missing list
+# from the latest messages; a cache starts empty). A conversation idle for sessions.cold_after drops
+# them (conversation.ConversationState.go_cold): memory while it waits, CPU on its next trace.
+REBUILT_WHEN_MISSING: set[str] = set()
+
+
+def rebuilt_when_missing(key: str) -> str:
+    """Declare ``key`` one of :data:`REBUILT_WHEN_MISSING`; returns it."""
+    REBUILT_WHEN_MISSING.add(key)
+    return key
+
+
 Detector = Callable[[DetectionContext], list[SignalInstance]]
 
 

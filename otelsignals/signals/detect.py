@@ -14,7 +14,7 @@ import importlib
 from dataclasses import dataclass
 
 from otelsignals.model import SignalInstance
-from otelsignals.signals import errors, handoff, phrase_analysis
+from otelsignals.signals import base, errors, handoff, phrase_analysis
 from otelsignals.signals import taxonomy as t
 from otelsignals.signals.base import DetectionContext, Detector, DetectorSpec
 
@@ -58,6 +58,9 @@ def build_registry() -> tuple[Registered, ...]:
 
 
 DETECTORS: tuple[Registered, ...] = build_registry()
+# Every detector-memory key the registered detectors rebuild when it is missing (their modules are
+# imported now): what a cold conversation drops (conversation.ConversationState.go_cold).
+REBUILT_WHEN_MISSING: frozenset[str] = frozenset(base.REBUILT_WHEN_MISSING)
 
 
 def warm_up() -> None:

@@ -465,16 +465,20 @@ def recent_messages(
 ) -> RecentList[tuple[int, _Prepared]]:
     """The remembered last ``size`` messages of ``role`` as (absolute index, prepared text).
 
-    Seeded from at most SEED_LOOKBACK messages before ``new_from`` when the memory is new.
+    When the memory is new but messages were analysed before (the conversation went cold:
+    ConversationState.go_cold), it is seeded with what it would hold: the latest ``size`` such
+    messages before ``new_from``, however far back (but for messages trimmed since).
     """
     recent: RecentList[tuple[int, _Prepared]] | None = ctx.memory.get(key)
     if recent is None:
         recent = RecentList(size)
         earlier: list[tuple[int, _Prepared]] = []
-        for i in range(ctx.new_from - 1, max(ctx.new_from - SEED_LOOKBACK, 0) - 1, -1):
+        for i in range(ctx.new_from - 1, -1, -1):
             message = ctx.messages[i]
-            if message.role is role and message.content and len(earlier) < size:
+            if message.role is role and message.content:
                 earlier.append((ctx.absolute_index(i), prepare(message.content)))
+                if len(earlier) == size:
+                    break
         recent.extend(reversed(earlier))
         ctx.memory[key] = recent
     return recent

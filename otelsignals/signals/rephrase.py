@@ -26,7 +26,7 @@ from rapidfuzz import fuzz
 
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.base import DetectionContext
+from otelsignals.signals.base import DetectionContext, rebuilt_when_missing
 from otelsignals.signals.disengagement import caps_cue, caps_run_cue
 from otelsignals.signals.matching import DEFAULT_NEGATORS, Scan, snippet
 from otelsignals.signals.phrase_analysis import (
@@ -120,16 +120,21 @@ def _answered_since(ctx: DetectionContext, recent: Sequence[tuple[int, str]], i:
     return any(ctx.messages[j].role is Role.ASSISTANT for j in range(start, i))
 
 
+# The user's latest messages, as each rule compares them (phrase_analysis.recent_messages).
+_RECENT_WORDS = rebuilt_when_missing("rephrase.recent")
+_RECENT_KEYS = rebuilt_when_missing("rephrase.keys")
+
+
 def detect_rephrase(ctx: DetectionContext) -> list[SignalInstance]:
     """The user restates a request, after the assistant answered (short messages never count): an
     explicit marker ("let me rephrase"), a near-duplicate of one of their last 3 messages, a short
     request clause restating one of their sentences in other words, or an insisting one (see
     _insistence_instance) that brings their request back after the agent steered away from it."""
     recent = recent_messages(
-        ctx, "rephrase.recent", Role.USER, REPHRASE_WINDOW, functools.partial(content_words, ctx)
+        ctx, _RECENT_WORDS, Role.USER, REPHRASE_WINDOW, functools.partial(content_words, ctx)
     )
     keys = recent_messages(
-        ctx, "rephrase.keys", Role.USER, REPHRASE_WINDOW, functools.partial(sentence_keys, ctx)
+        ctx, _RECENT_KEYS, Role.USER, REPHRASE_WINDOW, functools.partial(sentence_keys, ctx)
     )
     _task(ctx)  # seeds the remembered task from the earlier messages when the memory is new
     found: list[SignalInstance] = []

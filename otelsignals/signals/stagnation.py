@@ -19,7 +19,7 @@ from rapidfuzz.distance import LCSseq
 
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.base import DetectionContext, DetectorSpec
+from otelsignals.signals.base import DetectionContext, DetectorSpec, rebuilt_when_missing
 from otelsignals.signals.phrase_analysis import COMPARE_CHARS, MAX_SENTENCES, recent_messages, sentence_spans
 from otelsignals.signals.tokens import Token, sentence_norms, tokens_of, unify
 
@@ -132,7 +132,8 @@ def _answer_of_tokens(tokens: list[Token]) -> Answer:
 
 
 KEPT_ANSWERS = REPETITION_WINDOW + 1  # the latest answer and the window it is compared with
-_PREPARED = "repetition.prepared"
+_PREPARED = rebuilt_when_missing("repetition.prepared")  # a cache
+_RECENT_ANSWERS = rebuilt_when_missing("repetition.recent")
 
 
 class PreparedAnswers:
@@ -169,7 +170,7 @@ def prepared_answer(ctx: DetectionContext, local_index: int, content: str) -> An
 def detect_repetition(ctx: DetectionContext) -> list[SignalInstance]:
     """A new assistant message nearly duplicates one of the previous 5 assistant messages: as a whole,
     contained in it (or containing it), or sentence by sentence behind a new opening."""
-    recent = recent_messages(ctx, "repetition.recent", Role.ASSISTANT, REPETITION_WINDOW, comparable_answer)
+    recent = recent_messages(ctx, _RECENT_ANSWERS, Role.ASSISTANT, REPETITION_WINDOW, comparable_answer)
     found: list[SignalInstance] = []
     for i in range(ctx.new_from, len(ctx.messages)):
         message = ctx.messages[i]

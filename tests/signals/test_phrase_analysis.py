@@ -240,3 +240,32 @@ def test_remembered_messages_keep_the_latest_few_at_a_list_s_size() -> None:
     assert recent == [(8, "MESSAGE 8"), (10, "MESSAGE 10"), (12, "MESSAGE 12")]
     assert ctx.memory["test.recent"] is recent
     assert recent.__sizeof__() < 200
+
+
+@pytest.mark.parametrize(
+    ("tool_messages_between", "seeded"),
+    [
+        (0, [(1, "FIRST ASK"), (3, "SECOND ASK")]),
+        # Far beyond the 50 messages the other look-backs read: a cold conversation's memory is
+        # seeded with what it would have remembered, however long the agent worked in between.
+        (300, [(1, "FIRST ASK"), (303, "SECOND ASK")]),
+    ],
+)
+def test_a_new_memory_is_seeded_with_the_latest_messages_of_its_role_however_far_back(
+    tool_messages_between: int, seeded: list[tuple[int, str]]
+) -> None:
+    from otelsignals.signals.phrase_analysis import recent_messages
+
+    messages = [Message(Role.SYSTEM, "You are a helpful agent."), Message(Role.USER, "first ask")]
+    messages += [Message(Role.TOOL, f"result {n}") for n in range(tool_messages_between)]
+    messages += [Message(Role.ASSISTANT, "Done."), Message(Role.USER, "second ask")]
+    messages += [Message(Role.USER, "")]  # no text: not remembered
+    messages += [Message(Role.ASSISTANT, "Anything else?"), Message(Role.USER, "third ask")]
+    ctx = DetectionContext(Conversation("c", messages=messages), new_from=len(messages) - 1)
+    assert recent_messages(ctx, "test.recent", Role.USER, 3, str.upper) == seeded
+    # Only the latest few are prepared, whatever number came before them.
+    prepared: list[str] = []
+    more = [Message(Role.USER, f"ask {n}") for n in range(40)] + messages
+    ctx = DetectionContext(Conversation("c", messages=more), new_from=len(more) - 1)
+    recent_messages(ctx, "test.recent", Role.USER, 3, lambda text: prepared.append(text) or text)
+    assert prepared == ["second ask", "first ask", "ask 39"]

@@ -1,0 +1,233 @@
+"""Idle conversations go cold (sessions.cold_after): they drop what their next trace rebuilds, take
+less memory, and are analysed exactly as if they had kept it."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pytest
+
+from otelsignals.model import Message, Role
+from otelsignals.pipeline.sessions import SessionStore
+from otelsignals.signals.detect import REBUILT_WHEN_MISSING
+
+
+def _store(cold_after: float, now: list[float], **kwargs: Any) -> SessionStore:
+    return SessionStore(3600, 100, clock=lambda: now[0], cold_after=cold_after, **kwargs)
+
+
+def test_conversations_idle_for_cold_after_go_cold_once_the_least_recently_active_first():
+    now = [0.0]
+    store = _store(60, now)
+    a = store.touch("a")
+    now[0] = 30
+    b = store.touch("b")
+    now[0] = 59.9
+    assert store.cool_idle() == 0
+    now[0] = 61
+    assert store.cool_idle() == 1 and a.cold and not b.cold
+    assert store.cool_idle() == 0  # once
+    now[0] = 70
+    assert store.touch("a") is a  # a trace: warm again once merged (apply_trace), and idle anew
+    a.cold = False
+    now[0] = 95
+    assert store.cool_idle() == 1 and b.cold and not a.cold
+    now[0] = 131
+    assert store.cool_idle() == 1 and a.cold
+
+
+def test_no_conversation_goes_cold_when_cold_after_is_0_nor_after_it_was_evicted():
+    now = [0.0]
+    never = _store(0, now)
+    state = never.touch("a")
+    assert never.cool_idle(now=math.inf) == 0 and not state.cold
+    evicted: list[str] = []
+    store = SessionStore(10, 2, lambda state, why: evicted.append(why), clock=lambda: now[0], cold_after=60)
+    store.touch("a")
+    store.touch("b")
+    store.touch("c")  # over max_sessions: "a" goes
+    now[0] = 20
+    assert store.expire() == 2  # "b" and "c" go (ttl)
+    assert evicted == ["capacity", "ttl", "ttl"]
+    assert store.cool_idle(now=math.inf) == 0  # none left to cool, and no error
+
+
+def _workload_analyses(cool_each_trace: bool) -> tuple[list[bytes], Any]:
+    """Every analysis (as JSON) of 4 long, tool-heavy conversations of bench/agent_workload.py, with
+    every conversation gone cold after each trace or never, and the analyzer after them."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from bench.agent_workload import build_workload
+    from otelsignals.config_loading import load_config
+    from otelsignals.otlp.wire import split_request
+    from otelsignals.pipeline.analyzer import Analyzer
+    from otelsignals.pipeline.assembler import Assembler, ReleasedTrace
+    from otelsignals.telemetry import Telemetry
+
+    config = load_config(None, environ={})
+    config.sessions.max_bytes = 0
+    analyzer = Analyzer(Telemetry(), config.sessions, config.signals, config.evals, config.analyzer)
+    released: list[ReleasedTrace] = []
+    assembler = Assembler(released.append, lambda record: None, decision_wait=2.0)
+    analyses = []
+    for turn in build_workload(4, 2, seed=3).turns:
+        assembler.add(split_request(ExportTraceServiceRequest.FromString(turn.body)).records)
+        for trace in released:
+            analysis = analyzer.process(trace)
+            if analysis is not None:
+                analyses.append(analysis.to_json())
+            if cool_each_trace:
+                assert analyzer.sessions.cool_idle(now=math.inf) == 1
+        released.clear()
+    return analyses, analyzer
+
+
+def test_a_conversation_cold_before_each_of_its_traces_is_analysed_the_same():
+    cold, cold_analyzer = _workload_analyses(cool_each_trace=True)
+    warm, warm_analyzer = _workload_analyses(cool_each_trace=False)
+    assert cold == warm and len(cold) > 40
+    # Every signal found, every priority and every trace's metrics: the same.
+    states = {state.conversation.key: state for state in cold_analyzer.sessions}
+    for warm_state in warm_analyzer.sessions:
+        state = states[warm_state.conversation.key]
+        assert state.conversation.messages == warm_state.conversation.messages
+        assert list(state.recent_signals) == list(warm_state.recent_signals)
+        assert state.priority == warm_state.priority
+        assert [m.as_dict() for m in state.trace_signals] == [m.as_dict() for m in warm_state.trace_signals]
+        state.warm_up()  # (cold again after the last trace)
+        assert state.body_positions == warm_state.body_positions
+
+
+def _analysed(analyzer: Any) -> list[str]:
+    """Each conversation's messages, signals and priority (not its key: a conversation without a
+    session id is keyed by its trace's random id)."""
+    return sorted(
+        repr(
+            (
+                [(m.role, m.content, m.tool_calls) for m in state.conversation.messages],
+                list(state.recent_signals),
+                state.priority,
+            )
+        )
+        for state in analyzer.sessions
+    )
+
+
+@pytest.mark.parametrize(
+    ("convention", "window"),
+    [
+        ("openllmetry", 0),
+        ("openinference", 0),
+        ("genai_events", 0),
+        ("genai", 0),
+        ("vercel_ai", 0),
+        ("genai", 6),
+        ("openllmetry", 6),
+        ("genai_events", 6),
+    ],
+)
+def test_each_convention_s_conversations_cold_before_each_trace_read_and_analyse_the_same(convention, window):
+    """Cold, the span decoder reads the next history whole and the conversation finds where it
+    continues by its history index (rebuilt: ConversationState.warm_up), also when the client resends
+    only its latest ``window`` messages (the history does not start where the conversation does)."""
+    from tests.pipeline.test_sessions import _demo_analyzer
+
+    def cool(analyzer: Any, key: str) -> None:
+        analyzer.sessions.cool_idle(now=math.inf)
+
+    cold = _demo_analyzer(convention, 3, each=cool, window=window)
+    warm = _demo_analyzer(convention, 3, window=window)
+    assert _analysed(cold) == _analysed(warm)
+    assert any(state.recent_signals for state in warm.sessions)
+
+
+def test_a_cold_conversation_drops_what_its_next_trace_rebuilds_and_is_counted_smaller():
+    from bench.session_memory import deep_size
+
+    _, analyzer = _workload_analyses(cool_each_trace=False)
+    store = analyzer.sessions
+    before = store.bytes
+    held = {state.conversation.key: deep_size(state, {id(analyzer), id(store)}) for state in store}
+    assert store.cool_idle(now=math.inf) == len(held) == 4
+    for state in store:
+        assert state.cold and state.last_inputs is None and not state.body_positions
+        assert not state.decoder_memory.histories.message_lists()
+        assert not state.shared.texts()
+        assert not REBUILT_WHEN_MISSING & state.detector_memory.keys()
+        assert "dragging.user_turns" in state.detector_memory  # what is not rebuilt stays
+        assert state.body_fingerprints and state.conversation.messages
+        cold_size = deep_size(state, {id(analyzer), id(store)})
+        assert cold_size < 0.9 * held[state.conversation.key]
+        # The estimate still covers what a cold conversation holds.
+        assert store._sizes[state.conversation.key].bytes >= cold_size
+    assert store.bytes < before
+
+
+@pytest.mark.parametrize(
+    ("convention", "max_messages"),
+    [
+        ("openllmetry", 2000),
+        ("openinference", 2000),
+        ("genai_events", 2000),
+        ("genai", 2000),
+        ("vercel_ai", 2000),
+        ("genai_events", 20),
+        ("vercel_ai", 20),
+    ],
+)
+def test_the_estimate_covers_what_a_cold_conversation_holds_in_each_convention(convention, max_messages):
+    """Cold, a conversation keeps its messages and records but no history cache: the estimate of a
+    cold one (sessions.BYTES_PER_COLD_MESSAGE, _CONVERSATION) still covers it, trimmed or not."""
+    from bench.session_memory import deep_size
+    from tests.pipeline.test_sessions import _demo_analyzer
+
+    analyzer = _demo_analyzer(convention, 3, max_messages=max_messages)
+    store = analyzer.sessions
+    warm = store.bytes
+    assert store.cool_idle(now=math.inf) == len(store)
+    seen = {id(analyzer), id(store)}
+    measured = sum(deep_size(state, seen) for state in store)
+    assert measured <= store.bytes <= 2 * measured and store.bytes < warm
+
+
+def test_the_rebuilt_detector_memory_is_the_whole_of_what_the_detectors_prepare():
+    # The keys the detectors declare are those their memory holds prepared texts under.
+    assert {
+        "repetition.prepared",
+        "repetition.recent",
+        "rephrase.recent",
+        "rephrase.keys",
+    } == REBUILT_WHEN_MISSING
+
+
+def test_the_analyzer_cools_idle_conversations_on_expiry_and_counts_them():
+    from otelsignals.pipeline.analyzer import Analyzer
+    from otelsignals.telemetry import Telemetry
+    from tests.pipeline.test_sessions import _demo_analyzer
+
+    def quick_cold(analyzer: Analyzer) -> None:
+        analyzer.sessions.cold_after = 0.001
+
+    analyzer = _demo_analyzer("genai", 1, prepare=quick_cold)
+    time.sleep(0.01)  # every conversation idle for 10 ms at least (a monotonic clock)
+    analyzer.expire()
+    telemetry: Telemetry = analyzer.telemetry
+    cooled = telemetry.registry.get_sample_value("otelsignals_sessions_cooled_total")
+    assert cooled == len(analyzer.sessions) > 0
+    assert all(state.cold for state in analyzer.sessions)
+    assert telemetry.registry.get_sample_value("otelsignals_sessions_bytes") == analyzer.sessions.bytes
+
+
+def test_a_conversation_resumed_after_going_cold_reads_its_resent_history_whole_and_goes_on():
+    from otelsignals.conversation import ConversationState
+
+    state = ConversationState.new("c")
+    for n in range(6):
+        state.append(Message(Role.USER if n % 2 == 0 else Role.ASSISTANT, f"message {n}"))
+    positions = dict(state.body_positions)
+    state.go_cold(REBUILT_WHEN_MISSING)
+    assert state.cold and not state.body_positions
+    state.warm_up()
+    assert not state.cold and state.body_positions == positions
