@@ -28,6 +28,8 @@ every message read, and a second digest is printed of every trace's agent metric
 thousands of open conversations. ``--real``: the 473 real agent conversations of
 ../shared/data/agent-trajectories (to_otlp.py, traces in time order) instead of the workload, a
 turn being one of their traces (``--conversations``, ``--active`` and ``--seed`` are the workload's).
+``--cold``: every conversation goes cold after each trace (sessions.cold_after); the digests must
+stay as they are.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import cProfile
 import dataclasses
 import hashlib
 import io
+import math
 import pstats
 import sys
 import time
@@ -125,6 +128,7 @@ def main() -> None:
         "misses costs, as it does once thousands of conversations are open",
     )
     parser.add_argument("--real", action="store_true", help="the real conversations, not the workload")
+    parser.add_argument("--cold", action="store_true", help="every conversation cold after each trace")
     args = parser.parse_args()
 
     if args.real:
@@ -270,6 +274,8 @@ def main() -> None:
         turns += 1
         for trace in batch:
             analyzer.process(trace)
+            if args.cold:
+                analyzer.sessions.cool_idle(now=math.inf)
     analysis_module.detect = original
     for name, function in ranking.items():
         setattr(analysis_module, name, function)
