@@ -188,6 +188,11 @@ class Telemetry:
         self.conversations = Gauge(
             "otelsignals_sessions_active", "Conversations whose state is kept.", registry=r
         )
+        self.cold_conversations = Gauge(
+            "otelsignals_sessions_cold",
+            "Kept conversations gone cold (idle for sessions.cold_after) and not active since.",
+            registry=r,
+        )
         self.conversation_bytes = Gauge(
             "otelsignals_sessions_bytes",
             "Memory held by the kept conversations' state, estimated (bounded by sessions.max_bytes).",

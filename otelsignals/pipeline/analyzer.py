@@ -277,6 +277,7 @@ class Analyzer:
         self.telemetry.sessions_cooled.inc(self.sessions.cool_idle())
         self.log_events.expire()
         self.telemetry.conversations.set(len(self.sessions))
+        self.telemetry.cold_conversations.set(self.sessions.cold)
         self.telemetry.conversation_bytes.set(self.sessions.bytes)
 
     def _resize(self, key: str) -> None:
@@ -286,6 +287,7 @@ class Analyzer:
         self._compacted_reads = reads
         self.sessions.resize(key)
         self.telemetry.conversations.set(len(self.sessions))
+        self.telemetry.cold_conversations.set(self.sessions.cold)
         self.telemetry.conversation_bytes.set(self.sessions.bytes)
 
     def _serialized(self, record: SpanRecord) -> SerializedSpan:

@@ -301,6 +301,11 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._states)
 
+    @property
+    def cold(self) -> int:
+        """The conversations gone cold and not active since (cool_idle)."""
+        return len(self._states) - len(self._warm) if self.cold_after else 0
+
     def __iter__(self) -> Iterator[ConversationState]:
         return iter(list(self._states.values()))
 

@@ -27,10 +27,10 @@ def test_conversations_idle_for_cold_after_go_cold_once_the_least_recently_activ
     now[0] = 59.9
     assert store.cool_idle() == 0
     now[0] = 61
-    assert store.cool_idle() == 1 and a.cold and not b.cold
+    assert store.cool_idle() == 1 and a.cold and not b.cold and store.cold == 1
     assert store.cool_idle() == 0  # once
     now[0] = 70
-    assert store.touch("a") is a  # a trace: warm again once merged (apply_trace), and idle anew
+    assert store.touch("a") is a and store.cold == 0  # active: warm again once merged (apply_trace)
     a.cold = False
     now[0] = 95
     assert store.cool_idle() == 1 and b.cold and not a.cold
@@ -42,7 +42,7 @@ def test_no_conversation_goes_cold_when_cold_after_is_0_nor_after_it_was_evicted
     now = [0.0]
     never = _store(0, now)
     state = never.touch("a")
-    assert never.cool_idle(now=math.inf) == 0 and not state.cold
+    assert never.cool_idle(now=math.inf) == 0 and not state.cold and never.cold == 0
     evicted: list[str] = []
     store = SessionStore(10, 2, lambda state, why: evicted.append(why), clock=lambda: now[0], cold_after=60)
     store.touch("a")
@@ -217,6 +217,7 @@ def test_the_analyzer_cools_idle_conversations_on_expiry_and_counts_them():
     cooled = telemetry.registry.get_sample_value("otelsignals_sessions_cooled_total")
     assert cooled == len(analyzer.sessions) > 0
     assert all(state.cold for state in analyzer.sessions)
+    assert telemetry.registry.get_sample_value("otelsignals_sessions_cold") == len(analyzer.sessions)
     assert telemetry.registry.get_sample_value("otelsignals_sessions_bytes") == analyzer.sessions.bytes
 
 
