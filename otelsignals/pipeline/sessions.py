@@ -225,15 +225,19 @@ def _copies_bytes(state: ConversationState) -> tuple[int, int]:
     texts they hold apart (a history resent from another start, a client's latest messages only,
     is read anew: its keys hold texts of their own); the recent texts kept to share a text read
     again, which may outlive their messages."""
+    memory = state.decoder_memory
+    # A history the analysis measured may outlive the cache's hold on it (limits.py).
+    histories = memory.histories.message_lists() + [measured.body for measured in memory.measured]
+    raw_keys = memory.histories.raw_keys()
+    shared_texts = state.shared.texts()
+    if not (histories or raw_keys or shared_texts):
+        return 0, 0  # nothing beside the conversation (a cold one): no pass over its messages
     messages = state.conversation.messages
     held = set(map(id, messages))
     held.update(id(stored_message_text(message)) for message in messages)
     held.update(id(message.tool_calls) for message in messages)
     copies = 0
     distinct: set[int] = set()  # the cache's messages, each once (its histories share most)
-    memory = state.decoder_memory
-    # A history the analysis measured may outlive the cache's hold on it (limits.py).
-    histories = memory.histories.message_lists() + [measured.body for measured in memory.measured]
     for history in histories:
         distinct.update(map(id, history))
         for message in history:
@@ -250,13 +254,13 @@ def _copies_bytes(state: ConversationState) -> tuple[int, int]:
                 copies += BYTES_PER_ARGUMENT_CHARACTER * sum(_length(call.arguments) for call in calls)
     counted = len(distinct)
     distinct.clear()  # now the raw keys, each once (a fork holds the keys it shares)
-    for raws, text_bytes in state.decoder_memory.histories.raw_keys():
+    for raws, text_bytes in raw_keys:
         for raw, size in zip(raws, text_bytes, strict=True):
             if id(raw) not in distinct:
                 distinct.add(id(raw))
                 copies += BYTES_PER_INDEXED_POSITION + size
     counted += len(distinct)
-    for text in state.shared.texts():
+    for text in shared_texts:
         copies += _text_bytes(text, held)
     return copies, counted
 
