@@ -637,6 +637,7 @@ def apply_trace(
 ) -> TraceUpdate:
     """Merge one trace's span readings into ``state``. ``parents`` maps span id to parent span id
     for every span of the trace (GenAI or not), to tell enclosing spans from the calls they wrap."""
+    resumed = state.cold and bool(state.conversation.messages)
     if state.cold:
         state.warm_up()
     conversation = state.conversation
@@ -669,7 +670,9 @@ def apply_trace(
     )
     for number, (_, reading) in enumerate(merged):
         adopted.catch_up(number)
-        inserted_front += _merge_snapshot(state, reading.input_messages, reading.output_messages, adopted)
+        inserted_front += _merge_snapshot(
+            state, reading.input_messages, reading.output_messages, adopted, resumed and not number
+        )
     start += inserted_front
     with_content = [(v, r) for v, r in model_calls if r.input_messages or r.output_messages]
 
@@ -836,11 +839,16 @@ def _shared_name(name: str) -> str:
 
 
 def _merge_snapshot(
-    state: ConversationState, inputs: list[Message], outputs: list[Message], adopted: _TraceAdoptions
+    state: ConversationState,
+    inputs: list[Message],
+    outputs: list[Message],
+    adopted: _TraceAdoptions,
+    resumed: bool = False,
 ) -> int:
     """Append the part of a snapshot (a call's history and answer) the conversation does not hold
-    yet; ``adopted`` gathers the trace's adoptions for the histories merged after it. Returns 1 when a system
-    prompt was put in front of messages already held (their indices moved by one), else 0."""
+    yet; ``adopted`` gathers the trace's adoptions for the histories merged after it. ``resumed``:
+    the first merge since the conversation went cold, whose history was read whole. Returns 1 when a
+    system prompt was put in front of messages already held (their indices moved by one), else 0."""
     split, read_from = _split_inputs(state, inputs)
     system = split.system or next((m for m in outputs if m.role is Role.SYSTEM), None)
     answer = [m for m in outputs if m.role is not Role.SYSTEM]
@@ -883,6 +891,10 @@ def _merge_snapshot(
             earliest = _find_counterparts(window, split.body[held_from:first], counterparts)
             if earliest is not None:
                 adopted_from = min(adopted_from, held_from + earliest)
+        if resumed and read_from < first:
+            earliest = _find_counterparts_by_value(messages, split.body[read_from:first], counterparts)
+            if earliest is not None:
+                adopted_from = min(adopted_from, read_from + earliest)
         if counterparts:
             _adopt(state, counterparts, inputs, adopted_from, adopted)
     return inserted_front
@@ -963,6 +975,50 @@ def _find_counterparts(window: list[Message], reads: list[Message], found: dict[
                 below, earliest = position, index
                 break
     return earliest
+
+
+def _find_counterparts_by_value(
+    held: list[Message], reads: list[Message], found: dict[int, Message]
+) -> int | None:
+    """:func:`_find_counterparts` for a history read whole after the conversation went cold: its
+    texts are strings of their own (the recent texts that made copies share one were dropped), so
+    each copy is paired with a message of the conversation of the same fingerprint that reads as
+    it by value (compacted text expanded to compare), each message once, anywhere in the
+    conversation. Otherwise the history cache would keep a copy of every earlier message until the
+    conversation went cold again. Returns the index in ``reads`` of the earliest copy paired."""
+    by_fingerprint: dict[int, list[Message]] = {}
+    for message in held:
+        if message.fingerprint is not None:
+            by_fingerprint.setdefault(message.fingerprint, []).append(message)
+    earliest = None
+    for index, read in enumerate(reads):
+        candidates = by_fingerprint.get(fingerprint(read))
+        if not candidates or id(read) in found:
+            continue
+        for position, shown in enumerate(candidates):
+            if shown is read:
+                del candidates[position]  # the conversation's own message already
+                break
+            if _reads_as(shown, read):
+                found[id(read)] = shown
+                del candidates[position]
+                earliest = index if earliest is None else earliest
+                break
+    return earliest
+
+
+def _reads_as(held: Message, read: Message) -> bool:
+    """:func:`_same_reading` by value: the same role, text, tool calls and tool call answered."""
+    if held.role is not read.role or content_length(held) != content_length(read):
+        return False
+    if held.content != read.content or held.tool_calls != read.tool_calls:
+        return False
+    if held.content is None and not read.tool_calls:
+        return False  # nothing says they are one message
+    held_result, read_result = held.tool_result, read.tool_result
+    if held_result is None or read_result is None:
+        return held_result is read_result
+    return held_result.call_id == read_result.call_id
 
 
 def _adopt(

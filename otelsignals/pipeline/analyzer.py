@@ -251,9 +251,9 @@ class Analyzer:
                 continue
             key, attributes = known
             events = self.log_events.take(trace_id, span_id)
-            state = self.sessions.get(key)
-            if state is None:
+            if self.sessions.get(key) is None:
                 continue
+            state = self.sessions.touch(key)  # content that came late is the conversation's activity
             view = SpanView(trace_id, span_id, attributes=attributes, events=events)
             reading = self._read(view, state.decoder_memory)
             if reading is None or not (reading.input_messages or reading.output_messages):

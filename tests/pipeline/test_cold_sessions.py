@@ -54,9 +54,12 @@ def test_no_conversation_goes_cold_when_cold_after_is_0_nor_after_it_was_evicted
     assert store.cool_idle(now=math.inf) == 0  # none left to cool, and no error
 
 
-def _workload_analyses(cool_each_trace: bool) -> tuple[list[bytes], Any]:
+def _workload_analyses(
+    cool_each_trace: bool, cool_after: frozenset[int] = frozenset()
+) -> tuple[list[bytes], Any]:
     """Every analysis (as JSON) of 4 long, tool-heavy conversations of bench/agent_workload.py, with
-    every conversation gone cold after each trace or never, and the analyzer after them."""
+    every conversation gone cold after each trace, after the traces numbered in ``cool_after``, or
+    never, and the analyzer after them."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     from bench.agent_workload import build_workload
@@ -80,6 +83,8 @@ def _workload_analyses(cool_each_trace: bool) -> tuple[list[bytes], Any]:
                 analyses.append(analysis.to_json())
             if cool_each_trace:
                 assert analyzer.sessions.cool_idle(now=math.inf) == 1
+            elif len(analyses) in cool_after:
+                assert analyzer.sessions.cool_idle(now=math.inf) > 0
         released.clear()
     return analyses, analyzer
 
@@ -98,6 +103,74 @@ def test_a_conversation_cold_before_each_of_its_traces_is_analysed_the_same():
         assert [m.as_dict() for m in state.trace_signals] == [m.as_dict() for m in warm_state.trace_signals]
         state.warm_up()  # (cold again after the last trace)
         assert state.body_positions == warm_state.body_positions
+
+
+def test_a_conversation_that_resumed_after_going_cold_holds_no_copies_of_what_it_said_before():
+    """The first history read after going cold is read whole, its texts strings of their own: each
+    earlier message's copy gives way to the conversation's own message (by value, compacted text
+    expanded to compare), or the history cache would keep a copy of the whole earlier history until
+    the conversation went cold again (up to 1.7 times a conversation's state)."""
+    from bench.session_memory import deep_size
+
+    warm, warm_analyzer = _workload_analyses(cool_each_trace=False)
+    resumed, analyzer = _workload_analyses(cool_each_trace=False, cool_after=frozenset({31, 47}))
+    assert resumed == warm
+    warm_states = {state.conversation.key: state for state in warm_analyzer.sessions}
+    compared = 0
+    for state in analyzer.sessions:
+        if state.cold:
+            continue  # (no trace since)
+        held = {id(message) for message in state.conversation.messages}
+        copies = sum(
+            id(message) not in held
+            for history in state.decoder_memory.histories.message_lists()
+            for message in history
+        )
+        warm_state = warm_states[state.conversation.key]
+        warm_held = {id(message) for message in warm_state.conversation.messages}
+        warm_copies = sum(
+            id(message) not in warm_held
+            for history in warm_state.decoder_memory.histories.message_lists()
+            for message in history
+        )
+        assert copies <= warm_copies
+        size = deep_size(state, {id(analyzer), id(analyzer.sessions)})
+        assert size <= 1.01 * deep_size(warm_state, {id(warm_analyzer), id(warm_analyzer.sessions)})
+        compared += 1
+    assert compared >= 2
+
+
+def test_content_that_comes_late_to_a_cold_conversation_makes_it_active_again():
+    """GenAI events sent as log records after their span was analysed are merged into the
+    conversation (Analyzer.apply_late_log_events): that is activity, so the conversation is warm
+    and goes cold again once idle."""
+    from pathlib import Path
+
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    from otelsignals.config import SessionsConfig
+    from otelsignals.offline import read_requests, traces_in_time_order
+    from otelsignals.pipeline.analyzer import Analyzer
+    from otelsignals.telemetry import Telemetry
+
+    fixtures = Path(__file__).parents[1] / "fixtures" / "openai_v2_events"
+
+    def late_events(cool: bool) -> tuple[Analyzer, list[bytes]]:
+        analyzer = Analyzer(Telemetry(), SessionsConfig(cold_after=60))
+        for trace in traces_in_time_order(read_requests(fixtures / "tools.binpb")):
+            analyzer.process(trace)
+        if cool:
+            assert analyzer.sessions.cool_idle(now=math.inf) == 1
+        logs = ExportLogsServiceRequest.FromString((fixtures / "tools.logs.binpb").read_bytes())
+        analyzer.log_events.add(logs)
+        return analyzer, [analysis.to_json() for analysis in analyzer.apply_late_log_events()]
+
+    _, warm_analyses = late_events(cool=False)
+    cold, cold_analyses = late_events(cool=True)
+    assert cold_analyses == warm_analyses and cold_analyses
+    (state,) = list(cold.sessions)
+    assert not state.cold and cold.sessions.cold == 0
+    assert cold.sessions.cool_idle(now=math.inf) == 1 and state.cold
 
 
 def _analysed(analyzer: Any) -> list[str]:
