@@ -389,7 +389,7 @@ class ConversationState:
         (sessions.cold_after): the span decoder's memory (so the next history is read whole), the
         latest split history, the recent texts kept to share copies, the history index's positions
         (rebuilt from its fingerprints by :meth:`warm_up`) and the detector memory under
-        ``detector_keys`` (signals.base.REBUILT_WHEN_MISSING). What is analysed stays the same;
+        ``detector_keys`` (signals.detect.REBUILT_WHEN_MISSING). What is analysed stays the same;
         the next trace takes longer."""
         self.decoder_memory = ConversationMemory()
         self.last_inputs = None
@@ -1011,9 +1011,10 @@ def _reads_as(held: Message, read: Message) -> bool:
     """:func:`_same_reading` by value: the same role, text, tool calls and tool call answered."""
     if held.role is not read.role or content_length(held) != content_length(read):
         return False
-    if held.content != read.content or held.tool_calls != read.tool_calls:
+    text = held.content  # (expanded once)
+    if text != read.content or held.tool_calls != read.tool_calls:
         return False
-    if held.content is None and not read.tool_calls:
+    if text is None and not read.tool_calls:
         return False  # nothing says they are one message
     held_result, read_result = held.tool_result, read.tool_result
     if held_result is None or read_result is None:
