@@ -781,11 +781,14 @@ class _SnapshotInputs:
     fingerprints: list[int]
 
 
-def _split_inputs(state: ConversationState, inputs: list[Message]) -> tuple[_SnapshotInputs, int]:
+def _split_inputs(
+    state: ConversationState, inputs: list[Message], share: bool = True
+) -> tuple[_SnapshotInputs, int]:
     """``inputs`` split into system prompt and body, and where in the body the messages new to this
     call start (the ones before end the previous call's history). A history that resends the previous one (the
     same message objects, from the history cache, then more; the leading system prompt may be read
-    anew from its own attribute) is split for its new part only."""
+    anew from its own attribute) is split for its new part only. ``share``: the new part's texts are
+    shared (SharedValues); without, only the system prompt's."""
     last = state.last_inputs
     skip = leading_system_prompts(inputs)
     new, system, body, fps = inputs, None, [], []
@@ -801,11 +804,12 @@ def _split_inputs(state: ConversationState, inputs: list[Message]) -> tuple[_Sna
             # The previous split is replaced by this one: its lists are extended rather than copied.
             new, body, fps = inputs[skip + held :], last.body, last.fingerprints
             system = inputs[0] if skip else last.system
-    if skip and new is not inputs:
+    if skip and (new is not inputs or not share):
         state.shared.share(inputs[:skip])  # a system prompt, read anew with every call
-    # The latest first: a long history read whole must not push the previous answer's text out of the
-    # recent texts before its copy (near the end) is shared with it.
-    state.shared.share(reversed(new))
+    if share:
+        # The latest first: a long history read whole must not push the previous answer's text out
+        # of the recent texts before its copy (near the end) is shared with it.
+        state.shared.share(reversed(new))
     new_body = [m for m in new if m.role is not Role.SYSTEM]
     if system is None and len(new_body) < len(new):
         system = next(m for m in new if m.role is Role.SYSTEM)
@@ -849,7 +853,9 @@ def _merge_snapshot(
     yet; ``adopted`` gathers the trace's adoptions for the histories merged after it. ``resumed``:
     the first merge since the conversation went cold, whose history was read whole. Returns 1 when a
     system prompt was put in front of messages already held (their indices moved by one), else 0."""
-    split, read_from = _split_inputs(state, inputs)
+    # Resumed, the history was read whole: the copies of what the conversation holds are paired by
+    # value below and give way, so only what is new to it is shared (once its start is known).
+    split, read_from = _split_inputs(state, inputs, share=not resumed)
     system = split.system or next((m for m in outputs if m.role is Role.SYSTEM), None)
     answer = [m for m in outputs if m.role is not Role.SYSTEM]
     state.shared.share(answer)
@@ -866,6 +872,8 @@ def _merge_snapshot(
             state.append(system)
     if body:
         first = _first_new(state, split.fingerprints + fingerprints(answer))
+        if resumed:
+            state.shared.share(reversed(split.body[first:]))
         messages = state.conversation.messages
         window = messages[-_COUNTERPART_WINDOW:]  # before this call's messages are placed
         present: set[int] | None = None  # the conversation's messages, when one may come again
@@ -886,15 +894,16 @@ def _merge_snapshot(
                 counterparts[id(message)] = shown
                 adopted_from = min(adopted_from, index)
         # The body's messages new to this call that the conversation held already.
-        held_from = max(read_from, first - _COUNTERPART_WINDOW)
-        if held_from < first:
-            earliest = _find_counterparts(window, split.body[held_from:first], counterparts)
-            if earliest is not None:
-                adopted_from = min(adopted_from, held_from + earliest)
-        if resumed and read_from < first:
+        if resumed:
             earliest = _find_counterparts_by_value(messages, split.body[read_from:first], counterparts)
             if earliest is not None:
                 adopted_from = min(adopted_from, read_from + earliest)
+        else:
+            held_from = max(read_from, first - _COUNTERPART_WINDOW)
+            if held_from < first:
+                earliest = _find_counterparts(window, split.body[held_from:first], counterparts)
+                if earliest is not None:
+                    adopted_from = min(adopted_from, held_from + earliest)
         if counterparts:
             _adopt(state, counterparts, inputs, adopted_from, adopted)
     return inserted_front
