@@ -492,6 +492,20 @@ def test_agent_id_prefers_agent_attributes_then_service_name():
     assert agent_id_of([service_only]) == "checkout"
 
 
+def _stateless_chat(
+    turns: list[tuple[str, str]],
+) -> tuple[list[Message], list[tuple[SpanView, SpanReading]]]:
+    """The true history of ``turns`` (question, answer) and each call's snapshot (the full history
+    resent, then the answer)."""
+    history: list[Message] = []
+    snapshots = []
+    for number, (question, answer) in enumerate(turns):
+        history.append(user(question))
+        snapshots.append(chat(number, list(history), [assistant(answer)]))
+        history.append(assistant(answer))
+    return history, snapshots
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     turns=st.lists(
@@ -507,12 +521,7 @@ def test_agent_id_prefers_agent_attributes_then_service_name():
 def test_property_resent_history_in_any_delivery_order_gives_the_true_history(turns, data):
     """Snapshots of a stateless chat (full history every call), some delivered late (after later
     calls) and some twice, rebuild exactly the true history, even when short messages repeat."""
-    history: list[Message] = []
-    snapshots = []
-    for number, (question, answer) in enumerate(turns):
-        history.append(user(question))
-        snapshots.append(chat(number, list(history), [assistant(answer)]))
-        history.append(assistant(answer))
+    history, snapshots = _stateless_chat(turns)
     state = ConversationState.new("c")
     deferred = []
     for number, snapshot in enumerate(snapshots):
@@ -543,12 +552,7 @@ def test_property_a_conversation_gone_cold_between_any_traces_is_assembled_the_s
     span decoder's memory; late and repeated snapshots after it still find their place."""
     from otelsignals.signals.detect import REBUILT_WHEN_MISSING
 
-    history: list[Message] = []
-    snapshots = []
-    for number, (question, answer) in enumerate(turns):
-        history.append(user(question))
-        snapshots.append(chat(number, list(history), [assistant(answer)]))
-        history.append(assistant(answer))
+    _, snapshots = _stateless_chat(turns)
     order = data.draw(st.permutations(range(len(snapshots))))
     cold_before = data.draw(st.lists(st.booleans(), min_size=len(order), max_size=len(order)))
     warm, cold = ConversationState.new("c"), ConversationState.new("c")

@@ -58,34 +58,17 @@ def _workload_analyses(
     cool_each_trace: bool, cool_after: frozenset[int] = frozenset()
 ) -> tuple[list[bytes], Any]:
     """Every analysis (as JSON) of 4 long, tool-heavy conversations of bench/agent_workload.py, with
-    every conversation gone cold after each trace, after the traces numbered in ``cool_after``, or
+    every conversation gone cold after each trace, after the analyses numbered in ``cool_after``, or
     never, and the analyzer after them."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from tests.pipeline.test_sessions import _workload_analyses as analysed
 
-    from bench.agent_workload import build_workload
-    from otelsignals.config_loading import load_config
-    from otelsignals.otlp.wire import split_request
-    from otelsignals.pipeline.analyzer import Analyzer
-    from otelsignals.pipeline.assembler import Assembler, ReleasedTrace
-    from otelsignals.telemetry import Telemetry
+    def cool(analyzer: Any, analyses: int) -> None:
+        if cool_each_trace:
+            assert analyzer.sessions.cool_idle(now=math.inf) == 1
+        elif analyses in cool_after:
+            assert analyzer.sessions.cool_idle(now=math.inf) > 0
 
-    config = load_config(None, environ={})
-    config.sessions.max_bytes = 0
-    analyzer = Analyzer(Telemetry(), config.sessions, config.signals, config.evals, config.analyzer)
-    released: list[ReleasedTrace] = []
-    assembler = Assembler(released.append, lambda record: None, decision_wait=2.0)
-    analyses = []
-    for turn in build_workload(4, 2, seed=3).turns:
-        assembler.add(split_request(ExportTraceServiceRequest.FromString(turn.body)).records)
-        for trace in released:
-            analysis = analyzer.process(trace)
-            if analysis is not None:
-                analyses.append(analysis.to_json())
-            if cool_each_trace:
-                assert analyzer.sessions.cool_idle(now=math.inf) == 1
-            elif len(analyses) in cool_after:
-                assert analyzer.sessions.cool_idle(now=math.inf) > 0
-        released.clear()
+    analyses, analyzer, _ = analysed(after_each=cool)
     return analyses, analyzer
 
 

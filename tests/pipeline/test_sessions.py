@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from otelsignals.pipeline.analyzer import Analyzer
+    from otelsignals.telemetry import Telemetry
 
 
 def test_idle_sessions_expire_after_the_ttl():
@@ -554,9 +555,14 @@ def test_the_answers_kept_for_loop_detection_are_counted():
     assert store.bytes - before == kept.nbytes >= 1536 * 4
 
 
-def _workload_analyses(plain_messages: int, monkeypatch: object) -> tuple[list[object], object, object]:
-    """Every analysis of 4 conversations of bench/agent_workload.py (long, tool-heavy) and the
-    analyzer after them, with ``plain_messages`` kept uncompacted before each trace's new ones."""
+def _workload_analyses(
+    plain_messages: int | None = None,
+    monkeypatch: pytest.MonkeyPatch | None = None,
+    after_each: Callable[[Analyzer, int], None] | None = None,
+) -> tuple[list[bytes], Analyzer, Telemetry]:
+    """Every analysis (as JSON) of 4 conversations of bench/agent_workload.py (long, tool-heavy) and
+    the analyzer after them, with ``plain_messages`` kept uncompacted before each trace's new ones
+    (None: the default); ``after_each(analyzer, analyses so far)`` is called after each trace."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     from bench.agent_workload import build_workload
@@ -566,7 +572,9 @@ def _workload_analyses(plain_messages: int, monkeypatch: object) -> tuple[list[o
     from otelsignals.pipeline.assembler import Assembler, ReleasedTrace
     from otelsignals.telemetry import Telemetry
 
-    monkeypatch.setattr(analyzer_module, "PLAIN_MESSAGES", plain_messages)  # type: ignore[attr-defined]
+    if plain_messages is not None:
+        assert monkeypatch is not None
+        monkeypatch.setattr(analyzer_module, "PLAIN_MESSAGES", plain_messages)
     config = load_config(None, environ={})
     config.sessions.max_bytes = 0
     analyzer = analyzer_module.Analyzer(
@@ -581,6 +589,8 @@ def _workload_analyses(plain_messages: int, monkeypatch: object) -> tuple[list[o
             analysis = analyzer.process(trace)
             if analysis is not None:
                 analyses.append(analysis.to_json())
+            if after_each is not None:
+                after_each(analyzer, len(analyses))
         released.clear()
     return analyses, analyzer, analyzer.telemetry
 
