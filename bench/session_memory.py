@@ -16,7 +16,9 @@ and tool-result text, tool-call arguments as JSON; in characters and in UTF-8 by
 the share of each part of the state, and the bytes held by long strings (64 characters or more)
 that repeat a string of the same state with another identity (duplicated text). Also the
 session store's estimate (``otelsignals_sessions_bytes``: each conversation's, and each system
-prompt string once) against the measured size. Markdown to stdout.
+prompt string once) against the measured size. Markdown to stdout. ``--cold``: every
+conversation gone cold before it is measured (``sessions.cold_after``: what an idle one keeps),
+its estimate checked against the cold constants.
 
     .venv/bin/python bench/session_memory.py --resident 100,300
 
