@@ -367,7 +367,8 @@ class SessionsConfig:
     max_messages: int = 2000
     # A conversation with no trace for this long goes cold: it drops what its next trace rebuilds
     # from its messages (the history cache, the detectors' prepared texts), about a quarter of a
-    # short conversation's state, and that trace takes longer. The results are the same. 0 = never.
+    # short conversation's state, and that trace takes longer. The results are the same (but for a
+    # conversation trimmed to max_messages: README, "Cold conversations"). 0 = never.
     cold_after: Duration = Duration(300.0)
 
     def validate(self) -> list[str]:
