@@ -3,6 +3,7 @@ conversation so far. The pipeline writes this onto spans; ``otelsignals analyze`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,7 @@ from otelsignals.model import Role, SignalInstance
 from otelsignals.scoring import Score, score
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import BASELINE_USER_TURNS, DetectionContext
-from otelsignals.signals.detect import detect
+from otelsignals.signals.detect import detect, renumber_memory
 from otelsignals.triage import NO_PRIORITY, AgentBaselines, Priority, Shape, priority
 
 SNIPPET_LIMIT = 200
@@ -68,6 +69,8 @@ def analyze_update(
     """Detect on the messages ``update`` added to ``state``, score the conversation so far and rank
     it (``agent_baselines``: what is usual for its agent; None: the fixed scales)."""
     conversation = state.conversation
+    if update.put_in_front:
+        _renumber(state, update.put_in_front)
     context = DetectionContext(
         conversation,
         new_from=update.first_new_message,
@@ -98,6 +101,17 @@ def analyze_update(
         skipped=skipped,
         latency_ms=turn_latency_ms(update),
     )
+
+
+def _renumber(state: ConversationState, by: int) -> None:
+    """``by`` messages were put in front of those held (a system prompt that came late): what the
+    analysis remembers by message number moves with them. The latest signals are replaced, not
+    edited: an earlier trace's analysis may still be on its way to the enricher."""
+    renumber_memory(state.detector_memory, by)
+    state.recent_signals[:] = [
+        dataclasses.replace(signal, message_index=signal.message_index + by)
+        for signal in state.recent_signals
+    ]
 
 
 def _note_cut_off_turn(state: ConversationState, update: TraceUpdate, found: list[SignalInstance]) -> None:

@@ -623,6 +623,9 @@ class TraceUpdate:
     analysed_span_id: bytes | None  # the span that carries this trace's part of the conversation
     content_captured: bool
     turn_end: TurnEnd | None = None  # how its messages end; None: it added no assistant message
+    # Messages put in front of those held before (a system prompt that came late): every message
+    # number counted before this trace moved on by as many.
+    put_in_front: int = 0
 
 
 def _ordered(readings: Sequence[tuple[SpanView, SpanReading]]) -> list[tuple[SpanView, SpanReading]]:
@@ -711,6 +714,7 @@ def apply_trace(
         analysed_span_id=carriers[-1][0].span_id if carriers else None,
         content_captured=conversation.content_captured,
         turn_end=_turn_end(conversation.messages, start, model_calls, with_content, parents, first_part),
+        put_in_front=inserted_front,
     )
 
 

@@ -100,6 +100,31 @@ def rebuilt_when_missing(key: str) -> str:
     return key
 
 
+# Detector-memory keys whose value holds message numbers (SignalInstance.message_index): a number,
+# a list of numbers, or a pair whose first item is one. A key built by :func:`memory_key` is named
+# by its part ("next" covers every leaf's "leaf:next"). When a late system prompt is put in front
+# of the messages held, every number moves (signals.detect.renumber_memory).
+HOLDS_MESSAGE_NUMBERS: set[str] = set()
+
+
+def holds_message_numbers(key_or_part: str) -> str:
+    """Declare ``key_or_part`` one of :data:`HOLDS_MESSAGE_NUMBERS`; returns it."""
+    HOLDS_MESSAGE_NUMBERS.add(key_or_part)
+    return key_or_part
+
+
+def moved_numbers(value: Any, by: int) -> Any:
+    """``value`` (as :data:`HOLDS_MESSAGE_NUMBERS` describes it) with each message number moved on
+    by ``by``; a negative number stands for no message ("before the messages kept") and stays."""
+    if isinstance(value, int):
+        return value + by if value >= 0 else value
+    if isinstance(value, list):
+        return [moved_numbers(item, by) for item in value]
+    if isinstance(value, tuple) and value:
+        return (moved_numbers(value[0], by), *value[1:])
+    return value
+
+
 Detector = Callable[[DetectionContext], list[SignalInstance]]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import Any
 
 from otelsignals.model import SignalInstance
 from otelsignals.signals import base, errors, handoff, phrase_analysis
@@ -61,6 +62,18 @@ DETECTORS: tuple[Registered, ...] = build_registry()
 # Every detector-memory key the registered detectors rebuild when it is missing (their modules are
 # imported now): what a cold conversation drops (conversation.ConversationState.go_cold).
 REBUILT_WHEN_MISSING: frozenset[str] = frozenset(base.REBUILT_WHEN_MISSING)
+HOLDS_MESSAGE_NUMBERS: frozenset[str] = frozenset(base.HOLDS_MESSAGE_NUMBERS)
+
+
+def renumber_memory(memory: dict[str, Any], by: int) -> None:
+    """``by`` messages were put in front of the conversation (a system prompt that came late): the
+    message numbers the detectors remember move with them, and what they rebuild when it is missing
+    is dropped (rebuilt with the new numbers)."""
+    for key in list(memory):
+        if key in REBUILT_WHEN_MISSING:
+            del memory[key]
+        elif key.rpartition(":")[2] in HOLDS_MESSAGE_NUMBERS:
+            memory[key] = base.moved_numbers(memory[key], by)
 
 
 def warm_up() -> None:

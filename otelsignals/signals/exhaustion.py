@@ -26,7 +26,7 @@ from typing import Any
 
 from otelsignals.model import LlmCall, SignalInstance
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.base import DetectionContext, DetectorSpec, memory_key
+from otelsignals.signals.base import DetectionContext, DetectorSpec, holds_message_numbers, memory_key
 from otelsignals.signals.errors import classify_failure
 from otelsignals.signals.failure import tool_failure_signals
 from otelsignals.signals.taxonomy import (
@@ -52,6 +52,9 @@ def _llm_message_index(ctx: DetectionContext, call: LlmCall) -> int:
             if messages[local].span_id == call.span_id:
                 return ctx.absolute_index(local)
     return ctx.absolute_index(len(messages) - 1)
+
+
+_EMITTED = holds_message_numbers("emitted")  # memory_key(leaf, _EMITTED): the messages signalled
 
 
 def _remembered(ctx: DetectionContext, key: str) -> list[Any]:
@@ -116,7 +119,7 @@ def llm_call_signals(ctx: DetectionContext, leaf: str) -> list[SignalInstance]:
 def environment_signals(ctx: DetectionContext, leaf: str) -> list[SignalInstance]:
     """Tool results and model calls of ``leaf``, at most one instance per message, ever."""
     try:
-        emitted_key = memory_key(leaf, "emitted")
+        emitted_key = memory_key(leaf, _EMITTED)
         emitted = _remembered(ctx, emitted_key)
         done = set(emitted)
         found: list[SignalInstance] = []

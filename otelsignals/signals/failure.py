@@ -50,6 +50,7 @@ from otelsignals.signals.taxonomy import (
 from otelsignals.signals.tool_calls import (
     ARGS_CHARS,
     LOOKBACK,
+    PROGRESS,
     argument_leaves,
     argument_words,
     as_arguments,
@@ -134,7 +135,7 @@ def failure_instance(
 
 def tool_failure_signals(ctx: DetectionContext, leaf: str) -> list[SignalInstance]:
     """The new failed tool results that classify to ``leaf``, once each."""
-    key = memory_key(leaf, "next")
+    key = memory_key(leaf, PROGRESS)
     try:
         start = progress_start(ctx, key)
         found = [
@@ -221,7 +222,7 @@ def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
 
 def detect_bad_query(ctx: DetectionContext) -> list[SignalInstance]:
     """Failed queries (the classifier's bad_query) and successful queries that found nothing."""
-    key = memory_key(BAD_QUERY, "empty:next")
+    key = memory_key(BAD_QUERY, f"empty:{PROGRESS}")
     try:
         found = tool_failure_signals(ctx, BAD_QUERY)
         failed_at = {instance.message_index for instance in found}

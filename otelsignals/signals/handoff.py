@@ -33,8 +33,9 @@ import yaml
 
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.base import DetectionContext, DetectorSpec
+from otelsignals.signals.base import DetectionContext, DetectorSpec, memory_key
 from otelsignals.signals.matching import PhraseGroup, PhraseMatcher, snippet
+from otelsignals.signals.tool_calls import PROGRESS, progress_done, progress_start
 from otelsignals.signals.word_lists import strings
 
 CONF_TOOL = 0.95
@@ -111,19 +112,16 @@ def library() -> HandoffLibrary:
     return parse_library(yaml.safe_load(source.read_text(encoding="utf-8")))
 
 
-_DONE_KEY = "handoff:next"
+_DONE_KEY = memory_key("handoff", PROGRESS)
 _TURN_KEY = "handoff:this_turn"  # a hand-off was found since the latest user message
 
 
 def detect_handoff(ctx: DetectionContext) -> list[SignalInstance]:
     lib = library()
-    done = ctx.memory.get(_DONE_KEY)
-    start = ctx.new_from
-    if isinstance(done, int):
-        start = max(start, done - ctx.conversation.message_offset)
+    start = progress_start(ctx, _DONE_KEY)
     found: list[SignalInstance] = []
     handed_off = bool(ctx.memory.get(_TURN_KEY))
-    for index in range(max(0, start), len(ctx.messages)):
+    for index in range(start, len(ctx.messages)):
         message = ctx.messages[index]
         if message.role is Role.USER:
             handed_off = False
@@ -135,7 +133,7 @@ def detect_handoff(ctx: DetectionContext) -> list[SignalInstance]:
             found.append(instance)
             handed_off = True
     ctx.memory[_TURN_KEY] = handed_off
-    ctx.memory[_DONE_KEY] = ctx.absolute_index(len(ctx.messages))
+    progress_done(ctx, _DONE_KEY)
     return found
 
 

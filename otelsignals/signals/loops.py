@@ -62,6 +62,7 @@ from otelsignals.signals.taxonomy import (
 from otelsignals.signals.tool_calls import (
     ARGS_CHARS,
     ARGS_KEPT,
+    PROGRESS,
     argument_leaves,
     argument_words,
     canonical_arguments,
@@ -191,7 +192,7 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
     ends the runs. A USER message ends them unless the last result failed or was empty (the user
     saying "try again" continues the loop)."""
     key = memory_key(leaf, "state")
-    next_key = memory_key(leaf, "next")
+    next_key = memory_key(leaf, PROGRESS)
 
     def detect(ctx: DetectionContext) -> list[SignalInstance]:
         state = _state(ctx, key)

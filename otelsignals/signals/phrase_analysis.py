@@ -53,7 +53,7 @@ from typing import Any, TypeVar
 
 from otelsignals.model import RecentList, Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.base import DetectionContext
+from otelsignals.signals.base import DetectionContext, holds_message_numbers
 from otelsignals.signals.matching import (
     DEFAULT_NEGATORS,
     Match,
@@ -374,7 +374,7 @@ def phrase_confidence(base: float, match: Match, message_tokens: int) -> float:
 
 # --- shared helpers --------------------------------------------------------------------------------
 
-_FIRST_ASSISTANT = "interaction.first_assistant"
+_FIRST_ASSISTANT = holds_message_numbers("interaction.first_assistant")
 
 
 def _first_assistant(ctx: DetectionContext) -> int | None:

@@ -26,7 +26,7 @@ from rapidfuzz import fuzz
 
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.base import DetectionContext, rebuilt_when_missing
+from otelsignals.signals.base import DetectionContext, holds_message_numbers, rebuilt_when_missing
 from otelsignals.signals.disengagement import caps_cue, caps_run_cue
 from otelsignals.signals.matching import DEFAULT_NEGATORS, Scan, snippet
 from otelsignals.signals.phrase_analysis import (
@@ -379,7 +379,7 @@ def _restates(sentence: frozenset[str], before: frozenset[str]) -> frozenset[str
 # the user brings it back. When the agent just offered the very thing ("shall I book it?" … "book it"),
 # the user moves on rather than insists. A message that corrects ("no, I said cancel, not pause") points
 # back at the earlier words, which the correction covers; it is not also a restatement.
-_TASK = "rephrase.task"
+_TASK = holds_message_numbers("rephrase.task")
 _REJECTIONS = word_set("misalignment", "insistence", "rejections")
 # what may follow a rejection in its clause ("no thanks", "nope, thank you", "no way")
 _REJECTION_WORDS = _REJECTIONS | word_set("misalignment", "insistence", "rejection_fillers")

@@ -11,7 +11,7 @@ import orjson
 from rapidfuzz.distance import OSA
 
 from otelsignals.model import Message, Role, ToolResult
-from otelsignals.signals.base import DetectionContext
+from otelsignals.signals.base import DetectionContext, holds_message_numbers
 from otelsignals.signals.errors import (
     empty_result_of,
     normalise,
@@ -23,6 +23,11 @@ ARGS_KEPT = 8000  # canonical arguments kept in memory for the similarity of the
 ARGS_CHARS = 200  # arguments shown in metadata and snippets
 # Words left out when argument texts are compared ("cheap flights paris" / "cheap flights to paris").
 ARGUMENT_STOP_WORDS = word_set("tool_calls", "argument_words", "stop_words")
+
+
+# The last part of every progress marker's key (memory_key(leaf, PROGRESS)): the marker is the number
+# of the message after the last one the detector examined.
+PROGRESS = holds_message_numbers("next")
 
 
 def progress_start(ctx: DetectionContext, key: str) -> int:

@@ -1,0 +1,113 @@
+"""A system prompt that comes late (first seen in the second trace's history) is put in front of the
+messages held, so every message number moves on by one: what the analysis remembers by number
+(detector memory, the latest signals) must move with it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from otelsignals.analysis import analyze_update
+from otelsignals.conventions.base import SpanReading
+from otelsignals.conversation import ConversationState, apply_trace
+from otelsignals.model import LlmCall, Role
+from otelsignals.signals.base import moved_numbers
+from otelsignals.signals.detect import HOLDS_MESSAGE_NUMBERS, REBUILT_WHEN_MISSING, renumber_memory
+from tests.corpus import BLIND_DIR, HELDOUT_DIR, CorpusConversation, load_corpus
+from tests.corpus_eval import chunks
+from tests.test_conversation import SYSTEM, view
+
+CORPUS = load_corpus() + load_corpus(HELDOUT_DIR) + load_corpus(BLIND_DIR)
+
+
+def _signal_rows(signals: Any, moved_by: int = 0) -> list[tuple[str, int, str]]:
+    return sorted((s.type, s.message_index + moved_by, repr(sorted(s.metadata.items()))) for s in signals)
+
+
+def _delivered(entry: CorpusConversation, prompt_late: bool) -> tuple[list[Any], ConversationState]:
+    """``entry`` sent as one chat span per chunk (tests/corpus_eval.chunks) resending the whole
+    history, with a system prompt from the first trace on, or only from the second on. Returns each
+    trace's new signals, numbered as the conversation numbers them at its end, and the state."""
+    body = [m for m in entry.messages if m.role is not Role.SYSTEM]
+    state = ConversationState.new(entry.id)
+    per_trace = []
+    for number, (_, end) in enumerate(chunks(dataclasses.replace(entry, messages=body))):
+        before_prompt = prompt_late and number == 0
+        history = body[:end] if before_prompt else [SYSTEM, *body[:end]]
+        span = view(10 * (number + 1))
+        reading = SpanReading("test", history, [], llm_call=LlmCall(span.span_id))
+        update = apply_trace(state, bytes([number + 1]) * 16, [(span, reading)])
+        assert update.put_in_front == (1 if prompt_late and number == 1 else 0)
+        per_trace.append(_signal_rows(analyze_update(state, update).new_signals, 1 if before_prompt else 0))
+    return per_trace, state
+
+
+def _numbered_memory(state: ConversationState) -> dict[str, Any]:
+    return {
+        key: value
+        for key, value in state.detector_memory.items()
+        if key.rpartition(":")[2] in HOLDS_MESSAGE_NUMBERS
+    }
+
+
+@pytest.mark.parametrize("entry", [e for e in CORPUS if len(chunks(e)) > 1], ids=lambda e: e.id)
+def test_a_system_prompt_that_comes_late_leaves_every_signal_and_number_as_if_it_came_first(entry):
+    early, early_state = _delivered(entry, prompt_late=False)
+    late, late_state = _delivered(entry, prompt_late=True)
+    assert [m.content for m in late_state.conversation.messages] == [
+        m.content for m in early_state.conversation.messages
+    ]
+    assert late == early
+    assert _signal_rows(late_state.recent_signals) == _signal_rows(early_state.recent_signals)
+    assert _numbered_memory(late_state) == _numbered_memory(early_state)
+
+
+def test_the_corpus_exercises_what_the_renumbering_moves():
+    """Without a remembered number to move, the test above could not fail."""
+    moved_metadata = moved_memory = 0
+    for entry in CORPUS:
+        early, state = _delivered(entry, prompt_late=False)
+        moved_metadata += any("similar_to" in row[2] for rows in early[1:] for row in rows)
+        moved_memory += any(isinstance(v, int) and v > 0 for v in _numbered_memory(state).values())
+    assert moved_metadata >= 10 and moved_memory >= 100
+
+
+@pytest.mark.parametrize(
+    ("value", "moved"),
+    [
+        (7, 8),
+        (0, 1),
+        (-1, -1),  # no message: "before the messages kept"
+        (None, None),
+        ([3, 5], [4, 6]),
+        ([], []),
+        ((4, ["refund", "order"]), (5, ["refund", "order"])),
+        ("text", "text"),
+    ],
+)
+def test_a_remembered_message_number_moves_on_and_what_is_not_one_stays(value, moved):
+    assert moved_numbers(value, 1) == moved
+
+
+def test_renumbering_moves_declared_numbers_drops_what_is_rebuilt_and_leaves_the_rest():
+    rebuilt = next(iter(REBUILT_WHEN_MISSING))
+    memory: dict[str, Any] = {
+        "execution.loops.retry:next": 12,
+        "environment.exhaustion.timeout:emitted": [3, 9],
+        "rephrase.task": (1, ["cancel"]),
+        "interaction.first_assistant": -1,
+        "dragging.user_turns": 4,  # a count, not a message number
+        "execution.loops.retry:state": {"run": 2},
+        rebuilt: ["prepared"],
+    }
+    renumber_memory(memory, 1)
+    assert memory == {
+        "execution.loops.retry:next": 13,
+        "environment.exhaustion.timeout:emitted": [4, 10],
+        "rephrase.task": (2, ["cancel"]),
+        "interaction.first_assistant": -1,
+        "dragging.user_turns": 4,
+        "execution.loops.retry:state": {"run": 2},
+    }
