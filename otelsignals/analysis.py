@@ -11,7 +11,12 @@ from otelsignals.conversation import ConversationState, TraceUpdate
 from otelsignals.model import Role, SignalInstance
 from otelsignals.scoring import Score, score
 from otelsignals.signals import taxonomy as tx
-from otelsignals.signals.base import BASELINE_USER_TURNS, DetectionContext
+from otelsignals.signals.base import (
+    BASELINE_USER_TURNS,
+    MESSAGE_NUMBER_METADATA_KEYS,
+    DetectionContext,
+    moved_numbers,
+)
 from otelsignals.signals.detect import detect, renumber_memory
 from otelsignals.triage import NO_PRIORITY, AgentBaselines, Priority, Shape, priority
 
@@ -105,11 +110,19 @@ def analyze_update(
 
 def _renumber(state: ConversationState, by: int) -> None:
     """``by`` messages were put in front of those held (a system prompt that came late): what the
-    analysis remembers by message number moves with them. The latest signals are replaced, not
-    edited: an earlier trace's analysis may still be on its way to the enricher."""
+    analysis remembers by message number moves with them, in the latest signals' metadata too. The
+    latest signals are replaced, not edited: an earlier trace's analysis may still be on its way to
+    the enricher."""
     renumber_memory(state.detector_memory, by)
     state.recent_signals[:] = [
-        dataclasses.replace(signal, message_index=signal.message_index + by)
+        dataclasses.replace(
+            signal,
+            message_index=signal.message_index + by,
+            metadata={
+                key: moved_numbers(value, by) if key in MESSAGE_NUMBER_METADATA_KEYS else value
+                for key, value in signal.metadata.items()
+            },
+        )
         for signal in state.recent_signals
     ]
 

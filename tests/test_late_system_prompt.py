@@ -12,47 +12,103 @@ import pytest
 from otelsignals.analysis import analyze_update
 from otelsignals.conventions.base import SpanReading
 from otelsignals.conversation import ConversationState, apply_trace
-from otelsignals.model import LlmCall, Role
-from otelsignals.signals.base import moved_numbers
-from otelsignals.signals.detect import HOLDS_MESSAGE_NUMBERS, REBUILT_WHEN_MISSING, renumber_memory
+from otelsignals.model import LlmCall, Message, Role, ToolCall, ToolResult
+from otelsignals.signals.base import MESSAGE_NUMBER_METADATA_KEYS, moved_numbers
+from otelsignals.signals.detect import REBUILT_WHEN_MISSING, holds_message_numbers, renumber_memory
 from tests.corpus import BLIND_DIR, HELDOUT_DIR, CorpusConversation, load_corpus
 from tests.corpus_eval import chunks
 from tests.test_conversation import SYSTEM, view
 
-CORPUS = load_corpus() + load_corpus(HELDOUT_DIR) + load_corpus(BLIND_DIR)
+_SAME_ANSWER = (
+    "I could not find a booking under that reference. Please check the six characters of the "
+    "reference and send them again, and I will look the booking up once more."
+)
+# The user asks for a person after the agent repeated itself, and is handed over, all in the first
+# trace: the hand-off's request_index and the repetition's similar_to point back into it.
+HANDED_OVER = CorpusConversation(
+    id="late-prompt-handover",
+    domain="travel",
+    informative=True,
+    messages=[
+        Message(Role.USER, "Can you move my flight, booking QX7R2P, to Friday?"),
+        Message(Role.ASSISTANT, _SAME_ANSWER),
+        Message(Role.USER, "The reference is QX7R2P, as I wrote."),
+        Message(Role.ASSISTANT, _SAME_ANSWER),
+        Message(Role.USER, "Let me speak to a human agent, please."),
+        Message(
+            Role.ASSISTANT,
+            None,
+            tool_calls=[ToolCall(id="h1", name="transfer_to_human_agents", arguments={})],
+        ),
+        Message(
+            Role.TOOL,
+            "queued",
+            tool_result=ToolResult(call_id="h1", name="transfer_to_human_agents", content="queued"),
+        ),
+        Message(Role.ASSISTANT, "You are in the queue for a colleague now."),
+        Message(Role.USER, "ok"),
+        Message(Role.ASSISTANT, "Anything else while you wait?"),
+        Message(Role.USER, "No."),
+        Message(Role.ASSISTANT, "Alright."),
+        Message(Role.USER, "Still waiting."),
+        Message(Role.ASSISTANT, "A colleague will be with you shortly."),
+    ],
+    llm_calls=[],
+    expected=[],
+)
+CORPUS = [*load_corpus(), *load_corpus(HELDOUT_DIR), *load_corpus(BLIND_DIR), HANDED_OVER]
 
 
 def _signal_rows(signals: Any, moved_by: int = 0) -> list[tuple[str, int, str]]:
-    return sorted((s.type, s.message_index + moved_by, repr(sorted(s.metadata.items()))) for s in signals)
+    """(type, number, metadata) of each signal, its numbers moved on by ``moved_by``."""
+    return sorted(
+        (
+            s.type,
+            s.message_index + moved_by,
+            repr(
+                sorted(
+                    (key, moved_numbers(value, moved_by) if key in MESSAGE_NUMBER_METADATA_KEYS else value)
+                    for key, value in s.metadata.items()
+                )
+            ),
+        )
+        for s in signals
+    )
+
+
+def _trace_ends(entry: CorpusConversation) -> list[int]:
+    """Where each trace's history ends: the first trace holds the first half of the chunks
+    (tests/corpus_eval.chunks: one per user turn), so that it has signals that point back at earlier
+    messages; then one trace per chunk."""
+    body = [m for m in entry.messages if m.role is not Role.SYSTEM]
+    ends = [end for _, end in chunks(dataclasses.replace(entry, messages=body))]
+    return ends[len(ends) // 2 - 1 :]
 
 
 def _delivered(entry: CorpusConversation, prompt_late: bool) -> tuple[list[Any], ConversationState]:
-    """``entry`` sent as one chat span per chunk (tests/corpus_eval.chunks) resending the whole
-    history, with a system prompt from the first trace on, or only from the second on. Returns each
-    trace's new signals, numbered as the conversation numbers them at its end, and the state."""
+    """``entry`` sent as one chat span per trace (:func:`_trace_ends`) resending the whole history,
+    with a system prompt from the first trace on, or only from the second on. Returns each trace's
+    new signals, numbered as the conversation numbers them at its end, and the state."""
     body = [m for m in entry.messages if m.role is not Role.SYSTEM]
     state = ConversationState.new(entry.id)
     per_trace = []
-    for number, (_, end) in enumerate(chunks(dataclasses.replace(entry, messages=body))):
+    for number, end in enumerate(_trace_ends(entry)):
         before_prompt = prompt_late and number == 0
         history = body[:end] if before_prompt else [SYSTEM, *body[:end]]
         span = view(10 * (number + 1))
         reading = SpanReading("test", history, [], llm_call=LlmCall(span.span_id))
         update = apply_trace(state, bytes([number + 1]) * 16, [(span, reading)])
         assert update.put_in_front == (1 if prompt_late and number == 1 else 0)
-        per_trace.append(_signal_rows(analyze_update(state, update).new_signals, 1 if before_prompt else 0))
+        signals = analyze_update(state, update).new_signals
+        per_trace.append(_signal_rows(signals, 1 if before_prompt else 0))
     return per_trace, state
 
 
 def _numbered_memory(state: ConversationState) -> dict[str, Any]:
-    return {
-        key: value
-        for key, value in state.detector_memory.items()
-        if key.rpartition(":")[2] in HOLDS_MESSAGE_NUMBERS
-    }
+    return {key: value for key, value in state.detector_memory.items() if holds_message_numbers(key)}
 
 
-@pytest.mark.parametrize("entry", [e for e in CORPUS if len(chunks(e)) > 1], ids=lambda e: e.id)
+@pytest.mark.parametrize("entry", [e for e in CORPUS if len(_trace_ends(e)) > 1], ids=lambda e: e.id)
 def test_a_system_prompt_that_comes_late_leaves_every_signal_and_number_as_if_it_came_first(entry):
     early, early_state = _delivered(entry, prompt_late=False)
     late, late_state = _delivered(entry, prompt_late=True)
@@ -65,13 +121,15 @@ def test_a_system_prompt_that_comes_late_leaves_every_signal_and_number_as_if_it
 
 
 def test_the_corpus_exercises_what_the_renumbering_moves():
-    """Without a remembered number to move, the test above could not fail."""
-    moved_metadata = moved_memory = 0
+    """Without numbers to move, before the prompt and after it, the test above could not fail."""
+    before: set[str] = set()  # metadata keys that hold message numbers, in the first trace's signals
+    after = moved_memory = 0
     for entry in CORPUS:
         early, state = _delivered(entry, prompt_late=False)
-        moved_metadata += any("similar_to" in row[2] for rows in early[1:] for row in rows)
+        before |= {key for row in early[0] for key in MESSAGE_NUMBER_METADATA_KEYS if f"'{key}'" in row[2]}
+        after += any("similar_to" in row[2] for rows in early[1:] for row in rows)
         moved_memory += any(isinstance(v, int) and v > 0 for v in _numbered_memory(state).values())
-    assert moved_metadata >= 10 and moved_memory >= 100
+    assert before == MESSAGE_NUMBER_METADATA_KEYS and after >= 10 and moved_memory >= 100
 
 
 @pytest.mark.parametrize(
@@ -85,6 +143,7 @@ def test_the_corpus_exercises_what_the_renumbering_moves():
         ([], []),
         ((4, ["refund", "order"]), (5, ["refund", "order"])),
         ("text", "text"),
+        (True, True),  # a flag, not a number
     ],
 )
 def test_a_remembered_message_number_moves_on_and_what_is_not_one_stays(value, moved):

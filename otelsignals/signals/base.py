@@ -116,6 +116,8 @@ def holds_message_numbers(key_or_part: str) -> str:
 def moved_numbers(value: Any, by: int) -> Any:
     """``value`` (as :data:`HOLDS_MESSAGE_NUMBERS` describes it) with each message number moved on
     by ``by``; a negative number stands for no message ("before the messages kept") and stays."""
+    if isinstance(value, bool):
+        return value
     if isinstance(value, int):
         return value + by if value >= 0 else value
     if isinstance(value, list):
@@ -187,6 +189,9 @@ PLAIN_METADATA_KEYS = frozenset(
         "via",
     }
 )
+# The metadata keys above whose value is a message number (moved with the signal's own number when a
+# late system prompt is put in front: analysis._renumber).
+MESSAGE_NUMBER_METADATA_KEYS = frozenset({"similar_to", "repeated_answer", "request_index"})
 IDENTIFIER_METADATA_KEYS = frozenset({"tool", "tools", "model", "error_type"})
 CONTENT_METADATA_KEYS = frozenset({"arguments", "rejected", "term", "shared", "brought_back", "marker"})
 NESTED_METADATA_KEYS = frozenset({"signatures"})
