@@ -32,9 +32,21 @@ over its files), e.g. ``--resident 150,473 --resident-set real``; their traces a
 assembled before the first reading, where the workload's requests are split inside the measured
 window. Both start with 2 workload conversations (the detectors' tables and the embedding model
 loaded): counted in each row's conversations and text, not in its growth; the slope cancels them.
+Then every conversation goes cold (``sessions.cold_after`` passed) and the same readings are taken
+again: what the process holds once its conversations are idle, allocator slack included.
 Memory freed while the requests were built can be reused by the analysis without showing as growth,
 as a running sidecar reuses what its traffic frees (a trim of the C library's free memory before the
 first reading was tried: bench/RESULTS.md, seventeenth session).
+
+    .venv/bin/python bench/session_memory.py --bound 0.8,0.5
+
+What ``sessions.max_bytes`` does to the analysis: the real set and the workload, each analysed
+under a bound of each share of its unbounded peak estimate, with ``cold_after`` at its default
+(over the bound, the least recently active conversations go cold before any is evicted) and at 0
+(never cold: evicted at once). For each: the conversations that went cold and were evicted for the
+bound, those held at the end, the analyses that differ from the unbounded run's (an evicted
+conversation whose traces go on starts again from nothing), and the CPU time. Everything here is
+recent, so none is idle for ``cold_after``: the bench shows the step after the long-idle are gone.
 
     .venv/bin/python bench/session_memory.py --resize 100,1000,3000
 
@@ -384,6 +396,11 @@ def resident_child(conversations: int, seed: int, real: bool) -> dict[str, float
         analyzer.process(trace)
     gc.collect()
     rss_after, malloc_after = status_mib("VmRSS"), malloc_bytes() or {}
+    # Then every conversation idle past sessions.cold_after: what the same process holds once they
+    # are cold (what they dropped is freed; whether the allocators give it back is what RSS says).
+    analyzer.sessions.cool_idle(now=math.inf)
+    gc.collect()
+    rss_cold, malloc_cold = status_mib("VmRSS"), malloc_bytes() or {}
     started = time.perf_counter()
     for _ in range(20):
         malloc_bytes()
@@ -391,6 +408,9 @@ def resident_child(conversations: int, seed: int, real: bool) -> dict[str, float
         "conversations": len(analyzer.sessions),
         "rss_growth_mib": rss_after - rss_before,
         "malloc_in_use_growth_mib": (malloc_after.get("in_use", 0) - malloc_before.get("in_use", 0)) / 2**20,
+        "cold_rss_growth_mib": rss_cold - rss_before,
+        "cold_malloc_in_use_growth_mib": (malloc_cold.get("in_use", 0) - malloc_before.get("in_use", 0))
+        / 2**20,
         "text_mib": sum(kept_text(state)[1] for state in analyzer.sessions) / 2**20,
         "mallinfo2_ms": (time.perf_counter() - started) / 20 * 1000,
     }
@@ -415,25 +435,28 @@ def resident(sizes: list[int], seed: int, real: bool) -> str:
         rows.append(json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout))
     lines = [
         f"| {name} conversations (and 2 of the workload's, first) | RSS growth (MiB) "
-        "| C allocator in use, growth (MiB) "
-        "| text kept (MiB, UTF-8) | RSS growth / text | mallinfo2 call (ms) |",
-        "|---|---|---|---|---|---|",
+        "| C allocator in use, growth (MiB) | text kept (MiB, UTF-8) | RSS growth / text "
+        "| once cold: RSS growth (MiB) | once cold: C allocator in use, growth (MiB) "
+        "| once cold: RSS growth / text | mallinfo2 call (ms) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        rss, text = row["rss_growth_mib"], row["text_mib"]
+        rss, cold, text = row["rss_growth_mib"], row["cold_rss_growth_mib"], row["text_mib"]
         lines.append(
             f"| {row['conversations']:,} | {rss:.0f} | {row['malloc_in_use_growth_mib']:.0f} | "
-            f"{text:.1f} | {rss / text:.2f} | {row['mallinfo2_ms']:.2f} |"
+            f"{text:.1f} | {rss / text:.2f} | {cold:.0f} | {row['cold_malloc_in_use_growth_mib']:.0f} | "
+            f"{cold / text:.2f} | {row['mallinfo2_ms']:.2f} |"
         )
     first, last = rows[0], rows[-1]
     added = last["conversations"] - first["conversations"]
-    rss = (last["rss_growth_mib"] - first["rss_growth_mib"]) / added
     text = (last["text_mib"] - first["text_mib"]) / added
-    lines += [
-        "",
-        f"Per added conversation: {rss * 1024:.0f} KiB resident for {text * 1024:.0f} KiB of text "
-        f"(**{rss / text:.2f} bytes resident per byte of text**).",
-    ]
+    lines.append("")
+    for when, key in (("active", "rss_growth_mib"), ("once cold", "cold_rss_growth_mib")):
+        rss = (last[key] - first[key]) / added
+        lines.append(
+            f"Per added conversation, {when}: {rss * 1024:.0f} KiB resident for {text * 1024:.0f} KiB of "
+            f"text (**{rss / text:.2f} bytes resident per byte of text**)."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -570,6 +593,59 @@ def conventions(repeats: list[int], long_texts: bool) -> str:
     return "\n".join(lines)
 
 
+def _bounded_run(
+    traces: list[ReleasedTrace], max_bytes: int, cold_after: float
+) -> tuple[list[bytes], int, Analyzer, float]:
+    """Every analysis (as JSON) of ``traces`` under the bounds given, the store's peak estimate, the
+    analyzer after them and the CPU seconds the analyses took."""
+    analyzer = fresh_analyzer()
+    analyzer.sessions.max_bytes = max_bytes
+    analyzer.sessions.cold_after = cold_after
+    analyses, peak = [], 0
+    started = time.process_time()
+    for trace in traces:
+        analysis = analyzer.process(trace)
+        if analysis is not None:
+            analyses.append(analysis.to_json())
+        peak = max(peak, analyzer.sessions.bytes)
+    return analyses, peak, analyzer, time.process_time() - started
+
+
+def bounded(shares: list[float], seed: int, workload_conversations: int) -> str:
+    """Each set analysed under ``sessions.max_bytes`` = each share of its unbounded peak estimate,
+    with ``cold_after`` at its default (the least recently active go cold before any is evicted)
+    and at 0 (never cold: evicted at once), against the unbounded run."""
+    default_cold_after = load_config(None, environ={}).sessions.cold_after
+    lines = [
+        "| set | max_bytes, share of the unbounded peak | cold_after (s) | went cold for the bound "
+        "| evicted for the bound | held at the end | analyses not as unbounded | CPU (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    sets = (("real", real_traces()), ("workload", list(workload_traces(workload_conversations, seed))))
+    for name, traces in sets:
+        log(f"bounded: {name}, unbounded first...")
+        unbounded, peak, analyzer, cpu = _bounded_run(traces, 0, default_cold_after)
+        lines.append(
+            f"| {name} | unbounded ({peak / 2**20:.1f} MiB) | {default_cold_after:g} | 0 | 0 "
+            f"| {len(analyzer.sessions)} | 0 of {len(unbounded)} | {cpu:.1f} |"
+        )
+        for share in shares:
+            for cold_after in (default_cold_after, 0.0):
+                log(f"bounded: {name}, {share:g} of the peak, cold_after {cold_after:g}...")
+                analyses, _, analyzer, cpu = _bounded_run(traces, int(share * peak), cold_after)
+                registry = analyzer.telemetry.registry
+                went_cold, evicted = (
+                    registry.get_sample_value(metric, {"reason": "bytes"}) or 0
+                    for metric in ("otelsignals_sessions_cooled_total", "otelsignals_sessions_evicted_total")
+                )
+                differ = sum(a != b for a, b in zip(analyses, unbounded, strict=True))
+                lines.append(
+                    f"| {name} | {share:g} | {cold_after:g} | {went_cold:,.0f} | {evicted:,.0f} "
+                    f"| {len(analyzer.sessions)} | {differ} of {len(analyses)} | {cpu:.1f} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workload-conversations", type=int, default=60)
@@ -587,6 +663,9 @@ def main() -> None:
         help="--resident: the workload's conversations, or that many of the real set's (at most 473)",
     )
     parser.add_argument("--resident-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--bound", help="shares of the unbounded peak, e.g. 0.9,0.6: evictions and cold conversations"
+    )
     parser.add_argument("--resize", help="conversation sizes, e.g. 100,1000,3000: CPU per resize")
     parser.add_argument("--long", help="turns, e.g. 1000,5000: what one long conversation keeps, by part")
     parser.add_argument("--conventions", help="e.g. 1,3,8: the estimate per convention, turns said so often")
@@ -597,6 +676,11 @@ def main() -> None:
         return
     if args.long:
         print(long_conversation([int(size) for size in args.long.split(",")]))
+        return
+    if args.bound:
+        print(
+            bounded([float(share) for share in args.bound.split(",")], args.seed, args.workload_conversations)
+        )
         return
     if args.resize:
         print(resize_cost([int(size) for size in args.resize.split(",")]))

@@ -207,8 +207,10 @@ class Telemetry:
         )
         self.sessions_cooled = Counter(
             "otelsignals_sessions_cooled",
-            "Conversations gone cold: idle for sessions.cold_after, they dropped what their next trace "
-            "rebuilds from their messages.",
+            "Conversations gone cold: they dropped what their next trace rebuilds from their messages, "
+            "by reason: idle (for sessions.cold_after) or bytes (sessions.max_bytes reached: the least "
+            "recently active go cold before any is evicted).",
+            ["reason"],
             registry=r,
         )
         self.sessions_closed = Counter(

@@ -274,18 +274,19 @@ class Analyzer:
 
     def expire(self) -> None:
         self.sessions.expire()
-        self.telemetry.sessions_cooled.inc(self.sessions.cool_idle())
+        self.telemetry.sessions_cooled.labels("idle").inc(self.sessions.cool_idle())
         self.log_events.expire()
         self.telemetry.conversations.set(len(self.sessions))
         self.telemetry.cold_conversations.set(self.sessions.cold)
         self.telemetry.conversation_bytes.set(self.sessions.bytes)
 
     def _resize(self, key: str) -> None:
-        """Count what the conversation now holds; past sessions.max_bytes, older ones are evicted."""
+        """Count what the conversation now holds; past sessions.max_bytes, older ones go cold, then
+        are evicted."""
         reads = expansions()
         self.telemetry.compacted_reads.inc(max(0, reads - self._compacted_reads))
         self._compacted_reads = reads
-        self.sessions.resize(key)
+        self.telemetry.sessions_cooled.labels("bytes").inc(self.sessions.resize(key))
         self.telemetry.conversations.set(len(self.sessions))
         self.telemetry.cold_conversations.set(self.sessions.cold)
         self.telemetry.conversation_bytes.set(self.sessions.bytes)

@@ -331,17 +331,36 @@ class SessionStore:
             self._evict_oldest("capacity")
         return state
 
-    def resize(self, key: str) -> None:
-        """Account for what ``key``'s state holds now (after a trace changed it), and evict the least
-        recently active others while the total is over ``max_bytes``."""
+    def resize(self, key: str) -> int:
+        """Account for what ``key``'s state holds now (after a trace changed it); while the total is
+        over ``max_bytes``, free what the others hold, least recently active first: the conversations
+        idle for ``cold_after`` or more are evicted, then the others go cold, then they are evicted.
+        Returns how many went cold.
+
+        Cold before evicted: a cold conversation's next turn costs more CPU (its history read
+        whole), an evicted one's next trace starts a state that knows nothing of what was said."""
         state = self._states.get(key)
         if state is None:
-            return
+            return 0
         self._count(state, self._sizes.setdefault(key, _Size()))
         # The state just changed is the last one evicted (it may alone be over the bound).
         self._states.move_to_end(key)
-        while self.max_bytes and self.bytes > self.max_bytes and len(self._states) > 1:
+        if not self.max_bytes or self.bytes <= self.max_bytes:
+            return 0
+        idle_since = self._clock() - self.cold_after
+        while self._over_bytes() and next(iter(self._states.values())).last_seen <= idle_since:
             self._evict_oldest("bytes")
+        cooled = 0
+        while self._over_bytes() and next(iter(self._warm), key) != key:  # key: the last warm one
+            self._cool(next(iter(self._warm)))
+            cooled += 1
+        while self._over_bytes():
+            self._evict_oldest("bytes")
+        return cooled
+
+    def _over_bytes(self) -> bool:
+        """Over ``max_bytes`` with another conversation than the latest one to give up."""
+        return self.bytes > self.max_bytes and len(self._states) > 1
 
     def cool_idle(self, now: float | None = None) -> int:
         """Let every conversation idle for ``cold_after`` (at ``now``, by default the clock's now)
@@ -354,16 +373,20 @@ class SessionStore:
         cooled = 0
         while warm:
             key = next(iter(warm))
-            state = self._states[key]
-            if state.last_seen > deadline:
+            if self._states[key].last_seen > deadline:
                 break
-            del warm[key]
-            state.go_cold(REBUILT_WHEN_MISSING)
-            size = self._sizes.get(key)
-            if size is not None:
-                self._count(state, size, copies=True)
+            self._cool(key)
             cooled += 1
         return cooled
+
+    def _cool(self, key: str) -> None:
+        """``key``'s conversation drops what its next trace rebuilds, and is counted anew."""
+        del self._warm[key]
+        state = self._states[key]
+        state.go_cold(REBUILT_WHEN_MISSING)
+        size = self._sizes.get(key)
+        if size is not None:
+            self._count(state, size, copies=True)
 
     def _count(self, state: ConversationState, size: _Size, copies: bool = False) -> None:
         """Estimate what ``state`` holds now into ``size`` and the total; ``copies``: count what its

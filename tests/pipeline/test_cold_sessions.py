@@ -54,6 +54,55 @@ def test_no_conversation_goes_cold_when_cold_after_is_0_nor_after_it_was_evicted
     assert store.cool_idle(now=math.inf) == 0  # none left to cool, and no error
 
 
+def _said(store: SessionStore, key: str) -> int:
+    """``key``'s conversation gains a message (touched, then resized); returns how many went cold."""
+    store.touch(key).conversation.messages.append(Message(Role.USER, "x" * 1000))
+    return store.resize(key)
+
+
+@pytest.mark.parametrize("cold_after", [60.0, 0.0])
+def test_over_max_bytes_the_long_idle_go_first_then_the_others_go_cold_before_any_is_evicted(cold_after):
+    now = [0.0]
+    evicted: list[str] = []
+    store = _store(cold_after, now, on_evict=lambda state, why: evicted.append(state.conversation.key))
+    for key, at in (("idle", 0.0), ("b", 70.0), ("c", 80.0), ("d", 90.0)):
+        now[0] = at
+        _said(store, key)
+    now[0] = 100.0  # "idle" idle for 100 s (not swept yet), b for 30, c for 20
+    b, c, d = (store.get(key) for key in "bcd")
+    assert b is not None and c is not None and d is not None
+    store.max_bytes = store.bytes  # the next message is over the bound
+    assert _said(store, "d") == 0 and evicted == ["idle"]
+    store.max_bytes = store.bytes
+    if not cold_after:  # nothing goes cold: the least recently active goes
+        assert _said(store, "d") == 0 and evicted == ["idle", "b"] and not b.cold
+        return
+    assert _said(store, "d") == 1 and evicted == ["idle"] and b.cold and not c.cold
+    store.max_bytes = store.bytes - 15_000  # more than going cold gives back
+    assert _said(store, "d") == 1 and evicted == ["idle", "b"] and c.cold and not d.cold
+    assert store.bytes <= store.max_bytes and [state.conversation.key for state in store] == ["c", "d"]
+
+
+def test_over_max_bytes_the_analyzer_lets_conversations_go_cold_and_evicts_fewer_analysing_the_same():
+    from tests.pipeline.test_sessions import _workload_analyses as analysed
+
+    peak = [0]
+    unbounded, _, _ = analysed(
+        after_each=lambda analyzer, _: peak.append(max(peak.pop(), analyzer.sessions.bytes))
+    )
+    bound = int(0.9 * peak[0])
+    counted = {}
+    for cold_after in (300.0, 0.0):
+        analyses, _, telemetry = analysed(max_bytes=bound, cold_after=cold_after)
+        assert analyses == unbounded
+        counted[cold_after] = [
+            telemetry.registry.get_sample_value(name, {"reason": "bytes"}) or 0
+            for name in ("otelsignals_sessions_cooled_total", "otelsignals_sessions_evicted_total")
+        ]
+    (cooled, evicted), (_, evicted_without) = counted[300.0], counted[0.0]
+    assert cooled > 0 and evicted < evicted_without
+
+
 def _workload_analyses(
     cool_each_trace: bool, cool_after: frozenset[int] = frozenset()
 ) -> tuple[list[bytes], Any]:
@@ -270,7 +319,7 @@ def test_the_analyzer_cools_idle_conversations_on_expiry_and_counts_them():
     time.sleep(0.01)  # every conversation idle for 10 ms at least (a monotonic clock)
     analyzer.expire()
     telemetry: Telemetry = analyzer.telemetry
-    cooled = telemetry.registry.get_sample_value("otelsignals_sessions_cooled_total")
+    cooled = telemetry.registry.get_sample_value("otelsignals_sessions_cooled_total", {"reason": "idle"})
     assert cooled == len(analyzer.sessions) > 0
     assert all(state.cold for state in analyzer.sessions)
     assert telemetry.registry.get_sample_value("otelsignals_sessions_cold") == len(analyzer.sessions)

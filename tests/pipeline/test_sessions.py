@@ -559,10 +559,12 @@ def _workload_analyses(
     plain_messages: int | None = None,
     monkeypatch: pytest.MonkeyPatch | None = None,
     after_each: Callable[[Analyzer, int], None] | None = None,
+    **sessions: Any,
 ) -> tuple[list[bytes], Analyzer, Telemetry]:
     """Every analysis (as JSON) of 4 conversations of bench/agent_workload.py (long, tool-heavy) and
     the analyzer after them, with ``plain_messages`` kept uncompacted before each trace's new ones
-    (None: the default); ``after_each(analyzer, analyses so far)`` is called after each trace."""
+    (None: the default); ``after_each(analyzer, analyses so far)`` is called after each trace;
+    ``sessions``: the sessions section's settings (no byte bound unless given)."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     from bench.agent_workload import build_workload
@@ -577,6 +579,8 @@ def _workload_analyses(
         monkeypatch.setattr(analyzer_module, "PLAIN_MESSAGES", plain_messages)
     config = load_config(None, environ={})
     config.sessions.max_bytes = 0
+    for setting, value in sessions.items():
+        setattr(config.sessions, setting, value)
     analyzer = analyzer_module.Analyzer(
         Telemetry(), config.sessions, config.signals, config.evals, config.analyzer
     )
