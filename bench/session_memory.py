@@ -42,11 +42,11 @@ first reading was tried: bench/RESULTS.md, seventeenth session).
 
 What ``sessions.max_bytes`` does to the analysis: the real set and the workload, each analysed
 under a bound of each share of its unbounded peak estimate, with ``cold_after`` at its default
-(over the bound, the least recently active conversations go cold before any is evicted) and at 0
+(over the bound, the least recently active goes cold before it is evicted) and at 0
 (never cold: evicted at once). For each: the conversations that went cold and were evicted for the
 bound, those held at the end, the analyses that differ from the unbounded run's (an evicted
 conversation whose traces go on starts again from nothing), and the CPU time. Everything here is
-recent, so none is idle for ``cold_after``: the bench shows the step after the long-idle are gone.
+recent, so none is idle for ``cold_after`` (those would be cold, and evicted first).
 
     .venv/bin/python bench/session_memory.py --resize 100,1000,3000
 

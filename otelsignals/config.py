@@ -361,8 +361,8 @@ class SessionsConfig:
     # At most this many conversations are kept; beyond, the least recently active are evicted.
     max_sessions: int = 50_000
     # And at most about this much memory of conversation state (estimated from the text and the
-    # messages kept: pipeline/sessions.py); beyond, the conversations idle for cold_after are
-    # evicted, then the least recently active others go cold, then they are evicted. 0 = off.
+    # messages kept: pipeline/sessions.py); beyond, the least recently active goes cold, or is
+    # evicted if it is cold already. 0 = off.
     max_bytes: ByteSize = ByteSize(128 * 1024**2)
     # Per conversation, only the latest messages are kept (older ones are counted as trimmed).
     max_messages: int = 2000

@@ -208,8 +208,8 @@ class Telemetry:
         self.sessions_cooled = Counter(
             "otelsignals_sessions_cooled",
             "Conversations gone cold: they dropped what their next trace rebuilds from their messages, "
-            "by reason: idle (for sessions.cold_after) or bytes (sessions.max_bytes reached: the least "
-            "recently active go cold before any is evicted).",
+            "by reason: idle (for sessions.cold_after) or bytes (over sessions.max_bytes, the least "
+            "recently active goes cold before it is evicted).",
             ["reason"],
             registry=r,
         )

@@ -333,34 +333,28 @@ class SessionStore:
 
     def resize(self, key: str) -> int:
         """Account for what ``key``'s state holds now (after a trace changed it); while the total is
-        over ``max_bytes``, free what the others hold, least recently active first: the conversations
-        idle for ``cold_after`` or more are evicted, then the others go cold, then they are evicted.
-        Returns how many went cold.
+        over ``max_bytes``, the least recently active other conversation goes cold if it is not,
+        else is evicted. Returns how many went cold.
 
         Cold before evicted: a cold conversation's next turn costs more CPU (its history read
-        whole), an evicted one's next trace starts a state that knows nothing of what was said."""
+        whole), an evicted one's next trace starts a state that knows nothing of what was said. Only
+        the least recently active goes cold, so a more recent one is never made to pay for one that
+        ended long ago (the conversations idle for cold_after are cold already: they are evicted)."""
         state = self._states.get(key)
         if state is None:
             return 0
         self._count(state, self._sizes.setdefault(key, _Size()))
         # The state just changed is the last one evicted (it may alone be over the bound).
         self._states.move_to_end(key)
-        if not self.max_bytes or self.bytes <= self.max_bytes:
-            return 0
-        idle_since = self._clock() - self.cold_after
-        while self._over_bytes() and next(iter(self._states.values())).last_seen <= idle_since:
-            self._evict_oldest("bytes")
         cooled = 0
-        while self._over_bytes() and next(iter(self._warm), key) != key:  # key: the last warm one
-            self._cool(next(iter(self._warm)))
-            cooled += 1
-        while self._over_bytes():
-            self._evict_oldest("bytes")
+        while self.max_bytes and self.bytes > self.max_bytes and len(self._states) > 1:
+            oldest = next(iter(self._states))
+            if oldest in self._warm:
+                self._cool(oldest)
+                cooled += 1
+            else:
+                self._evict_oldest("bytes")
         return cooled
-
-    def _over_bytes(self) -> bool:
-        """Over ``max_bytes`` with another conversation than the latest one to give up."""
-        return self.bytes > self.max_bytes and len(self._states) > 1
 
     def cool_idle(self, now: float | None = None) -> int:
         """Let every conversation idle for ``cold_after`` (at ``now``, by default the clock's now)

@@ -61,25 +61,28 @@ def _said(store: SessionStore, key: str) -> int:
 
 
 @pytest.mark.parametrize("cold_after", [60.0, 0.0])
-def test_over_max_bytes_the_long_idle_go_first_then_the_others_go_cold_before_any_is_evicted(cold_after):
+def test_over_max_bytes_the_least_recently_active_goes_cold_and_only_a_cold_one_is_evicted(cold_after):
     now = [0.0]
-    evicted: list[str] = []
-    store = _store(cold_after, now, on_evict=lambda state, why: evicted.append(state.conversation.key))
+    evicted: list[tuple[str, bool]] = []  # (key, cold when evicted)
+    store = _store(
+        cold_after, now, on_evict=lambda state, why: evicted.append((state.conversation.key, state.cold))
+    )
     for key, at in (("idle", 0.0), ("b", 70.0), ("c", 80.0), ("d", 90.0)):
         now[0] = at
         _said(store, key)
-    now[0] = 100.0  # "idle" idle for 100 s (not swept yet), b for 30, c for 20
+    now[0] = 100.0
+    store.cool_idle()  # "idle" is cold now (idle for 100 s), b, c and d are not
     b, c, d = (store.get(key) for key in "bcd")
     assert b is not None and c is not None and d is not None
     store.max_bytes = store.bytes  # the next message is over the bound
-    assert _said(store, "d") == 0 and evicted == ["idle"]
+    assert _said(store, "d") == 0 and evicted == [("idle", bool(cold_after))]
     store.max_bytes = store.bytes
-    if not cold_after:  # nothing goes cold: the least recently active goes
-        assert _said(store, "d") == 0 and evicted == ["idle", "b"] and not b.cold
+    if not cold_after:  # nothing goes cold: the least recently active goes at once
+        assert _said(store, "d") == 0 and evicted[1:] == [("b", False)]
         return
-    assert _said(store, "d") == 1 and evicted == ["idle"] and b.cold and not c.cold
-    store.max_bytes = store.bytes - 15_000  # more than going cold gives back
-    assert _said(store, "d") == 1 and evicted == ["idle", "b"] and c.cold and not d.cold
+    assert _said(store, "d") == 1 and len(evicted) == 1 and b.cold and not c.cold  # cold was enough
+    store.max_bytes = store.bytes - 20_000  # more than b alone holds
+    assert _said(store, "d") == 1 and evicted[1:] == [("b", True)] and c.cold and not d.cold
     assert store.bytes <= store.max_bytes and [state.conversation.key for state in store] == ["c", "d"]
 
 
