@@ -836,6 +836,7 @@ class TargetResult:
     peak_rss_kib: int
     rss_growth_kib: int = 0
     sessions: float = 0.0
+    sessions_cold: float = 0.0  # of them, gone cold (sessions.cold_after) by the end
     sessions_estimated_bytes: float = 0.0
     gc_worst_pause_ms: float = 0.0
     stage_latencies_ms: dict[str, float] = field(default_factory=dict)  # paced phase, bucket bounds
@@ -1019,6 +1020,7 @@ def run_sidecar(
         stages["export_delivery_p50_ms"] = bucket_quantile(traces, 0.5)
         stages["export_delivery_p99_ms"] = bucket_quantile(traces, 0.99)
         sessions = sidecar.metric("otelsignals_sessions_active")
+        cold = sidecar.metric("otelsignals_sessions_cold")
         estimated = sidecar.metric("otelsignals_sessions_bytes")
         worst_gc = gc_worst_pause_ms(sidecar)
         dropped = sidecar.metric("otelsignals_dropped_spans_total")
@@ -1029,7 +1031,8 @@ def run_sidecar(
         expanded = sidecar.metric("otelsignals_sessions_compacted_reads_total")
         log(
             f"sidecar: {released:,.0f} traces released complete, {analysed:,.0f} turns analysed, "
-            f"{evicted:,.0f} evicted, {dropped:,.0f} spans dropped, {sessions:,.0f} sessions held, "
+            f"{evicted:,.0f} evicted, {dropped:,.0f} spans dropped, {sessions:,.0f} sessions held "
+            f"({cold:,.0f} cold), "
             f"{compacted:,.0f} messages compacted, {expanded:,.0f} compacted texts read back"
         )
         return TargetResult(
@@ -1038,6 +1041,7 @@ def run_sidecar(
             status_kib(pid, "VmHWM"),
             status_kib(pid, "VmRSS") - rss_ready,
             sessions,
+            cold,
             estimated,
             worst_gc,
             stages,
@@ -1090,6 +1094,7 @@ def summary(target: TargetResult) -> dict[str, float]:
     if target.sessions:
         out["rss_growth_mib"] = target.rss_growth_kib / 1024
         out["sessions_held"] = target.sessions
+        out["sessions_cold"] = target.sessions_cold
         out["rss_kib_per_conversation"] = target.rss_growth_kib / target.sessions
         out["estimated_kib_per_conversation"] = target.sessions_estimated_bytes / 1024 / target.sessions
     if target.malloc_end:
@@ -1144,6 +1149,7 @@ ROWS = (
     ("peak_rss_mib", "peak RSS, VmHWM (MiB)", "{:,.0f}"),
     ("rss_growth_mib", "RSS growth, ready → end (MiB)", "{:,.0f}"),
     ("sessions_held", "conversations held (otelsignals_sessions_active)", "{:,.0f}"),
+    ("sessions_cold", "of them, cold at the end (otelsignals_sessions_cold)", "{:,.0f}"),
     ("rss_kib_per_conversation", "RSS per open conversation (KiB)", "{:,.0f}"),
     ("estimated_kib_per_conversation", "estimated per conversation, sessions_bytes (KiB)", "{:,.0f}"),
     ("malloc_in_use_growth_mib", "C allocator, in use: growth ready → end (MiB)", "{:,.0f}"),
