@@ -190,7 +190,8 @@ class Telemetry:
         )
         self.cold_conversations = Gauge(
             "otelsignals_sessions_cold",
-            "Kept conversations gone cold (idle for sessions.cold_after) and not active since.",
+            "Kept conversations gone cold (idle for sessions.cold_after, or the least recently active "
+            "over sessions.max_bytes) and not active since.",
             registry=r,
         )
         self.conversation_bytes = Gauge(

@@ -251,13 +251,14 @@ class Analyzer:
                 continue
             key, attributes = known
             events = self.log_events.take(trace_id, span_id)
-            if self.sessions.get(key) is None:
+            state = self.sessions.get(key)
+            if state is None:
                 continue
-            state = self.sessions.touch(key)  # content that came late is the conversation's activity
             view = SpanView(trace_id, span_id, attributes=attributes, events=events)
             reading = self._read(view, state.decoder_memory)
             if reading is None or not (reading.input_messages or reading.output_messages):
                 continue
+            self.sessions.touch(key)  # content that came late is the conversation's activity
             reading.llm_call = None  # the model call was counted when the span was read
             state.seen_spans.discard(span_id)
             update = apply_trace(state, trace_id, [(view, reading)])

@@ -307,7 +307,7 @@ class SessionStore:
 
     @property
     def cold(self) -> int:
-        """The conversations gone cold and not active since (cool_idle)."""
+        """The conversations gone cold (idle, or over max_bytes) and not active since."""
         return len(self._states) - len(self._warm) if self.cold_after else 0
 
     def __iter__(self) -> Iterator[ConversationState]:
@@ -334,7 +334,7 @@ class SessionStore:
     def resize(self, key: str) -> int:
         """Account for what ``key``'s state holds now (after a trace changed it); while the total is
         over ``max_bytes``, the least recently active other conversation goes cold if it is not,
-        else is evicted. Returns how many went cold.
+        else is evicted. Returns how many went cold and stay (not evicted in the same call).
 
         Cold before evicted: a cold conversation's next turn costs more CPU (its history read
         whole), an evicted one's next trace starts a state that knows nothing of what was said. Only
@@ -346,15 +346,16 @@ class SessionStore:
         self._count(state, self._sizes.setdefault(key, _Size()))
         # The state just changed is the last one evicted (it may alone be over the bound).
         self._states.move_to_end(key)
-        cooled = 0
+        cooled: set[str] = set()
         while self.max_bytes and self.bytes > self.max_bytes and len(self._states) > 1:
             oldest = next(iter(self._states))
             if oldest in self._warm:
                 self._cool(oldest)
-                cooled += 1
+                cooled.add(oldest)
             else:
+                cooled.discard(oldest)
                 self._evict_oldest("bytes")
-        return cooled
+        return len(cooled)
 
     def cool_idle(self, now: float | None = None) -> int:
         """Let every conversation idle for ``cold_after`` (at ``now``, by default the clock's now)

@@ -81,9 +81,11 @@ def test_over_max_bytes_the_least_recently_active_goes_cold_and_only_a_cold_one_
         assert _said(store, "d") == 0 and evicted[1:] == [("b", False)]
         return
     assert _said(store, "d") == 1 and len(evicted) == 1 and b.cold and not c.cold  # cold was enough
-    store.max_bytes = store.bytes - 20_000  # more than b alone holds
-    assert _said(store, "d") == 1 and evicted[1:] == [("b", True)] and c.cold and not d.cold
-    assert store.bytes <= store.max_bytes and [state.conversation.key for state in store] == ["c", "d"]
+    store.max_bytes = store.bytes  # b, the least recently active, is cold: it goes, c stays warm
+    assert _said(store, "d") == 0 and evicted[1:] == [("b", True)] and not c.cold
+    store.max_bytes = store.bytes - 20_000  # more than c frees cold: cold, then evicted (not counted)
+    assert _said(store, "d") == 0 and evicted[2:] == [("c", True)] and not d.cold
+    assert store.bytes <= store.max_bytes and [state.conversation.key for state in store] == ["d"]
 
 
 def test_over_max_bytes_the_analyzer_lets_conversations_go_cold_and_evicts_fewer_analysing_the_same():
