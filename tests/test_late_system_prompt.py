@@ -14,7 +14,7 @@ from otelsignals.conventions.base import SpanReading
 from otelsignals.conversation import ConversationState, apply_trace
 from otelsignals.model import LlmCall, Message, Role, ToolCall, ToolResult
 from otelsignals.signals.base import MESSAGE_NUMBER_METADATA_KEYS, moved_numbers
-from otelsignals.signals.detect import REBUILT_WHEN_MISSING, holds_message_numbers, renumber_memory
+from otelsignals.signals.detect import REBUILT_WHEN_MISSING, is_numbered, renumber_memory
 from tests.corpus import BLIND_DIR, HELDOUT_DIR, CorpusConversation, load_corpus
 from tests.corpus_eval import chunks
 from tests.test_conversation import SYSTEM, view
@@ -105,7 +105,7 @@ def _delivered(entry: CorpusConversation, prompt_late: bool) -> tuple[list[Any],
 
 
 def _numbered_memory(state: ConversationState) -> dict[str, Any]:
-    return {key: value for key, value in state.detector_memory.items() if holds_message_numbers(key)}
+    return {key: value for key, value in state.detector_memory.items() if is_numbered(key)}
 
 
 @pytest.mark.parametrize("entry", [e for e in CORPUS if len(_trace_ends(e)) > 1], ids=lambda e: e.id)

@@ -72,11 +72,11 @@ def renumber_memory(memory: dict[str, Any], by: int) -> None:
     for key in list(memory):
         if key in REBUILT_WHEN_MISSING:
             del memory[key]
-        elif holds_message_numbers(key):
+        elif is_numbered(key):
             memory[key] = base.moved_numbers(memory[key], by)
 
 
-def holds_message_numbers(key: str) -> bool:
+def is_numbered(key: str) -> bool:
     """Whether detector memory under ``key`` holds message numbers (base.HOLDS_MESSAGE_NUMBERS names
     the key, or its part after the last ':')."""
     return key.rpartition(":")[2] in HOLDS_MESSAGE_NUMBERS
