@@ -134,11 +134,14 @@ async def test_a_permanent_refusal_is_not_retried(served: ScriptedServer, client
 
 async def test_gives_up_after_the_configured_attempts(served: ScriptedServer, client: HttpClient) -> None:
     served.script = [Answer(503), Answer(500), Answer(502), Answer(200)]
-    exchange = await client.post(served.url, b"x", RetryPolicy(3, QUICK))
+    # Steps far enough apart (50 then 200 ms) that a loaded machine's delays cannot reorder them:
+    # QUICK's 10 and 20 ms did under CI's two test processes.
+    growing = Backoff(initial_interval=0.05, multiplier=4.0, max_interval=5.0, randomization_factor=0.0)
+    exchange = await client.post(served.url, b"x", RetryPolicy(3, growing))
     assert [a.status for a in exchange.attempts] == [503, 500, 502]
     assert exchange.gave_up and exchange.failed_attempts == 3 and len(served.arrivals) == 3
     assert exchange.latency_s == pytest.approx(sum(a.latency_s for a in exchange.attempts))
-    assert served.gaps[1] >= served.gaps[0] >= 0.01  # the backoff steps grow
+    assert served.gaps[1] >= 0.2 and served.gaps[1] > served.gaps[0] >= 0.05  # the backoff steps grow
 
 
 async def test_a_slow_answer_times_out_and_is_retried(served: ScriptedServer) -> None:
