@@ -836,7 +836,7 @@ class TargetResult:
     peak_rss_kib: int
     rss_growth_kib: int = 0
     sessions: float = 0.0
-    sessions_cold: float = 0.0  # of them, gone cold (sessions.cold_after) by the end
+    sessions_cold: float = 0.0  # of them, cold at the end (idle for sessions.cold_after, or over max_bytes)
     sessions_estimated_bytes: float = 0.0
     gc_worst_pause_ms: float = 0.0
     stage_latencies_ms: dict[str, float] = field(default_factory=dict)  # paced phase, bucket bounds
