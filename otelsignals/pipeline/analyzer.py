@@ -40,8 +40,11 @@ _CONTEXT_CACHE_LIMIT = 4096
 READ_SPANS_KEPT = 50_000
 # Messages before a trace's new ones kept as plain text for the detectors to look back over (they
 # read further back rarely: a phrase detector's seeding, up to 50); older ones are compacted
-# (compaction.compact) and expanded when read.
-PLAIN_MESSAGES = 32
+# (compaction.compact) and expanded when read. As many as the recent texts a conversation keeps to
+# share (conversation.SHARED_VALUES), which compaction leaves plain anyway: 32 kept 6 % more state on
+# the agent workload, and compacted texts were read back 18 times in its 1,252 traces instead of 35
+# (bench/RESULTS.md, twenty-third session).
+PLAIN_MESSAGES = 16
 
 
 def _slim(attributes: dict) -> dict:

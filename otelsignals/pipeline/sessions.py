@@ -149,11 +149,11 @@ def _length(arguments: object) -> int:
 
 # Text storage is counted again over the latest messages only: they are the ones whose text still
 # changes (a tool output joining its call's result, compaction once they leave the detectors'
-# plain window of 32). The older ones are counted once, as they leave this tail, and all of them
-# again every FULL_RECOUNT_EVERY resizes of the state (a held message compacted late, a result
-# filled in far back: the count is high or low by those for at most that many traces) and whenever
-# the messages counted before are no longer where they were (trimmed, a system prompt put in
-# front). Counting every message on every trace cost a long conversation's turn time in proportion
+# plain window, analyzer.PLAIN_MESSAGES). The older ones are counted once, as they leave this tail,
+# and all of them again every FULL_RECOUNT_EVERY resizes of the state (a held message compacted
+# late, a result filled in far back: the count is high or low by those for at most that many
+# traces) and whenever the messages counted before are no longer where they were (trimmed, a
+# system prompt put in front). Counting every message on every trace cost a long conversation's turn time in proportion
 # to its length (73 µs at 258 messages).
 RECOUNTED_TAIL = 64
 FULL_RECOUNT_EVERY = 16

@@ -601,8 +601,9 @@ def _workload_analyses(
 
 def test_old_messages_are_compacted_without_changing_any_analysis_and_take_less_memory(monkeypatch):
     from otelsignals.compaction import is_compacted
+    from otelsignals.pipeline.analyzer import PLAIN_MESSAGES
 
-    compacted, analyzer, telemetry = _workload_analyses(32, monkeypatch)
+    compacted, analyzer, telemetry = _workload_analyses(None)
     plain, plain_analyzer, plain_telemetry = _workload_analyses(10**9, monkeypatch)
     assert compacted == plain and len(compacted) > 40
     counted = telemetry.registry.get_sample_value("otelsignals_sessions_compacted_messages_total")
@@ -614,18 +615,18 @@ def test_old_messages_are_compacted_without_changing_any_analysis_and_take_less_
         assert messages == plain_state.conversation.messages
         assert [m.content for m in messages] == [m.content for m in plain_state.conversation.messages]
         # The detectors' window before the next trace stays plain.
-        assert not any(is_compacted(m) for m in messages[-32:])
+        assert not any(is_compacted(m) for m in messages[-PLAIN_MESSAGES:])
     # The byte bound counts the compacted size.
     assert analyzer.sessions.bytes < 0.9 * plain_analyzer.sessions.bytes
 
 
-def test_a_resent_history_keeps_no_copy_of_a_message_the_conversation_holds(monkeypatch):
+def test_a_resent_history_keeps_no_copy_of_a_message_the_conversation_holds():
     """The previous answer and the tool results a history resends are read as copies; once merged,
     the history cache, the latest split and the later calls of the trace hand back the
     conversation's own messages, so that no copy keeps a text alive that compaction would free."""
     from otelsignals.compaction import stored_message_text
 
-    _, analyzer, _ = _workload_analyses(32, monkeypatch)
+    _, analyzer, _ = _workload_analyses(None)
     adopted = 0
     for state in analyzer.sessions:
         held: dict[int, set[int]] = {}  # text object -> the conversation's messages holding it
