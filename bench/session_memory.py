@@ -36,7 +36,10 @@ Then every conversation goes cold (``sessions.cold_after`` passed) and the same 
 again: what the process holds once its conversations are idle, allocator slack included.
 Memory freed while the requests were built can be reused by the analysis without showing as growth,
 as a running sidecar reuses what its traffic frees (a trim of the C library's free memory before the
-first reading was tried: bench/RESULTS.md, seventeenth session).
+first reading was tried: bench/RESULTS.md, seventeenth session). So the memory in use is reported
+too: the C allocator's bytes in use and the bytes of Python's small objects (512 bytes or less,
+which Python takes from arenas of its own: ``sys._debugmallocstats``), whose slope is what an added
+conversation holds, whatever the allocators keep free for reuse beside it.
 
     .venv/bin/python bench/session_memory.py --bound 0.8,0.5
 
@@ -81,7 +84,10 @@ import dataclasses
 import gc
 import json
 import math
+import os
+import re
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -391,16 +397,16 @@ def resident_child(conversations: int, seed: int, real: bool) -> dict[str, float
     for trace in workload_traces(2, seed + 1):  # loads the detectors' tables and the embedding model
         analyzer.process(trace)
     gc.collect()
-    rss_before, malloc_before = status_mib("VmRSS"), malloc_bytes() or {}
+    rss_before, malloc_before, small_before = status_mib("VmRSS"), malloc_bytes() or {}, small_object_mib()
     for trace in traces:
         analyzer.process(trace)
     gc.collect()
-    rss_after, malloc_after = status_mib("VmRSS"), malloc_bytes() or {}
+    rss_after, malloc_after, small_after = status_mib("VmRSS"), malloc_bytes() or {}, small_object_mib()
     # Then every conversation idle past sessions.cold_after: what the same process holds once they
     # are cold (what they dropped is freed; whether the allocators give it back is what RSS says).
     analyzer.sessions.cool_idle(now=math.inf)
     gc.collect()
-    rss_cold, malloc_cold = status_mib("VmRSS"), malloc_bytes() or {}
+    rss_cold, malloc_cold, small_cold = status_mib("VmRSS"), malloc_bytes() or {}, small_object_mib()
     started = time.perf_counter()
     for _ in range(20):
         malloc_bytes()
@@ -408,12 +414,34 @@ def resident_child(conversations: int, seed: int, real: bool) -> dict[str, float
         "conversations": len(analyzer.sessions),
         "rss_growth_mib": rss_after - rss_before,
         "malloc_in_use_growth_mib": (malloc_after.get("in_use", 0) - malloc_before.get("in_use", 0)) / 2**20,
+        "small_objects_growth_mib": small_after - small_before,
         "cold_rss_growth_mib": rss_cold - rss_before,
         "cold_malloc_in_use_growth_mib": (malloc_cold.get("in_use", 0) - malloc_before.get("in_use", 0))
         / 2**20,
+        "cold_small_objects_growth_mib": small_cold - small_before,
         "text_mib": sum(kept_text(state)[1] for state in analyzer.sessions) / 2**20,
         "mallinfo2_ms": (time.perf_counter() - started) / 20 * 1000,
     }
+
+
+def small_object_mib() -> float:
+    """MiB in the blocks Python's small-object allocator has handed out and not freed (objects of
+    512 bytes or less: what the C allocator's bytes in use leave out), from the report
+    ``sys._debugmallocstats`` writes to the C standard error, read through a file put there."""
+    with tempfile.TemporaryFile() as report:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(report.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        report.seek(0)
+        found = re.search(rb"# bytes in allocated blocks\s*=\s*([\d,]+)", report.read())
+    if found is None:
+        raise RuntimeError("sys._debugmallocstats printed no allocated blocks (not CPython's pymalloc?)")
+    return int(found.group(1).replace(b",", b"")) / 2**20
 
 
 def status_mib(key: str) -> float:
@@ -435,17 +463,18 @@ def resident(sizes: list[int], seed: int, real: bool) -> str:
         rows.append(json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout))
     lines = [
         f"| {name} conversations (and 2 of the workload's, first) | RSS growth (MiB) "
-        "| C allocator in use, growth (MiB) | text kept (MiB, UTF-8) | RSS growth / text "
+        "| C allocator in use, growth (MiB) | small objects in use, growth (MiB) "
+        "| text kept (MiB, UTF-8) | RSS growth / text "
         "| once cold: RSS growth (MiB) | once cold: C allocator in use, growth (MiB) "
         "| once cold: RSS growth / text | mallinfo2 call (ms) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         rss, cold, text = row["rss_growth_mib"], row["cold_rss_growth_mib"], row["text_mib"]
         lines.append(
             f"| {row['conversations']:,} | {rss:.0f} | {row['malloc_in_use_growth_mib']:.0f} | "
-            f"{text:.1f} | {rss / text:.2f} | {cold:.0f} | {row['cold_malloc_in_use_growth_mib']:.0f} | "
-            f"{cold / text:.2f} | {row['mallinfo2_ms']:.2f} |"
+            f"{row['small_objects_growth_mib']:.0f} | {text:.1f} | {rss / text:.2f} | {cold:.0f} | "
+            f"{row['cold_malloc_in_use_growth_mib']:.0f} | {cold / text:.2f} | {row['mallinfo2_ms']:.2f} |"
         )
     first, last = rows[0], rows[-1]
     added = last["conversations"] - first["conversations"]
@@ -456,6 +485,17 @@ def resident(sizes: list[int], seed: int, real: bool) -> str:
         lines.append(
             f"Per added conversation, {when}: {rss * 1024:.0f} KiB resident for {text * 1024:.0f} KiB of "
             f"text (**{rss / text:.2f} bytes resident per byte of text**)."
+        )
+    # What the conversations hold, without the memory the allocators freed and keep for reuse.
+    for when, prefix in (("active", ""), ("once cold", "cold_")):
+        in_use = sum(
+            (last[prefix + key] - first[prefix + key]) / added
+            for key in ("malloc_in_use_growth_mib", "small_objects_growth_mib")
+        )
+        lines.append(
+            f"Per added conversation, {when}, in use (the C allocator's bytes in use and Python's small "
+            f"objects): {in_use * 1024:.0f} KiB for {text * 1024:.0f} KiB of text "
+            f"(**{in_use / text:.2f} bytes in use per byte of text**)."
         )
     return "\n".join(lines) + "\n"
 
