@@ -397,30 +397,40 @@ def resident_child(conversations: int, seed: int, real: bool) -> dict[str, float
     for trace in workload_traces(2, seed + 1):  # loads the detectors' tables and the embedding model
         analyzer.process(trace)
     gc.collect()
-    rss_before, malloc_before, small_before = status_mib("VmRSS"), malloc_bytes() or {}, small_object_mib()
+    before = memory_mib()
     for trace in traces:
         analyzer.process(trace)
     gc.collect()
-    rss_after, malloc_after, small_after = status_mib("VmRSS"), malloc_bytes() or {}, small_object_mib()
+    active = memory_mib()
     # Then every conversation idle past sessions.cold_after: what the same process holds once they
     # are cold (what they dropped is freed; whether the allocators give it back is what RSS says).
     analyzer.sessions.cool_idle(now=math.inf)
     gc.collect()
-    rss_cold, malloc_cold, small_cold = status_mib("VmRSS"), malloc_bytes() or {}, small_object_mib()
+    cold = memory_mib()
     started = time.perf_counter()
     for _ in range(20):
         malloc_bytes()
     return {
         "conversations": len(analyzer.sessions),
-        "rss_growth_mib": rss_after - rss_before,
-        "malloc_in_use_growth_mib": (malloc_after.get("in_use", 0) - malloc_before.get("in_use", 0)) / 2**20,
-        "small_objects_growth_mib": small_after - small_before,
-        "cold_rss_growth_mib": rss_cold - rss_before,
-        "cold_malloc_in_use_growth_mib": (malloc_cold.get("in_use", 0) - malloc_before.get("in_use", 0))
-        / 2**20,
-        "cold_small_objects_growth_mib": small_cold - small_before,
+        **{f"{reading}_growth_mib": active[reading] - before[reading] for reading in before},
+        **{f"cold_{reading}_growth_mib": cold[reading] - before[reading] for reading in before},
         "text_mib": sum(kept_text(state)[1] for state in analyzer.sessions) / 2**20,
         "mallinfo2_ms": (time.perf_counter() - started) / 20 * 1000,
+    }
+
+
+def memory_mib() -> dict[str, float]:
+    """This process's resident memory and the memory its two allocators have handed out, in MiB:
+    ``rss``; ``malloc_in_use``, the C allocator's (its heaps' bytes in use and the large blocks it
+    mapped on their own: otelsignals_malloc_bytes, glibc only, else 0); ``small_objects``, Python's
+    own for objects of 512 bytes or less (:func:`small_object_mib`)."""
+    from otelsignals.allocator import malloc_bytes
+
+    malloc = malloc_bytes() or {}
+    return {
+        "rss": status_mib("VmRSS"),
+        "malloc_in_use": (malloc.get("in_use", 0) + malloc.get("mmapped", 0)) / 2**20,
+        "small_objects": small_object_mib(),
     }
 
 
@@ -431,8 +441,8 @@ def small_object_mib() -> float:
     with tempfile.TemporaryFile() as report:
         sys.stderr.flush()
         saved = os.dup(2)
-        os.dup2(report.fileno(), 2)
         try:
+            os.dup2(report.fileno(), 2)
             sys._debugmallocstats()
         finally:
             os.dup2(saved, 2)
@@ -462,20 +472,21 @@ def resident(sizes: list[int], seed: int, real: bool) -> str:
         command += ["--resident-set", name]
         rows.append(json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout))
     lines = [
-        f"| {name} conversations (and 2 of the workload's, first) | RSS growth (MiB) "
-        "| C allocator in use, growth (MiB) | small objects in use, growth (MiB) "
-        "| text kept (MiB, UTF-8) | RSS growth / text "
-        "| once cold: RSS growth (MiB) | once cold: C allocator in use, growth (MiB) "
-        "| once cold: RSS growth / text | mallinfo2 call (ms) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {name} conversations (and 2 of the workload's, first) | text kept (MiB, UTF-8) "
+        "| RSS growth (MiB) | C allocator in use, growth (MiB) | small objects, growth (MiB) "
+        "| RSS growth / text | once cold: RSS growth (MiB) | once cold: C allocator in use, growth (MiB) "
+        "| once cold: small objects, growth (MiB) | once cold: RSS growth / text | mallinfo2 call (ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        rss, cold, text = row["rss_growth_mib"], row["cold_rss_growth_mib"], row["text_mib"]
-        lines.append(
-            f"| {row['conversations']:,} | {rss:.0f} | {row['malloc_in_use_growth_mib']:.0f} | "
-            f"{row['small_objects_growth_mib']:.0f} | {text:.1f} | {rss / text:.2f} | {cold:.0f} | "
-            f"{row['cold_malloc_in_use_growth_mib']:.0f} | {cold / text:.2f} | {row['mallinfo2_ms']:.2f} |"
-        )
+        text = row["text_mib"]
+        cells = [f"{row['conversations']:,}", f"{text:.1f}"]
+        for prefix in ("", "cold_"):
+            readings = [
+                row[f"{prefix}{reading}_growth_mib"] for reading in ("rss", "malloc_in_use", "small_objects")
+            ]
+            cells += [f"{value:.0f}" for value in readings] + [f"{readings[0] / text:.2f}"]
+        lines.append("| " + " | ".join([*cells, f"{row['mallinfo2_ms']:.2f}"]) + " |")
     first, last = rows[0], rows[-1]
     added = last["conversations"] - first["conversations"]
     text = (last["text_mib"] - first["text_mib"]) / added
@@ -493,9 +504,9 @@ def resident(sizes: list[int], seed: int, real: bool) -> str:
             for key in ("malloc_in_use_growth_mib", "small_objects_growth_mib")
         )
         lines.append(
-            f"Per added conversation, {when}, in use (the C allocator's bytes in use and Python's small "
-            f"objects): {in_use * 1024:.0f} KiB for {text * 1024:.0f} KiB of text "
-            f"(**{in_use / text:.2f} bytes in use per byte of text**)."
+            f"Per added conversation, {when}, in use (the C allocator's bytes in use, its mapped blocks "
+            f"included, and Python's small objects): {in_use * 1024:.0f} KiB for {text * 1024:.0f} KiB "
+            f"of text (**{in_use / text:.2f} bytes in use per byte of text**)."
         )
     return "\n".join(lines) + "\n"
 

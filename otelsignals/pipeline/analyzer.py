@@ -41,9 +41,11 @@ READ_SPANS_KEPT = 50_000
 # Messages before a trace's new ones kept as plain text for the detectors to look back over (they
 # read further back rarely: a phrase detector's seeding, up to 50); older ones are compacted
 # (compaction.compact) and expanded when read. As many as the recent texts a conversation keeps to
-# share (conversation.SHARED_VALUES), which compaction leaves plain anyway: 32 kept 6 % more state on
-# the agent workload, and compacted texts were read back 18 times in its 1,252 traces instead of 35
-# (bench/RESULTS.md, twenty-third session).
+# share (conversation.SHARED_VALUES), whose texts compaction leaves plain anyway while they are
+# kept: 32 kept 6 % more state on the agent workload. What it costs is reading back: 35 texts in
+# the workload's 1,252 traces instead of 18, and when every trace finds its conversation cold (its
+# history paired by value, rephrase and repetition preparing their windows again) 53,026 instead of
+# 38,410, about 0.1 ms a trace (bench/RESULTS.md, twenty-third session).
 PLAIN_MESSAGES = 16
 
 

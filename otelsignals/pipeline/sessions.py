@@ -153,8 +153,8 @@ def _length(arguments: object) -> int:
 # and all of them again every FULL_RECOUNT_EVERY resizes of the state (a held message compacted
 # late, a result filled in far back: the count is high or low by those for at most that many
 # traces) and whenever the messages counted before are no longer where they were (trimmed, a
-# system prompt put in front). Counting every message on every trace cost a long conversation's turn time in proportion
-# to its length (73 µs at 258 messages).
+# system prompt put in front). Counting every message on every trace cost a long conversation's
+# turn time in proportion to its length (73 µs at 258 messages).
 RECOUNTED_TAIL = 64
 FULL_RECOUNT_EVERY = 16
 # The history cache is counted again (_copies_bytes) once it has built that many more messages (or
