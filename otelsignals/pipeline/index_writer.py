@@ -41,7 +41,9 @@ from otelsignals.telemetry import ProblemLog
 from otelsignals.triage import NO_PRIORITY
 
 PRUNE_INTERVAL_S = 60.0
-SIGNALS_KEPT = 200  # signals kept per conversation row (the latest)
+# Signals kept per conversation row, the latest (the state keeps up to RECENT_SIGNALS, 500): a row is
+# built on every trace, so this bounds that work too, and a resumed row keeps as many.
+SIGNALS_KEPT = 200
 TRACES_KEPT = 200  # trace ids (and per-trace metrics) kept per conversation: the latest
 REDACTED = "[redacted]"
 
@@ -98,7 +100,7 @@ def indexed_conversation(
                 if redact is not None
                 else redacted_metadata(signal),
             }
-            for signal in state.recent_signals
+            for signal in state.recent_signals[-SIGNALS_KEPT:]
         ],
         "trace_metrics": [t.as_dict() for t in list(state.trace_signals)[-TRACES_KEPT:]],
         "session_metrics": [metric.as_dict() for metric in session_metrics] or None,

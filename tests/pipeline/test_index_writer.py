@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from otelsignals.config import IndexConfig
 from otelsignals.conversation import ConversationState
 from otelsignals.model import Message, Role, SignalInstance
-from otelsignals.pipeline.index_writer import IndexWriter, Redactor, indexed_conversation
+from otelsignals.pipeline.index_writer import SIGNALS_KEPT, IndexWriter, Redactor, indexed_conversation
 from otelsignals.stores.conversation_index import open_index
 
 DEFAULT = Redactor(IndexConfig().redact_patterns)
@@ -65,6 +65,14 @@ def test_kept_text_is_masked() -> None:
     row = indexed_conversation(state_with_text(), now=100.0, redact=DEFAULT)
     assert row.detail["messages"][0]["content"] == "I was charged twice, mail me at [redacted]"
     assert row.detail["signals"][0]["snippet"] == "mail me at [redacted]"
+
+
+def test_a_row_keeps_the_latest_signals_of_a_long_conversation() -> None:
+    state = state_with_text()
+    quit_ = "interaction.disengagement.quit"
+    state.recent_signals.extend(SignalInstance(quit_, number, 0.8) for number in range(1, SIGNALS_KEPT + 50))
+    kept = [signal["message_index"] for signal in indexed_conversation(state, now=100.0).detail["signals"]]
+    assert kept == list(range(50, SIGNALS_KEPT + 50))
 
 
 def test_a_failed_write_is_retried_and_newer_states_win(tmp_path: Path) -> None:
