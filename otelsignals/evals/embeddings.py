@@ -26,6 +26,7 @@ import importlib.metadata
 import json
 import logging
 import math
+import operator
 import os
 import tempfile
 import threading
@@ -78,17 +79,20 @@ class Embedder(Protocol):
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    """Cosine similarity of two vectors; 0.0 when either is the zero vector."""
-    a = np.asarray(a, dtype=np.float64).ravel()
-    b = np.asarray(b, dtype=np.float64).ravel()
-    if a.shape != b.shape:
-        raise ValueError(f"cosine of vectors of different sizes: {a.shape[0]} and {b.shape[0]}")
-    # Three dot products and scalar math: np.linalg.norm and np.clip cost more than the arithmetic
-    # on vectors of a few hundred numbers (this runs for every analysed trace).
-    norm = math.sqrt(float(np.dot(a, a)) * float(np.dot(b, b)))
+    """Cosine similarity of two vectors; 0.0 when either is the zero vector.
+
+    The same on every machine: the sums are ``math.fsum``'s, correctly rounded. ``np.dot`` hands
+    them to the BLAS, whose kernel (chosen by CPU) adds in an order of its own: the agent metrics of
+    the same traces differed in their last digits between OpenBLAS's SkylakeX and Zen kernels
+    (bench/RESULTS.md). The products of float32 values, the embedders' rows, are exact in float64."""
+    x = np.asarray(a, dtype=np.float64).ravel().tolist()
+    y = np.asarray(b, dtype=np.float64).ravel().tolist()
+    if len(x) != len(y):
+        raise ValueError(f"cosine of vectors of different sizes: {len(x)} and {len(y)}")
+    norm = math.sqrt(math.fsum(map(operator.mul, x, x)) * math.fsum(map(operator.mul, y, y)))
     if norm == 0.0 or not math.isfinite(norm):
         return 0.0
-    return min(1.0, max(-1.0, float(np.dot(a, b)) / norm))
+    return min(1.0, max(-1.0, math.fsum(map(operator.mul, x, y)) / norm))
 
 
 def _normalise_rows(matrix: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -424,6 +425,19 @@ def test_cosine_edge_cases() -> None:
     assert cosine(np.zeros(3), np.ones(3)) == 0.0
     with pytest.raises(ValueError, match="different sizes"):
         cosine(np.ones(2), np.ones(3))
+
+
+def test_cosine_sums_are_correctly_rounded_whatever_order_a_machine_adds_in() -> None:
+    """Exact sums, rounded once: a BLAS kernel's order of addition (np.dot's) moved the last digits
+    of the agent metrics from one machine to another."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        a, b = (rng.standard_normal(50).astype(np.float32) for _ in range(2))
+        aa, bb, ab = (
+            float(sum(Fraction(float(x)) * Fraction(float(y)) for x, y in zip(p, q, strict=True)))
+            for p, q in ((a, a), (b, b), (a, b))
+        )
+        assert cosine(a, b) == min(1.0, max(-1.0, ab / math.sqrt(aa * bb)))
 
 
 # ---------------------------------------------------------------------------------------------
