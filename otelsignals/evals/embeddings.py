@@ -89,10 +89,13 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     y = np.asarray(b, dtype=np.float64).ravel().tolist()
     if len(x) != len(y):
         raise ValueError(f"cosine of vectors of different sizes: {len(x)} and {len(y)}")
-    norm = math.sqrt(math.fsum(map(operator.mul, x, x)) * math.fsum(map(operator.mul, y, y)))
-    if norm == 0.0 or not math.isfinite(norm):
+    try:
+        norm = math.sqrt(math.fsum(map(operator.mul, x, x)) * math.fsum(map(operator.mul, y, y)))
+        if norm == 0.0 or not math.isfinite(norm):
+            return 0.0
+        return min(1.0, max(-1.0, math.fsum(map(operator.mul, x, y)) / norm))
+    except OverflowError:  # fsum's partial sums left the float range (float64 input near its limit)
         return 0.0
-    return min(1.0, max(-1.0, math.fsum(map(operator.mul, x, y)) / norm))
 
 
 def _normalise_rows(matrix: np.ndarray) -> np.ndarray:

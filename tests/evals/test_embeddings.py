@@ -423,6 +423,7 @@ def test_cosine_edge_cases() -> None:
     assert cosine(np.array([1.0, 0.0]), np.array([-3.0, 0.0])) == pytest.approx(-1.0)
     assert cosine(np.array([1.0, 0.0]), np.array([0.0, 1.0])) == pytest.approx(0.0)
     assert cosine(np.zeros(3), np.ones(3)) == 0.0
+    assert cosine(np.array([1.3e154, 1.3e154]), np.ones(2)) == 0.0  # squares summed past the float range
     with pytest.raises(ValueError, match="different sizes"):
         cosine(np.ones(2), np.ones(3))
 
