@@ -22,6 +22,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 
 from bench import triage_real
 from otelsignals import native
+from otelsignals.config import EvalsConfig
 from otelsignals.offline import read_requests, traces_in_time_order
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.telemetry import Telemetry
@@ -38,7 +39,8 @@ def analysis_digest(real_dir: str = "") -> str:
     paths = sorted(p for p in FIXTURES.rglob("*.binpb") if not p.name.endswith(".logs.binpb"))
     if real_dir:
         paths += sorted(Path(real_dir).rglob("*.binpb"))
-    analyzer = Analyzer(Telemetry())
+    # The default per-trace metrics too (embedding coherence and loops), which a bare Analyzer skips.
+    analyzer = Analyzer(Telemetry(), evals=EvalsConfig())
     digest = hashlib.blake2b(digest_size=16)
     for trace in traces_in_time_order(request for path in paths for request in read_requests(path)):
         analysis = analyzer.process(trace)
