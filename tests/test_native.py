@@ -16,46 +16,19 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
-import orjson
 import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 
-from bench import triage_real
 from otelsignals import native
-from otelsignals.config import EvalsConfig
 from otelsignals.offline import read_requests, traces_in_time_order
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.telemetry import Telemetry
+from tests.support.analysis_digest import analysis_digest, analysis_digest_in_child, real_set_dir
 from tests.support.sidecar import SidecarProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 EXTENSION = importlib.machinery.EXTENSION_SUFFIXES[0]
-
-
-def analysis_digest(real_dir: str = "") -> str:
-    """Every signal, score, priority and trace metric of the instrumentation fixtures (and of the
-    converted real conversations in ``real_dir``), as one digest."""
-    paths = sorted(p for p in FIXTURES.rglob("*.binpb") if not p.name.endswith(".logs.binpb"))
-    if real_dir:
-        paths += sorted(Path(real_dir).rglob("*.binpb"))
-    # The default per-trace metrics too (embedding coherence and loops), which a bare Analyzer skips.
-    analyzer = Analyzer(Telemetry(), evals=EvalsConfig())
-    digest = hashlib.blake2b(digest_size=16)
-    for trace in traces_in_time_order(request for path in paths for request in read_requests(path)):
-        analysis = analyzer.process(trace)
-        if analysis is None:
-            continue
-        fields = [
-            [[s.type, s.message_index, s.confidence, s.snippet, s.metadata] for s in analysis.new_signals],
-            [analysis.score.quality, analysis.score.flagged, analysis.score.turn_count],
-            [analysis.priority.value, analysis.priority.terms, analysis.priority.reasons],
-        ]
-        digest.update(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS))
-    for state in analyzer.sessions:
-        for metrics in state.trace_signals:
-            digest.update(orjson.dumps(metrics.as_dict(), option=orjson.OPT_SORT_KEYS))
-    return digest.hexdigest()
 
 
 def _has_compiler() -> bool:
@@ -76,21 +49,9 @@ def test_the_core_is_compiled_where_a_compiler_is():
 def test_compiled_and_source_give_the_same_analysis(tmp_path):
     """The same traffic through the compiled core (this process, where it is built) and through its
     source (a process with OTELSIGNALS_PURE_PYTHON=1): every signal, score, priority and metric."""
-    real_dir = ""
-    if (triage_real.DEFAULT_DATA / "dev.jsonl").exists():
-        triage_real.convert(triage_real.DEFAULT_DATA, tmp_path)
-        kept = sorted(tmp_path.rglob("*.binpb"))[:150]
-        for extra in sorted(tmp_path.rglob("*.binpb"))[150:]:
-            extra.unlink()
-        assert kept
-        real_dir = str(tmp_path)
+    real_dir = real_set_dir(tmp_path, limit=150)
     here = analysis_digest(real_dir)
-    code = f"from tests.test_native import analysis_digest; print(analysis_digest({real_dir!r}))"
-    env = {**os.environ, native.PURE_PYTHON_ENV: "1"}
-    result = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == here
+    assert analysis_digest_in_child(real_dir, {native.PURE_PYTHON_ENV: "1"}) == here
 
 
 def _image_build_context(into: Path) -> Path:
@@ -139,7 +100,7 @@ def test_a_wheel_built_as_the_image_builds_it_runs_the_core_compiled(tmp_path):
     code = (
         "import json, sys, otelsignals, otelsignals.native as n, otelsignals.scoring;"
         f"sys.path.append({str(ROOT)!r});"
-        "from tests.test_native import analysis_digest; digest = analysis_digest();"
+        "from tests.support.analysis_digest import analysis_digest; digest = analysis_digest();"
         "library = sys.modules[n.GROUP_MODULE].__file__ if n.GROUP_MODULE in sys.modules else None;"
         "print(json.dumps([otelsignals.__file__, library, n.compiled(), n.pure_python_reason, digest]))"
     )
