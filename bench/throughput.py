@@ -1,6 +1,7 @@
 """End-to-end throughput of the sidecar over loopback, against a same-run protobuf baseline.
 
     python bench/throughput.py [--batches 400] [--concurrency 4] [--transport grpc|http] [--sampler]
+                               [--set SECTION.KEY=VALUE]
 
 Drives a running `otelsignals run` (started here as a subprocess) with pre-serialized OTLP batches
 of 512 spans, 10 % of them GenAI chat spans carrying 2 KB of messages, and forwards to a minimal
@@ -27,6 +28,7 @@ import orjson
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.agent_workload import config_overrides, merged
 from tests.support.sidecar import SidecarProcess
 
 SPANS_PER_BATCH = 512
@@ -44,12 +46,13 @@ def make_batch(number: int, genai_every: int = GENAI_EVERY) -> bytes:
         attribute.key, attribute.value.string_value = key, value
     scope_spans = resource_spans.scope_spans.add()
     scope_spans.scope.name = "opentelemetry.instrumentation.bench"
+    # Two messages, about 2 KB of JSON (whole: a cut array would be read as one message's text).
     messages = orjson.dumps(
         [
             {"role": "user", "parts": [{"type": "text", "content": "Where is my order? " * 50}]},
-            {"role": "assistant", "parts": [{"type": "text", "content": "It left the depot today. " * 40}]},
+            {"role": "assistant", "parts": [{"type": "text", "content": "It left the depot today. " * 37}]},
         ]
-    ).decode()[:2048]
+    ).decode()
     span_number = 0
     for t in range(SPANS_PER_BATCH // SPANS_PER_TRACE):
         trace_id = (number * 1_000_003 + t + 1).to_bytes(16, "big")
@@ -191,6 +194,13 @@ def main() -> None:
     parser.add_argument(
         "--sampler", action="store_true", help="with the triage sampler on (its default rules)"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="change the sidecar's configuration (repeatable; VALUE read as YAML)",
+    )
     args = parser.parse_args()
 
     print(f"building {args.batches} batches of {SPANS_PER_BATCH} spans...", file=sys.stderr)
@@ -204,17 +214,20 @@ def main() -> None:
     sink.start()
     sink_port = ports.get(timeout=30)
     workdir = Path(tempfile.mkdtemp(prefix="otelsignals-bench-"))
-    sidecar = SidecarProcess(
-        workdir,
+    sections = merged(
         {
-            "endpoint": f"127.0.0.1:{sink_port}",
-            "compression": args.compression,
-            "batch": {"timeout": "200ms"},
+            "exporter": {
+                "endpoint": f"127.0.0.1:{sink_port}",
+                "compression": args.compression,
+                "batch": {"timeout": "200ms"},
+            },
+            "assembler": {"decision_wait": "2s", "tick_interval": "100ms"},
+            "log": {"level": "warning"},
+            **({"sampler": {"enabled": True}} if args.sampler else {}),
         },
-        assembler={"decision_wait": "2s", "tick_interval": "100ms"},
-        log={"level": "warning"},
-        **({"sampler": {"enabled": True}} if args.sampler else {}),
+        config_overrides(args.set),
     )
+    sidecar = SidecarProcess(workdir, sections.pop("exporter"), **sections)
     with sidecar:
         assert sidecar.process is not None
         pid = sidecar.process.pid

@@ -388,9 +388,15 @@ class AnalyzerConfig:
     # Traces accepted and not yet analysed (the analysis runs on its own thread): past this many
     # bytes the receivers answer UNAVAILABLE / 503 with Retry-After until the analysis catches up.
     queue_max_bytes: ByteSize = ByteSize(64 * 1024**2)
+    # Python's GIL switch interval while the analysis thread is behind (a trace waited for it over
+    # 20 ms), Python's own (5 ms) again once it has caught up. The analysis computes without letting
+    # go of the GIL; the event loop lets go at every socket call and then waits up to the interval
+    # to take it back, so at 5 ms a backlog kept health checks, /metrics and OTLP answers waiting
+    # for seconds (bench/backlog_latency.py). Not always: shorter costs CPU (bench/RESULTS.md).
+    backlog_switch_interval: Duration = Duration(0.001)
 
     def validate(self) -> list[str]:
-        return [
+        problems = [
             f"{key}: must be at least {minimum}, got {getattr(self, key)}"
             for key, minimum in (
                 ("max_message_bytes", 1024),
@@ -400,6 +406,12 @@ class AnalyzerConfig:
             )
             if int(getattr(self, key)) < minimum
         ]
+        interval = self.backlog_switch_interval
+        if not 0 < interval <= 0.1:
+            problems.append(
+                f"backlog_switch_interval: must be greater than 0 and at most 100ms, got {interval:g}s"
+            )
+        return problems
 
 
 @dataclass

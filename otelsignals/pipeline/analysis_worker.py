@@ -16,6 +16,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,11 +37,20 @@ Fallback = Callable[[], None]
 
 # Results reach the event loop at least this often while a long backlog is being worked through.
 _DELIVERY_INTERVAL = 0.02
+# A job that waited longer than this for the thread means it is behind: see backlog_switch_interval.
+BEHIND_AFTER = 0.02
 
 
 class AnalysisWorker:
-    def __init__(self, max_bytes: int, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, max_bytes: int, registry: CollectorRegistry, backlog_switch_interval: float = 0.001
+    ) -> None:
         self.max_bytes = max_bytes
+        # While behind, the GIL switch interval (AnalyzerConfig.backlog_switch_interval); the
+        # process's own interval, as found at start(), otherwise.
+        self.backlog_switch_interval = backlog_switch_interval
+        self._usual_switch_interval = sys.getswitchinterval()
+        self._behind = False
         self.lock = threading.Lock()
         # (job, its size, its fallback, when it was submitted)
         self._jobs: collections.deque[tuple[Job, int, Fallback | None, float]] = collections.deque()
@@ -71,6 +81,7 @@ class AnalysisWorker:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._usual_switch_interval = sys.getswitchinterval()
         self._thread = threading.Thread(target=self._work_forever, name="analysis", daemon=True)
         self._thread.start()
 
@@ -115,6 +126,7 @@ class AnalysisWorker:
             self._wakeup.notify()
         if self._thread is not None:
             self._thread.join(timeout)
+        self._catch_up()
 
     async def read(self, reader: Callable[[], T]) -> T:
         """``reader`` run under the state lock, off the event loop (it may wait for one job)."""
@@ -129,6 +141,8 @@ class AnalysisWorker:
     def _work_forever(self) -> None:
         while True:
             with self._wakeup:
+                if not self._jobs:
+                    self._catch_up()
                 while not self._jobs and not self._stopping:
                     self._wakeup.wait()
                 if not self._jobs:
@@ -150,6 +164,9 @@ class AnalysisWorker:
                 job, size, fallback, submitted_at = self._jobs.popleft()
             job_started = time.monotonic()
             self._queued_seconds.observe(job_started - submitted_at)
+            if job_started - submitted_at > BEHIND_AFTER and not self._behind:
+                self._behind = True
+                sys.setswitchinterval(self.backlog_switch_interval)
             with self.lock:
                 try:
                     callback = job()
@@ -162,6 +179,11 @@ class AnalysisWorker:
             done_bytes += size
             submitted.append(submitted_at)
         self._hand_back(callbacks, done_bytes, submitted)
+
+    def _catch_up(self) -> None:
+        if self._behind:
+            self._behind = False
+            sys.setswitchinterval(self._usual_switch_interval)
 
     def _hand_back(
         self, callbacks: list[Callable[[], None]], done_bytes: int, submitted: list[float]
@@ -187,4 +209,4 @@ class AnalysisWorker:
 
 def create_analysis_worker(config: AnalyzerConfig, registry: CollectorRegistry) -> AnalysisWorker:
     """The analysis thread, its backlog bounded by ``analyzer.queue_max_bytes``."""
-    return AnalysisWorker(int(config.queue_max_bytes), registry)
+    return AnalysisWorker(int(config.queue_max_bytes), registry, config.backlog_switch_interval)

@@ -4,6 +4,7 @@ turns into UNAVAILABLE / 503 at the receivers, and nothing accepted lost while t
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 import urllib.error
@@ -16,8 +17,9 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client import CollectorRegistry
 
+from otelsignals.config import ConfigError, validate
 from otelsignals.config_loading import load_config
-from otelsignals.pipeline.analysis_worker import AnalysisWorker
+from otelsignals.pipeline.analysis_worker import BEHIND_AFTER, AnalysisWorker, create_analysis_worker
 from otelsignals.sidecar import Sidecar
 from tests.support.clients import export_grpc, make_spans
 from tests.support.loop_thread import start_loop_thread
@@ -50,6 +52,49 @@ def test_jobs_run_in_order_on_the_worker_and_their_results_on_the_event_loop():
     seen, _ = asyncio.run(scenario())
     assert [n for kind, n in seen if kind == "job"] == list(range(50))
     assert [n for kind, n in seen if kind == "delivered"] == list(range(50))
+
+
+def test_the_switch_interval_is_short_only_while_the_worker_is_behind():
+    # A job that waited over BEHIND_AFTER for the thread shortens Python's GIL switch interval, so
+    # the event loop gets the GIL back sooner; once the queue is empty the usual one is back.
+    usual = sys.getswitchinterval()
+    seen: list[float] = []
+
+    def job(busy: float):
+        deadline = time.monotonic() + busy
+        while time.monotonic() < deadline:  # computes, as the analysis does
+            pass
+        seen.append(sys.getswitchinterval())
+
+    async def scenario() -> float:
+        worker = AnalysisWorker(1000, CollectorRegistry(), backlog_switch_interval=0.0007)
+        worker.start()
+        for _ in range(3):  # each waits for the one before: the second and third find it behind
+            worker.submit(lambda: job(2 * BEHIND_AFTER), 10)
+        assert await worker.drain(5.0)
+        await asyncio.sleep(0.05)  # the worker is back to waiting for jobs
+        after = sys.getswitchinterval()
+        worker.stop()
+        return after
+
+    assert asyncio.run(scenario()) == usual
+    assert seen[1:] == [pytest.approx(0.0007)] * 2
+    assert sys.getswitchinterval() == usual
+
+
+@pytest.mark.parametrize(("configured", "expected"), [(None, 0.001), ("2ms", 0.002), ("100ms", 0.1)])
+def test_the_configured_backlog_switch_interval_reaches_the_worker(configured: str | None, expected: float):
+    environ = {"OTELSIGNALS_ANALYZER__BACKLOG_SWITCH_INTERVAL": configured} if configured else {}
+    config = validate(load_config(None, environ=environ))
+    assert create_analysis_worker(config.analyzer, CollectorRegistry()).backlog_switch_interval == expected
+
+
+@pytest.mark.parametrize("refused", ["0s", "101ms", "1s"])
+def test_a_switch_interval_python_cannot_use_well_is_refused(refused: str):
+    config = load_config(None, environ={"OTELSIGNALS_ANALYZER__BACKLOG_SWITCH_INTERVAL": refused})
+    with pytest.raises(ConfigError) as error:
+        validate(config)
+    assert error.value.key == "analyzer.backlog_switch_interval"
 
 
 def test_an_idle_worker_keeps_nothing_of_its_last_job():
