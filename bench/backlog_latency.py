@@ -41,6 +41,7 @@ from bench.throughput import SPANS_PER_BATCH, cpu_seconds, drive_grpc, make_batc
 from tests.support.sidecar import SidecarProcess
 
 PROBE_EVERY = 0.1
+DELIVERY_TIMEOUT = 600.0  # after the last request was taken
 PROBES = ("/healthz", "/readyz", "/metrics", "OTLP/HTTP export")
 
 
@@ -55,43 +56,56 @@ def plain_trace(number: int) -> bytes:
     return request.SerializeToString()
 
 
-def answer_time(request: urllib.request.Request) -> tuple[float, bytes]:
+def answer(request: urllib.request.Request) -> tuple[float, int, bytes]:
+    """How long the answer took, its status and its body."""
     started = time.perf_counter()
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
-            body: bytes = response.read()
+            status, body = response.status, response.read()
     except urllib.error.HTTPError as refused:  # 503: the receiver is full, an answer all the same
-        body = refused.read()
-    return time.perf_counter() - started, body
+        status, body = refused.code, refused.read()
+    return time.perf_counter() - started, status, body
 
 
 class Prober(threading.Thread):
-    """Times the sidecar's answers every PROBE_EVERY seconds until stopped; keeps the latest
-    /metrics samples for the caller."""
+    """Times the sidecar's answers every PROBE_EVERY seconds until stopped; keeps the spans the
+    workload's spans the sidecar has sent on (from /metrics: all it sent, less the probe exports it
+    had taken before; a lower bound)."""
 
     def __init__(self, sidecar: SidecarProcess) -> None:
         super().__init__(daemon=True)
         self.sidecar = sidecar
         self.times: dict[str, list[float]] = defaultdict(list)
-        self.sent_spans = 0.0
+        self.workload_spans_sent = 0.0
+        self.accepted_exports = 0  # one span each
+        self.failure: Exception | None = None
         self.stopped = threading.Event()
 
     def run(self) -> None:
+        try:
+            self._probe_until_stopped()
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as failure:
+            self.failure = failure
+
+    def _probe_until_stopped(self) -> None:
         admin, number = self.sidecar.admin_url, 0
         while not self.stopped.is_set():
             started = time.monotonic()
             for path in PROBES[:3]:
-                took, body = answer_time(urllib.request.Request(admin + path))
+                accepted_before = self.accepted_exports
+                took, _, body = answer(urllib.request.Request(admin + path))
                 self.times[path].append(took)
                 if path == "/metrics":
-                    self.sent_spans = sent_spans(body.decode())
+                    self.workload_spans_sent = sent_spans(body.decode()) - accepted_before
             number += 1
             export = urllib.request.Request(
                 f"{self.sidecar.http_url}/v1/traces",
                 data=plain_trace(number),
                 headers={"Content-Type": "application/x-protobuf"},
             )
-            self.times[PROBES[3]].append(answer_time(export)[0])
+            took, status, _ = answer(export)
+            self.times[PROBES[3]].append(took)
+            self.accepted_exports += status == 200
             self.stopped.wait(max(0.0, PROBE_EVERY - (time.monotonic() - started)))
 
 
@@ -128,25 +142,31 @@ class Round:
 
 
 def one_round(bodies: list[bytes], spans: int, interval: str, number: int, sink_port: int) -> Round:
-    workdir = Path(tempfile.mkdtemp(prefix="otelsignals-backlog-"))
-    sidecar = SidecarProcess(
-        workdir,
-        {"endpoint": f"127.0.0.1:{sink_port}", "compression": "none"},
-        analyzer={"backlog_switch_interval": interval},
-        log={"level": "warning"},
-    )
-    with sidecar:
-        assert sidecar.process is not None
-        pid = sidecar.process.pid
-        prober = Prober(sidecar)
-        cpu_before, started = cpu_seconds(pid), time.perf_counter()
-        prober.start()
-        asyncio.run(drive_grpc(sidecar.grpc_endpoint, bodies, 4))
-        while prober.sent_spans < spans:  # the probes' own spans come on top
-            time.sleep(0.05)
-        wall, cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu_before
-        prober.stopped.set()
-        prober.join()
+    with tempfile.TemporaryDirectory(prefix="otelsignals-backlog-") as workdir:
+        sidecar = SidecarProcess(
+            Path(workdir),
+            {"endpoint": f"127.0.0.1:{sink_port}", "compression": "none"},
+            analyzer={"backlog_switch_interval": interval},
+            log={"level": "warning"},
+        )
+        with sidecar:
+            assert sidecar.process is not None
+            pid = sidecar.process.pid
+            prober = Prober(sidecar)
+            cpu_before, started = cpu_seconds(pid), time.perf_counter()
+            prober.start()
+            asyncio.run(drive_grpc(sidecar.grpc_endpoint, bodies, 4))
+            deadline = time.monotonic() + DELIVERY_TIMEOUT
+            while prober.workload_spans_sent < spans:
+                if not prober.is_alive() or sidecar.process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"{interval}: {prober.workload_spans_sent:,.0f} of {spans:,} spans delivered; "
+                        f"prober failure: {prober.failure!r}; sidecar exit code: {sidecar.process.poll()}"
+                    )
+                time.sleep(0.05)
+            wall, cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu_before
+            prober.stopped.set()
+            prober.join()
     return Round(interval, number, prober.times, wall, cpu / len(bodies))
 
 

@@ -214,20 +214,18 @@ def main() -> None:
     sink.start()
     sink_port = ports.get(timeout=30)
     workdir = Path(tempfile.mkdtemp(prefix="otelsignals-bench-"))
-    sections = merged(
+    sidecar = SidecarProcess(
+        workdir,
         {
-            "exporter": {
-                "endpoint": f"127.0.0.1:{sink_port}",
-                "compression": args.compression,
-                "batch": {"timeout": "200ms"},
-            },
-            "assembler": {"decision_wait": "2s", "tick_interval": "100ms"},
-            "log": {"level": "warning"},
-            **({"sampler": {"enabled": True}} if args.sampler else {}),
+            "endpoint": f"127.0.0.1:{sink_port}",
+            "compression": args.compression,
+            "batch": {"timeout": "200ms"},
         },
-        config_overrides(args.set),
+        assembler={"decision_wait": "2s", "tick_interval": "100ms"},
+        log={"level": "warning"},
+        **({"sampler": {"enabled": True}} if args.sampler else {}),
     )
-    sidecar = SidecarProcess(workdir, sections.pop("exporter"), **sections)
+    sidecar.config = merged(sidecar.config, config_overrides(args.set))
     with sidecar:
         assert sidecar.process is not None
         pid = sidecar.process.pid

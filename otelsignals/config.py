@@ -389,10 +389,11 @@ class AnalyzerConfig:
     # bytes the receivers answer UNAVAILABLE / 503 with Retry-After until the analysis catches up.
     queue_max_bytes: ByteSize = ByteSize(64 * 1024**2)
     # Python's GIL switch interval while the analysis thread is behind (a trace waited for it over
-    # 20 ms), Python's own (5 ms) again once it has caught up. The analysis computes without letting
-    # go of the GIL; the event loop lets go at every socket call and then waits up to the interval
-    # to take it back, so at 5 ms a backlog kept health checks, /metrics and OTLP answers waiting
-    # for seconds (bench/backlog_latency.py). Not always: shorter costs CPU (bench/RESULTS.md).
+    # 20 ms), the one it replaced (Python's 5 ms) again once the queue is empty. The analysis
+    # computes without letting go of the GIL; the event loop lets go at every socket call and then
+    # waits up to the interval to take it back, so at 5 ms a backlog kept health checks, /metrics
+    # and OTLP answers waiting for seconds (bench/backlog_latency.py). Only while behind, not for
+    # the process's life: a shorter interval costs CPU whenever both threads run (bench/RESULTS.md).
     backlog_switch_interval: Duration = Duration(0.001)
 
     def validate(self) -> list[str]:
@@ -409,7 +410,7 @@ class AnalyzerConfig:
         interval = self.backlog_switch_interval
         if not 0 < interval <= 0.1:
             problems.append(
-                f"backlog_switch_interval: must be greater than 0 and at most 100ms, got {interval:g}s"
+                f"backlog_switch_interval: must be more than 0 and at most 100ms, got {interval * 1000:g}ms"
             )
         return problems
 

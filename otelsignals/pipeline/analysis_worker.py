@@ -46,11 +46,10 @@ class AnalysisWorker:
         self, max_bytes: int, registry: CollectorRegistry, backlog_switch_interval: float = 0.001
     ) -> None:
         self.max_bytes = max_bytes
-        # While behind, the GIL switch interval (AnalyzerConfig.backlog_switch_interval); the
-        # process's own interval, as found at start(), otherwise.
+        # While behind, the GIL switch interval (AnalyzerConfig.backlog_switch_interval); the one
+        # in effect when it fell behind, otherwise. Changed on the worker thread only.
         self.backlog_switch_interval = backlog_switch_interval
-        self._usual_switch_interval = sys.getswitchinterval()
-        self._behind = False
+        self._switched: tuple[float, float] | None = None  # while behind: (the usual one, ours)
         self.lock = threading.Lock()
         # (job, its size, its fallback, when it was submitted)
         self._jobs: collections.deque[tuple[Job, int, Fallback | None, float]] = collections.deque()
@@ -81,7 +80,6 @@ class AnalysisWorker:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._usual_switch_interval = sys.getswitchinterval()
         self._thread = threading.Thread(target=self._work_forever, name="analysis", daemon=True)
         self._thread.start()
 
@@ -126,7 +124,6 @@ class AnalysisWorker:
             self._wakeup.notify()
         if self._thread is not None:
             self._thread.join(timeout)
-        self._catch_up()
 
     async def read(self, reader: Callable[[], T]) -> T:
         """``reader`` run under the state lock, off the event loop (it may wait for one job)."""
@@ -164,9 +161,10 @@ class AnalysisWorker:
                 job, size, fallback, submitted_at = self._jobs.popleft()
             job_started = time.monotonic()
             self._queued_seconds.observe(job_started - submitted_at)
-            if job_started - submitted_at > BEHIND_AFTER and not self._behind:
-                self._behind = True
+            if job_started - submitted_at > BEHIND_AFTER and self._switched is None:
+                usual = sys.getswitchinterval()
                 sys.setswitchinterval(self.backlog_switch_interval)
+                self._switched = (usual, sys.getswitchinterval())  # as Python rounded it
             with self.lock:
                 try:
                     callback = job()
@@ -181,9 +179,10 @@ class AnalysisWorker:
         self._hand_back(callbacks, done_bytes, submitted)
 
     def _catch_up(self) -> None:
-        if self._behind:
-            self._behind = False
-            sys.setswitchinterval(self._usual_switch_interval)
+        """The queue is empty: the switch interval back, unless something else has changed it since."""
+        switched, self._switched = self._switched, None
+        if switched is not None and sys.getswitchinterval() == switched[1]:
+            sys.setswitchinterval(switched[0])
 
     def _hand_back(
         self, callbacks: list[Callable[[], None]], done_bytes: int, submitted: list[float]

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from otelsignals.config import ConfigError, validate
 from otelsignals.config_loading import load_config
+from otelsignals.pipeline import analysis_worker
 from otelsignals.pipeline.analysis_worker import BEHIND_AFTER, AnalysisWorker, create_analysis_worker
 from otelsignals.sidecar import Sidecar
 from tests.support.clients import export_grpc, make_spans
@@ -54,14 +55,14 @@ def test_jobs_run_in_order_on_the_worker_and_their_results_on_the_event_loop():
     assert [n for kind, n in seen if kind == "delivered"] == list(range(50))
 
 
-def test_the_switch_interval_is_short_only_while_the_worker_is_behind():
-    # A job that waited over BEHIND_AFTER for the thread shortens Python's GIL switch interval, so
-    # the event loop gets the GIL back sooner; once the queue is empty the usual one is back.
-    usual = sys.getswitchinterval()
+def _switch_intervals_seen(behind_after: float, monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], float]:
+    """Three jobs of 2 × BEHIND_AFTER submitted at once (each waits for the ones before): the switch
+    interval each ran with, and the one once the worker is idle again."""
+    monkeypatch.setattr(analysis_worker, "BEHIND_AFTER", behind_after)
     seen: list[float] = []
 
-    def job(busy: float):
-        deadline = time.monotonic() + busy
+    def job() -> None:
+        deadline = time.monotonic() + 2 * BEHIND_AFTER
         while time.monotonic() < deadline:  # computes, as the analysis does
             pass
         seen.append(sys.getswitchinterval())
@@ -69,17 +70,33 @@ def test_the_switch_interval_is_short_only_while_the_worker_is_behind():
     async def scenario() -> float:
         worker = AnalysisWorker(1000, CollectorRegistry(), backlog_switch_interval=0.0007)
         worker.start()
-        for _ in range(3):  # each waits for the one before: the second and third find it behind
-            worker.submit(lambda: job(2 * BEHIND_AFTER), 10)
+        for _ in range(3):
+            worker.submit(job, 10)
         assert await worker.drain(5.0)
-        await asyncio.sleep(0.05)  # the worker is back to waiting for jobs
-        after = sys.getswitchinterval()
+        usual, deadline = sys.getswitchinterval(), time.monotonic() + 5
+        while usual == pytest.approx(0.0007) and time.monotonic() < deadline:  # until it is idle
+            await asyncio.sleep(0.01)
+            usual = sys.getswitchinterval()
         worker.stop()
-        return after
+        return usual
 
-    assert asyncio.run(scenario()) == usual
+    return seen, asyncio.run(scenario())
+
+
+def test_the_switch_interval_is_short_while_the_worker_is_behind_and_back_after(monkeypatch):
+    # The second and third jobs waited over BEHIND_AFTER for the thread: Python's GIL switch
+    # interval is shortened, so the event loop gets the GIL back sooner; with the queue empty the
+    # usual one is back.
+    usual = sys.getswitchinterval()
+    seen, after = _switch_intervals_seen(BEHIND_AFTER, monkeypatch)
     assert seen[1:] == [pytest.approx(0.0007)] * 2
-    assert sys.getswitchinterval() == usual
+    assert after == usual == sys.getswitchinterval()
+
+
+def test_the_switch_interval_stays_while_no_job_waits_long(monkeypatch):
+    usual = sys.getswitchinterval()
+    seen, after = _switch_intervals_seen(10.0, monkeypatch)  # no job waits 10 s
+    assert seen == [usual] * 3 and after == usual
 
 
 @pytest.mark.parametrize(("configured", "expected"), [(None, 0.001), ("2ms", 0.002), ("100ms", 0.1)])
