@@ -8,6 +8,8 @@ arrival order, in batches, where the exporter and the disk queue live.
 
 The backlog is bounded in bytes: past ``max_bytes`` the receivers answer UNAVAILABLE / 503 with
 Retry-After (``Pipeline.has_room``) and the clients retry. Data already acknowledged is always taken.
+While the thread is behind it shortens Python's GIL switch interval (``backlog_switch_interval``), so
+that the event loop, which lets go of the GIL at every socket call, keeps answering meanwhile.
 """
 
 from __future__ import annotations
