@@ -36,7 +36,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.agent_workload import build_workload
+from bench.agent_workload import build_workload, percentile
 from bench.throughput import SPANS_PER_BATCH, cpu_seconds, drive_grpc, make_batch, run_sink
 from tests.support.sidecar import SidecarProcess
 
@@ -68,9 +68,9 @@ def answer(request: urllib.request.Request) -> tuple[float, int, bytes]:
 
 
 class Prober(threading.Thread):
-    """Times the sidecar's answers every PROBE_EVERY seconds until stopped; keeps the spans the
-    workload's spans the sidecar has sent on (from /metrics: all it sent, less the probe exports it
-    had taken before; a lower bound)."""
+    """Times the sidecar's answers every PROBE_EVERY seconds until stopped, and keeps how many of
+    the workload's spans the sidecar has sent on (from /metrics: all it sent, less the probe
+    exports it had taken before; a lower bound)."""
 
     def __init__(self, sidecar: SidecarProcess) -> None:
         super().__init__(daemon=True)
@@ -126,7 +126,7 @@ class Round:
 
     def row(self) -> str:
         cells = [
-            " / ".join(f"{quantile(self.times[probe], q) * 1000:,.0f}" for q in (0.5, 0.99, 1.0))
+            " / ".join(f"{percentile(self.times[probe], q) * 1000:,.0f}" for q in (50, 99, 100))
             + f" (n={len(self.times[probe])})"
             for probe in PROBES
         ]
@@ -168,11 +168,6 @@ def one_round(bodies: list[bytes], spans: int, interval: str, number: int, sink_
             prober.stopped.set()
             prober.join()
     return Round(interval, number, prober.times, wall, cpu / len(bodies))
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> None:

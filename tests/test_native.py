@@ -23,11 +23,10 @@ from otelsignals import native
 from otelsignals.offline import read_requests, traces_in_time_order
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.telemetry import Telemetry
-from tests.support.analysis_digest import analysis_digest, analysis_digest_in_child, real_set_dir
+from tests.support.analysis_digest import FIXTURES, analysis_digest, analysis_digest_in_child, real_set_dir
 from tests.support.sidecar import SidecarProcess
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures"
 EXTENSION = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
