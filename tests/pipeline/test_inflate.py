@@ -46,3 +46,46 @@ def test_a_broken_body_is_refused_with_a_reason(encoding: str, broken, says: str
         inflate(broken(COMPRESSED[encoding](BODY)), encoding, LIMIT)
     assert (refused.value.kind, refused.value.reason) == ("invalid", "bad_encoding")
     assert says in refused.value.message
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        [b"first member, ", b"second member"],
+        [BODY, BODY[:1000], b""],  # an empty member is still a member
+        [b"x"] * 50,
+    ],
+)
+def test_every_member_of_a_gzip_body_is_inflated(members: list[bytes]) -> None:
+    """RFC 1952 lets a gzip body be several members end to end; gzip readers (Go's, the Collector's)
+    read them all, so a client may send them and be told its spans were taken."""
+    body = b"".join(gzip.compress(member) for member in members)
+    assert inflate(body, "gzip", LIMIT) == b"".join(members)
+
+
+def test_the_limit_counts_a_gzip_bodys_members_together() -> None:
+    quarter = bytes(LIMIT // 4 + 1)
+    assert inflate(gzip.compress(quarter) * 3, "gzip", LIMIT) == quarter * 3
+    with pytest.raises(RequestRejected) as refused:
+        inflate(gzip.compress(quarter) * 4, "gzip", LIMIT)
+    assert (refused.value.kind, refused.value.reason) == ("too_large", "too_large")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "trailer", "says"),
+    [
+        ("gzip", b"garbage!!", "not another gzip member"),
+        ("gzip", bytes(8), "not another gzip member"),  # zero padding: not a member either
+        ("gzip", gzip.compress(b"next")[:12], "truncated"),  # a second member cut short
+        ("gzip", b"\x1f\x8bnot a member at all", "not valid"),  # its magic, then no member
+        ("deflate", b"garbage!!", "not deflate"),
+        ("deflate", zlib.compress(b"a second stream"), "not deflate"),  # zlib has no members
+    ],
+)
+def test_bytes_after_the_compressed_data_are_refused_not_dropped(
+    encoding: str, trailer: bytes, says: str
+) -> None:
+    with pytest.raises(RequestRejected) as refused:
+        inflate(COMPRESSED[encoding](BODY) + trailer, encoding, LIMIT)
+    assert (refused.value.kind, refused.value.reason) == ("invalid", "bad_encoding")
+    assert says in refused.value.message
