@@ -379,6 +379,9 @@ class ConversationState:
     compacted_upto: int = 0
     compaction_held: list[int] = field(default_factory=list)
     cold: bool = False  # what the next trace rebuilds was dropped while the conversation waited (go_cold)
+    # Since it went cold, no history has been merged: the next one is read whole (its copies are
+    # paired with the held messages by value). Kept past a trace that merges no history.
+    resume_pending: bool = False
 
     @classmethod
     def new(cls, key: str) -> ConversationState:
@@ -400,6 +403,7 @@ class ConversationState:
             key: value for key, value in self.detector_memory.items() if key not in detector_keys
         }
         self.cold = True
+        self.resume_pending = True
 
     def warm_up(self) -> None:
         """Before a cold conversation's next trace is merged: its history index's positions again."""
@@ -640,9 +644,11 @@ def apply_trace(
 ) -> TraceUpdate:
     """Merge one trace's span readings into ``state``. ``parents`` maps span id to parent span id
     for every span of the trace (GenAI or not), to tell enclosing spans from the calls they wrap."""
-    resumed = state.cold and bool(state.conversation.messages)
     if state.cold:
         state.warm_up()
+    # Whether the first history merged is the first since the conversation went cold, read whole:
+    # not only in the trace right after (which may hold no history: a tool span of its own).
+    resumed = state.resume_pending and bool(state.conversation.messages)
     conversation = state.conversation
     start = len(conversation.messages)
     ordered = _ordered(readings)
@@ -673,9 +679,12 @@ def apply_trace(
     )
     for number, (_, reading) in enumerate(merged):
         adopted.catch_up(number)
+        has_history = bool(reading.input_messages)
         inserted_front += _merge_snapshot(
-            state, reading.input_messages, reading.output_messages, adopted, resumed and not number
+            state, reading.input_messages, reading.output_messages, adopted, resumed and has_history
         )
+        if has_history:  # read with the history cache from now on
+            resumed = state.resume_pending = False
     start += inserted_front
     with_content = [(v, r) for v, r in model_calls if r.input_messages or r.output_messages]
 
