@@ -379,6 +379,8 @@ class ConversationState:
     compacted_upto: int = 0
     compaction_held: list[int] = field(default_factory=list)
     cold: bool = False  # what the next trace rebuilds was dropped while the conversation waited (go_cold)
+    # The JSON characters of conversation.available_tools' definitions (the store's estimate).
+    tool_definition_characters: int = 0
     # Since it went cold, no history has been merged: the next one is read whole (its copies are
     # paired with the held messages by value). Kept past a trace that merges no history.
     resume_pending: bool = False
@@ -693,11 +695,14 @@ def apply_trace(
         if reading.tool_execution is not None:
             _attach_tool_execution(state, view, reading.tool_execution, tool_results)
         for tool in reading.tool_definitions:
-            if (
-                tool["name"] in conversation.available_tools
-                or len(conversation.available_tools) < MAX_TOOLS_KEPT
-            ):
+            held = conversation.available_tools.get(tool["name"])
+            if held is tool:  # (the same text read again gives the same objects: tool_definitions)
+                continue
+            if held is not None or len(conversation.available_tools) < MAX_TOOLS_KEPT:
                 conversation.available_tools[tool["name"]] = tool
+                state.tool_definition_characters += definition_characters(tool) - (
+                    0 if held is None else definition_characters(held)
+                )
 
     llm_calls = [r.llm_call for _, r in model_calls if r.llm_call is not None]
     for call in llm_calls:
@@ -844,6 +849,11 @@ def _may_equal(read: Message, held: Message) -> bool:
 _NAMES: dict[str, str] = {}
 _NAMES_KEPT = 1024
 _NAME_CHARACTERS = 256
+
+
+def definition_characters(tool: dict[str, Any]) -> int:
+    """The characters of a tool definition as JSON: what the session store counts it by."""
+    return len(orjson.dumps(tool, default=str))
 
 
 def _shared_name(name: str) -> str:

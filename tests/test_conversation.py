@@ -6,6 +6,7 @@ import copy as copying
 import dataclasses
 import gc
 import itertools
+import json
 import pickle
 import random
 import sys
@@ -718,6 +719,10 @@ def test_the_tools_offered_are_kept_once_by_name():
     apply_trace(state, b"t2", [(span, reading)])
     tools = state.conversation.available_tools
     assert list(tools) == ["get_order", "refund"] and tools["get_order"]["description"] == "Look up an order"
+    # What the session store counts them by: their JSON characters, the replaced one no longer.
+    assert state.tool_definition_characters == sum(
+        len(json.dumps(t, separators=(",", ":"))) for t in tools.values()
+    )
 
 
 def test_the_conversation_after_a_trace_survives_trimming() -> None:

@@ -11,6 +11,7 @@ which read in full or reuse an earlier span's work as the span decoder arranged
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 import orjson
+import xxhash
 
 from otelsignals.conventions.decoding import AttributeOrigin, EventView, Utf8Text
 from otelsignals.conventions.indexed import Fill, Locate, indexed_groups
@@ -199,10 +201,36 @@ class Reader(Protocol):
 MAX_TOOL_DEFINITIONS = 128  # per span: a request lists its tools, a few dozen at most
 
 
+# The tool definitions read from the latest distinct JSON texts, by the texts' xxh3-128 hash: an
+# agent sends the same list with every model call of every conversation, so it is parsed once and
+# its definitions are one set of objects wherever they are kept (Conversation.available_tools).
+SHARED_TOOL_DEFINITIONS = 64
+_TOOL_DEFINITIONS: dict[int, list[dict[str, Any]]] = {}
+_TOOL_DEFINITIONS_LOCK = threading.Lock()  # spans may be read on several threads
+
+
 def tool_definitions(value: Any) -> list[dict[str, Any]]:
     """Tool definitions as the span lists them — a JSON list of OTel GenAI ``{"type": "function",
     "name", "description", "parameters"}`` or OpenAI ``{"type": "function", "function": {…}}`` —
-    as ``{"name", "description", "parameters"}``; anything else is skipped."""
+    as ``{"name", "description", "parameters"}``; anything else is skipped. From JSON text, the
+    list (not to be changed) is the one read from the same text before, when still kept."""
+    if not isinstance(value, str):
+        return _tool_definitions(value)
+    key = xxhash.xxh3_128_intdigest(value.encode("utf-8", "surrogatepass"))
+    with _TOOL_DEFINITIONS_LOCK:
+        found = _TOOL_DEFINITIONS.pop(key, None)
+        if found is not None:
+            _TOOL_DEFINITIONS[key] = found  # now the latest used
+            return found
+    found = _tool_definitions(value)
+    with _TOOL_DEFINITIONS_LOCK:
+        if len(_TOOL_DEFINITIONS) >= SHARED_TOOL_DEFINITIONS:
+            del _TOOL_DEFINITIONS[next(iter(_TOOL_DEFINITIONS))]
+        _TOOL_DEFINITIONS[key] = found
+    return found
+
+
+def _tool_definitions(value: Any) -> list[dict[str, Any]]:
     items = parse_json(value)
     if isinstance(items, dict):
         items = [items]

@@ -57,6 +57,12 @@ BYTES_PER_HELD_COPY = 400
 # beyond everything else counted, on the demo conversations of those conventions trimmed to 10
 # messages or not: 63-457 bytes, whatever the texts' length.
 BYTES_PER_INDEXED_POSITION = 500
+# A character of the conversation's tool definitions as JSON (ConversationState.
+# tool_definition_characters): kept parsed, as dicts, lists and strings, 3.5 bytes a character for
+# 24 OpenAI-style function schemas (28 KB of JSON); counted for every conversation that keeps them,
+# though conversations sent the same definitions share one set of objects (conventions.base.
+# tool_definitions), so the estimate errs high there.
+BYTES_PER_TOOL_DEFINITION_CHARACTER = 4
 
 
 def estimated_bytes(messages: Sequence[Message]) -> int:
@@ -81,13 +87,14 @@ def records_bytes(state: ConversationState) -> int:
 
 def _bytes_beside_messages(state: ConversationState) -> int:
     """What ``state`` holds that does not follow its messages, counted anew on each resize: its
-    records, the latest answers' embeddings and the span decoder's records of the latest long spans
-    (with the indexed conventions, OpenLLMetry, OpenInference and GenAI events, their values are
-    the history's text again)."""
+    records, its tool definitions, the latest answers' embeddings and the span decoder's records of
+    the latest long spans (with the indexed conventions, OpenLLMetry, OpenInference and GenAI
+    events, their values are the history's text again)."""
     return (
         records_bytes(state)
         + sum(output.nbytes for output in state.previous_outputs)
         + state.decoder_memory.spans.held_bytes()
+        + BYTES_PER_TOOL_DEFINITION_CHARACTER * state.tool_definition_characters
     )
 
 

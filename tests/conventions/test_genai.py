@@ -646,6 +646,34 @@ def test_the_tools_a_call_was_offered_are_read() -> None:
     assert plain is not None and plain.tool_definitions == []
 
 
+def test_the_same_tool_definitions_text_gives_the_same_objects() -> None:
+    """An agent sends its tool list with every model call of every conversation: read once, kept as
+    one set of objects however many conversations keep them."""
+    from otelsignals.conventions import base
+
+    offered = [{"type": "function", "name": f"tool_{n}", "parameters": {"type": "object"}} for n in range(3)]
+    text = json.dumps(offered)
+
+    def read(definitions: str) -> list[dict[str, object]]:
+        reading = GENAI_READER.read(
+            make_span(
+                {**CHAT, "gen_ai.input.messages": json.dumps(INPUT), "gen_ai.tool.definitions": definitions}
+            )
+        )
+        assert reading is not None
+        return reading.tool_definitions
+
+    first = read(text)
+    assert read("".join(text)) is first  # equal text, another string: the same list
+    other = read(json.dumps(offered[:2]))
+    assert other is not first and other == first[:2]
+    for n in range(base.SHARED_TOOL_DEFINITIONS):  # the oldest forgotten beyond the bound
+        read(json.dumps([{"name": f"other_{n}"}]))
+    assert len(base._TOOL_DEFINITIONS) == base.SHARED_TOOL_DEFINITIONS
+    again = read(text)
+    assert again == first and again is not first
+
+
 def test_messages_without_tool_calls_share_the_empty_list() -> None:
     reading = GENAI_READER.read(make_span({**CHAT, "gen_ai.input.messages": json.dumps(INPUT)}))
     assert reading is not None

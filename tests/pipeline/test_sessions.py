@@ -744,3 +744,59 @@ def test_the_latest_split_keeps_no_fingerprint_of_a_copy_given_way(convention):
     assert pairs
     assert all(message.fingerprint == fingerprint for message, fingerprint in pairs)
     assert all(message.fingerprint is fingerprint for message, fingerprint in pairs)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one-tool-list", "a-tool-list-each"])
+def test_the_estimate_covers_the_tool_definitions_a_conversation_keeps(shared: bool):
+    """Tool definitions sent with every model call (gen_ai.tool.definitions) are kept parsed, the
+    latest of each name, up to 256: 24 function schemas (28 KB of JSON) took 98 KB a conversation
+    that the estimate did not count (it fell to 0.56 of the measured state). Each conversation's
+    estimate covers its state with the definitions counted as its own, shared or not."""
+    import dataclasses
+    import json
+
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    from bench.session_memory import deep_size, fresh_analyzer, workload_traces
+
+    def definitions(conversation: int) -> str:
+        prefix = "" if shared else f"c{conversation}_"
+        return json.dumps(
+            [
+                {
+                    "type": "function",
+                    "name": f"{prefix}tool_{n}",
+                    "description": f"Tool {n}: looks up records in the back office and returns them. " * 3,
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            f"field_{j}": {"type": "string", "description": f"filter {j}"} for j in range(8)
+                        },
+                        "required": ["field_0"],
+                    },
+                }
+                for n in range(24)
+            ]
+        )
+
+    analyzer = fresh_analyzer()
+    keys: dict[bytes, int] = {}
+    for trace in workload_traces(6, 3):
+        spans = []
+        for record in trace.spans:
+            span = Span.FromString(record.data)
+            if span.name.startswith("chat"):
+                key = next(a.value.string_value for a in span.attributes if a.key == "gen_ai.conversation.id")
+                number = keys.setdefault(key.encode(), len(keys))
+                span.attributes.append(
+                    KeyValue(key="gen_ai.tool.definitions", value=AnyValue(string_value=definitions(number)))
+                )
+                record = dataclasses.replace(record, data=span.SerializeToString(), may_carry_genai=None)
+            spans.append(record)
+        analyzer.process(dataclasses.replace(trace, spans=spans))
+    assert len(keys) == 6
+    for state in analyzer.sessions:
+        assert len(state.conversation.available_tools) == 24
+        measured = deep_size(state, {id(analyzer), id(analyzer.sessions)})
+        assert analyzer.sessions._sizes[state.conversation.key].bytes >= measured
