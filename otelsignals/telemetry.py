@@ -79,7 +79,9 @@ class Telemetry:
             "otelsignals_assembler_buffered_spans", "Spans waiting in the trace buffer.", registry=r
         )
         self.buffered_bytes = Gauge(
-            "otelsignals_assembler_buffered_bytes", "Bytes of spans waiting in the trace buffer.", registry=r
+            "otelsignals_assembler_buffered_bytes",
+            "Bytes of spans waiting in the trace buffer, with 500 a span for its record.",
+            registry=r,
         )
         self.released_traces = Counter(
             "otelsignals_assembler_released_traces",

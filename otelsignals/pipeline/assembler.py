@@ -62,6 +62,13 @@ class ReleasedTrace:
         return not self.reason.startswith("evicted")
 
 
+# What a buffered span takes besides its bytes: its record, its three ids as bytes objects of their
+# own, its places in the trace's span list and id sets (an independent review measured ~470 bytes a
+# span: 300k spans of 41 bytes took 156 MiB of RSS while counted as 12 MB). Counted in
+# buffered_bytes, so that assembler.max_bytes bounds the memory of many small spans too.
+SPAN_RECORD_BYTES = 500
+
+
 class Assembler:
     def __init__(
         self,
@@ -71,16 +78,18 @@ class Assembler:
         max_traces: int = 50_000,
         max_bytes: int = 256 * 1024**2,
         clock: Callable[[], float] = time.monotonic,
+        span_record_bytes: int = SPAN_RECORD_BYTES,
     ) -> None:
         self._on_release = on_release
         self._on_duplicate = on_duplicate
         self.decision_wait = decision_wait
         self.max_traces = max_traces
         self.max_bytes = max_bytes
+        self.span_record_bytes = span_record_bytes
         self._clock = clock
         # Least recently touched first: expiry and eviction both pop from the front.
         self._traces: OrderedDict[bytes, TraceBuffer] = OrderedDict()
-        self.buffered_bytes = 0
+        self.buffered_bytes = 0  # the spans' bytes and span_record_bytes for each
         self.buffered_spans = 0
 
     def __len__(self) -> int:
@@ -98,7 +107,7 @@ class Assembler:
                     buffer = traces[record.trace_id] = TraceBuffer(record.trace_id)
                 touched[record.trace_id] = buffer
             if buffer.add(record):
-                self.buffered_bytes += len(record.data)
+                self.buffered_bytes += len(record.data) + self.span_record_bytes
                 self.buffered_spans += 1
             else:
                 self._on_duplicate(record)
@@ -135,7 +144,7 @@ class Assembler:
 
     def _release(self, trace_id: bytes, reason: ReleaseReason) -> None:
         buffer = self._traces.pop(trace_id)
-        self.buffered_bytes -= buffer.size
+        self.buffered_bytes -= buffer.size + self.span_record_bytes * len(buffer.spans)
         self.buffered_spans -= len(buffer.spans)
         self._on_release(ReleasedTrace(trace_id, buffer.spans, reason, buffer.size))
 

@@ -44,6 +44,8 @@ class Harness:
         self.clock = Clock()
         self.released: list[ReleasedTrace] = []
         self.duplicates: list[SpanRecord] = []
+        # Bytes counted as the spans' own unless a test says otherwise (SPAN_RECORD_BYTES below).
+        options.setdefault("span_record_bytes", 0)
         self.assembler = Assembler(self.released.append, self.duplicates.append, clock=self.clock, **options)
 
     def add(self, *records: SpanRecord) -> None:
@@ -355,3 +357,18 @@ def test_property_every_span_comes_out_exactly_once(
             ids = {r.span_id for r in trace.spans}
             assert any(not r.parent_span_id for r in trace.spans)
             assert all(not r.parent_span_id or r.parent_span_id in ids for r in trace.spans)
+
+
+def test_max_bytes_counts_what_each_span_takes_besides_its_bytes() -> None:
+    """Many small spans: each costs its record and ids (~470 bytes measured) besides its bytes, so
+    assembler.max_bytes bounds their memory too (it counted 12 MB for 156 MiB of RSS)."""
+    from otelsignals.pipeline.assembler import SPAN_RECORD_BYTES
+
+    h = Harness(max_bytes=10 * (SPAN_RECORD_BYTES + 40), span_record_bytes=SPAN_RECORD_BYTES)
+    h.add(*[rec(n, 2, 1, size=40) for n in range(1, 11)])  # ten waiting traces: at the bound
+    assert h.released == [] and h.assembler.buffered_bytes == 10 * (SPAN_RECORD_BYTES + 40)
+    h.add(rec(11, 2, 1, size=40))
+    assert h.reasons() == [(tid(1), "evicted_max_bytes")]
+    assert h.assembler.buffered_bytes == 10 * (SPAN_RECORD_BYTES + 40)
+    h.assembler.flush()
+    h.assert_empty()
