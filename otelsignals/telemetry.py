@@ -258,6 +258,14 @@ class Telemetry:
             ["reason"],
             registry=r,
         )
+        self.dropped_requests = Counter(
+            "otelsignals_exporter_dropped_requests",
+            "Export requests lost by the exporter (given up, or left at shutdown without a disk "
+            "queue), by signal and reason: metrics and logs pass through as whole requests, so "
+            "their losses show here and not in otelsignals_dropped_spans.",
+            ["signal", "reason"],
+            registry=r,
+        )
         self.dropped_spans = Counter(
             "otelsignals_dropped_spans",
             "Spans lost, by stage and reason. Healthy pipelines keep this at zero.",

@@ -170,4 +170,55 @@ def test_shutdown_with_downstream_down_says_what_was_not_delivered(tmp_path, sin
         sidecar.wait_for_metric("otelsignals_exporter_retries_total", 1)
         assert sidecar.stop() == 0
     warnings = [r["message"] for r in sidecar.log_records() if "not delivered" in r.get("message", "")]
-    assert warnings == [f"shutting down with 1 batches ({len(spans)} spans) not delivered"]
+    assert warnings == [f"shutting down with 1 batches (traces 1; {len(spans)} spans) not delivered"]
+
+
+def _pass_through_requests() -> list[tuple[str, bytes]]:
+    """(gRPC method, body) of a logs request and a metrics request: passed through untouched."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    logs = ExportLogsServiceRequest()
+    logs.resource_logs.add().scope_logs.add().log_records.add().body.string_value = "hello"
+    metrics = ExportMetricsServiceRequest()
+    metric = metrics.resource_metrics.add().scope_metrics.add().metrics.add()
+    metric.name = "queue_depth"
+    metric.gauge.data_points.add().as_int = 1
+    return [
+        ("/opentelemetry.proto.collector.logs.v1.LogsService/Export", logs.SerializeToString()),
+        ("/opentelemetry.proto.collector.metrics.v1.MetricsService/Export", metrics.SerializeToString()),
+    ]
+
+
+def _send_grpc(endpoint: str, requests: list[tuple[str, bytes]]) -> None:
+    import grpc
+
+    with grpc.insecure_channel(endpoint) as channel:
+        for method, body in requests:
+            channel.unary_unary(method)(body, timeout=10)  # raises unless OK
+
+
+def test_metrics_and_logs_requests_lost_are_counted_by_signal(tmp_path, sink: OtlpSink):
+    """Metrics and logs pass through as whole requests (no spans): a request the downstream
+    refuses for good is counted by signal, not only as a failed request (was: 0 dropped spans and
+    nothing else)."""
+    sink.script(Response.invalid("no"), Response.invalid("no"))
+    with SidecarProcess(tmp_path, {"endpoint": sink.grpc_endpoint}) as sidecar:
+        _send_grpc(sidecar.grpc_endpoint, _pass_through_requests())
+        for signal in ("logs", "metrics"):
+            sidecar.wait_for_metric(
+                "otelsignals_exporter_dropped_requests_total", 1, signal=signal, reason="invalid_argument"
+            )
+        assert sidecar.metric("otelsignals_exporter_failed_requests_total", reason="invalid_argument") == 2
+
+
+def test_shutdown_with_downstream_down_says_which_requests_were_not_delivered(tmp_path, sink: OtlpSink):
+    sink.set_down(True)
+    with SidecarProcess(
+        tmp_path, {"endpoint": sink.grpc_endpoint}, service={"shutdown_timeout": "500ms"}
+    ) as sidecar:
+        _send_grpc(sidecar.grpc_endpoint, _pass_through_requests() * 2)
+        sidecar.wait_for_metric("otelsignals_exporter_retries_total", 1)
+        assert sidecar.stop() == 0
+    warnings = [r["message"] for r in sidecar.log_records() if "not delivered" in r.get("message", "")]
+    assert warnings == ["shutting down with 4 batches (logs 2, metrics 2; 0 spans) not delivered"]

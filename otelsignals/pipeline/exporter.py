@@ -161,14 +161,19 @@ class Exporter:
         undelivered = list(self._queue) + list(self._in_flight)
         if undelivered:
             left = sum(b.span_count for b in undelivered)
+            by_signal = Counter(batch.signal for batch in undelivered)
             logger.warning(
-                "shutting down with %d batches (%d spans) not delivered%s",
+                "shutting down with %d batches (%s; %d spans) not delivered%s",
                 len(undelivered),
+                ", ".join(f"{signal} {count}" for signal, count in sorted(by_signal.items())),
                 left,
                 "; they stay in the disk queue for the next start" if self.config.queue.directory else "",
             )
             if not self.config.queue.directory:
                 self.telemetry.dropped_spans.labels("exporter", "shutdown").inc(left)
+                self.telemetry.export_failures.labels("shutdown").inc(len(undelivered))
+                for signal, count in by_signal.items():
+                    self.telemetry.dropped_requests.labels(signal, "shutdown").inc(count)
         await self.sender.close()
 
     async def _worker(self) -> None:
@@ -256,10 +261,12 @@ class Exporter:
     def _record_failure(self, batch: Batch, reason: str, result: SendResult) -> None:
         self.telemetry.export_delivery.labels(batch.signal).observe(time.monotonic() - batch.queued_at)
         self.telemetry.export_failures.labels(reason).inc()
+        self.telemetry.dropped_requests.labels(batch.signal, reason).inc()
         self.telemetry.dropped_spans.labels("exporter", reason).inc(batch.span_count)
+        what = f"{batch.span_count} spans" if batch.signal == "traces" else f"{batch.signal} request"
         self.telemetry.problems.warning(
             f"export_failed_{reason}",
-            f"downstream did not take a batch of {batch.span_count} spans ({result.detail}); dropped",
+            f"downstream did not take a batch ({what}; {result.detail}); dropped",
             reason=reason,
         )
         # A permanent refusal will not change on replay, so the disk queue forgets it too.
