@@ -85,9 +85,28 @@ def split_request(
     """Turn a parsed request into span records, refusing spans whose ids are invalid (OTLP says a
     trace id is 16 non-zero bytes and a span id 8 non-zero bytes). With ``raw``, the bytes the
     request was parsed from, each span's bytes are cut from them rather than serialized again."""
+    parts = list(split_request_parts(request, ingest_seq, raw))
+    if len(parts) == 1:
+        return parts[0]
+    return SplitRequest(
+        [record for part in parts for record in part.records],
+        sum(part.invalid_spans for part in parts),
+        None if parts[0].starts is None else [start for part in parts for start in part.starts or ()],
+    )
+
+
+def split_request_parts(
+    request: ExportTraceServiceRequest,
+    ingest_seq: int = 0,
+    raw: bytes | None = None,
+    part_spans: int = 1 << 62,
+) -> Iterator[SplitRequest]:
+    """:func:`split_request` a part at a time, each of up to ``part_spans`` spans (valid or not), in
+    order: so that a caller on an event loop can let others run between the parts of a request of
+    hundreds of thousands of spans. At least one part, empty for a request without spans."""
     records: list[SpanRecord] = []
     invalid = 0
-    append = records.append
+    seen = 0
     slices = _span_slices(raw) if raw is not None else None
     if slices is not None and len(slices) != sum(
         len(scope_spans.spans)
@@ -110,6 +129,10 @@ def split_request(
                 scope_spans.schema_url,
             )
             for span in scope_spans.spans:
+                if seen == part_spans:
+                    yield SplitRequest(records, invalid, starts if spans_in_order is not None else None)
+                    records, invalid, seen, starts = [], 0, 0, []
+                seen += 1
                 offsets = next(spans_in_order) if spans_in_order is not None else None
                 trace_id = span.trace_id
                 span_id = span.span_id
@@ -130,8 +153,8 @@ def split_request(
                 else:
                     data = source[offsets[0] : offsets[1]]
                     starts.append(offsets[0])
-                append(SpanRecord(trace_id, span_id, parent, data, context, ingest_seq))
-    return SplitRequest(records, invalid, starts if spans_in_order is not None else None)
+                records.append(SpanRecord(trace_id, span_id, parent, data, context, ingest_seq))
+    yield SplitRequest(records, invalid, starts if spans_in_order is not None else None)
 
 
 # ExportTraceServiceRequest.resource_spans, ResourceSpans.scope_spans and ScopeSpans.spans, each with

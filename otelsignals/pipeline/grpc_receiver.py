@@ -74,7 +74,7 @@ def _grpc_handler(
                     else:
                         intake.count_rejection(rejected, "grpc", signal)
                         raise
-            return intake.handle(signal, body, False, "grpc").response.SerializeToString()
+            return (await intake.handle(signal, body, False, "grpc")).response.SerializeToString()
         except RequestRejected as rejected:
             code, message, metadata = (
                 _GRPC_CODES[rejected.kind],

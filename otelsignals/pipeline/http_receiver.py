@@ -123,7 +123,7 @@ def _http_handler(
                 response.force_close()
             return response
         try:
-            answer = intake.handle(signal, body, is_json, "http")
+            answer = await intake.handle(signal, body, is_json, "http")
         except RequestRejected as rejected:
             return _http_error(rejected, is_json)
         return _http_reply(200, answer.response, is_json)

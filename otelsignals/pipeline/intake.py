@@ -118,14 +118,14 @@ class Intake:
                 "overloaded", "overloaded", "otelsignals is at capacity; retry later", self.retry_after
             )
 
-    def handle(self, signal: str, body: bytes, is_json: bool, transport: str) -> Answer:
+    async def handle(self, signal: str, body: bytes, is_json: bool, transport: str) -> Answer:
         try:
-            return self._handle(signal, body, is_json, transport)
+            return await self._handle(signal, body, is_json, transport)
         except RequestRejected as rejected:
             self.count_rejection(rejected, transport, signal)
             raise
 
-    def _handle(self, signal: str, body: bytes, is_json: bool, transport: str) -> Answer:
+    async def _handle(self, signal: str, body: bytes, is_json: bool, transport: str) -> Answer:
         self.admit(len(body))
         request = self.parse(signal, body, is_json)
         telemetry = self.telemetry
@@ -137,7 +137,7 @@ class Intake:
             return Answer(RESPONSE_TYPES[signal](), 0)
         # parse() decodes a "traces" body with ExportTraceServiceRequest (REQUEST_TYPES, _JSON_DECODERS).
         traces = cast(ExportTraceServiceRequest, request)
-        outcome = self.pipeline.ingest_traces(traces, None if is_json else body)
+        outcome = await self.pipeline.ingest_traces_in_parts(traces, None if is_json else body)
         telemetry.received_spans.labels(transport).inc(outcome.accepted_spans)
         response = ExportTraceServiceResponse()  # RESPONSE_TYPES["traces"]
         if outcome.rejected_spans:
