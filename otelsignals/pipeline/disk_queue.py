@@ -14,6 +14,8 @@ kernel (no user-space buffer), which survives a process kill; ``fsync`` also sur
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import struct
@@ -33,6 +35,11 @@ SIGNALS = ("traces", "metrics", "logs")
 _SEGMENT_BITS = 32
 
 
+class DiskQueueFull(OSError):
+    """A request could not be written to the disk queue (the disk is full, a file size limit): it
+    is refused, so that its client retries, rather than acknowledged and not kept."""
+
+
 @dataclass
 class _Segment:
     number: int
@@ -42,6 +49,15 @@ class _Segment:
     records: int = 0
     finished: int = 0
     remaining_units: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Scan:
+    size: int
+    finished: set[int]
+    records: int = 0
+    unfinished: list[tuple[int, str, bytes]] = field(default_factory=list)
+    damaged: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,23 +79,39 @@ class DiskQueue:
 
     # -- start-up -------------------------------------------------------------------------------
     def recover(self) -> list[RecoveredRecord]:
-        """Read back unfinished records of earlier runs, re-log them in a fresh segment and return them."""
-        leftovers: list[tuple[str, bytes]] = []
+        """Read back unfinished records of earlier runs and return them. A segment is taken back as
+        it is: its unfinished records keep their places (and seqs) and their acks go on to its own
+        ack file, so a kill during start-up leaves nothing twice (copying them to a new segment, as
+        before 2026-12-02, left the copies and the originals both when killed in between: every
+        record came back once more per such kill). Only a damaged segment is copied: its records
+        after the damage go to the new segment and the file is kept as ``NNNNNNNN.corrupt``."""
         old_numbers = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
         # An .ack whose .log is gone (a crash between the two unlinks of a dropped segment) has
-        # nothing to recover; it is removed with the rest, and its number is never reused.
+        # nothing to recover; it is removed, and its number is never reused.
         old_acks = {int(p.stem) for p in self.directory.glob("*.ack") if p.stem.isdigit()}
+        recovered: list[RecoveredRecord] = []
+        copies: list[tuple[str, bytes]] = []
+        damaged: list[int] = []
         for number in old_numbers:
-            leftovers.extend(self._read_unfinished(number))
+            scan = self._scan(number)
+            if scan.damaged:
+                copies += [(signal, payload) for _, signal, payload in scan.unfinished]
+                damaged.append(number)
+                continue
+            segment = self._reopen(number, scan)
+            for index, signal, payload in scan.unfinished:
+                segment.remaining_units[index] = 1
+                recovered.append(RecoveredRecord((number << _SEGMENT_BITS) | index, signal, payload))
+        for number in old_acks.difference(old_numbers):
+            self._path(number, ".ack").unlink(missing_ok=True)
         self._open_segment(max([*old_numbers, *old_acks], default=0) + 1)
-        recovered = [
-            RecoveredRecord(self.append(signal, payload), signal, payload) for signal, payload in leftovers
+        recovered += [
+            RecoveredRecord(self.append(signal, payload), signal, payload) for signal, payload in copies
         ]
-        if recovered:
+        if copies:
             self._sync(self._active)
-        for number in old_numbers:
-            self._path(number, ".log").unlink(missing_ok=True)
-        for number in old_acks.union(old_numbers):
+        for number in damaged:
+            self._path(number, ".log").replace(self._path(number, ".corrupt"))
             self._path(number, ".ack").unlink(missing_ok=True)
         if recovered:
             logger.info(
@@ -89,32 +121,77 @@ class DiskQueue:
             )
         return recovered
 
-    def _read_unfinished(self, number: int) -> list[tuple[str, bytes]]:
+    def _scan(self, number: int) -> _Scan:
+        """The records of segment ``number`` that are not finished, with their indexes. Records are
+        numbered by their place in the file, as the acks name them; a record whose checksum fails
+        (its framing intact) is skipped and keeps its number. Where the framing is lost (a length
+        that runs past the end or onto bytes that are no record), the next whole record is looked
+        for: found, the segment is damaged (how many records the lost bytes held is not known, so
+        every record after them is taken as unfinished); not found, the file ends with a write the
+        process did not finish (its client was never answered) or with damage, and reading stops."""
         data = self._path(number, ".log").read_bytes()
         ack_path = self._path(number, ".ack")
         ack_bytes = ack_path.read_bytes() if ack_path.exists() else b""
         usable = len(ack_bytes) - len(ack_bytes) % _ACK.size
         finished = {i for (i,) in _ACK.iter_unpack(ack_bytes[:usable])}
-        out = []
+        scan = _Scan(size=len(data), finished=finished)
         offset = index = 0
         while offset + _HEADER.size <= len(data):
             length, crc, signal_code = _HEADER.unpack_from(data, offset)
             start = offset + _HEADER.size
-            payload = data[start : start + length]
-            if len(payload) < length:
+            end = start + length
+            if end <= len(data):
+                if signal_code < len(SIGNALS) and _checksum(signal_code, data[start:end]) == crc:
+                    if scan.damaged or index not in finished:
+                        scan.unfinished.append((index, SIGNALS[signal_code], data[start:end]))
+                    offset = end
+                    index += 1
+                    continue
+                if _at_record_or_end(data, end):  # its length leads to the next record: only it is bad
+                    logger.warning(
+                        "disk queue segment %s: record %d is corrupt and is skipped", number, index
+                    )
+                    offset = end
+                    index += 1
+                    continue
+            resume = _next_record(data, offset + 1)
+            if resume is None:
                 logger.warning(
-                    "disk queue segment %s ends with a partly written record; it was never "
-                    "acknowledged to its client and is skipped",
+                    "disk queue segment %s ends with %d bytes that are not a whole record: a record "
+                    "partly written when the process ended (its client was not answered), or damage",
                     number,
+                    len(data) - offset,
                 )
                 break
-            if _checksum(signal_code, payload) != crc or signal_code >= len(SIGNALS):
-                logger.warning("disk queue segment %s: record %d is corrupt and is skipped", number, index)
-            elif index not in finished:
-                out.append((SIGNALS[signal_code], payload))
-            offset = start + length
-            index += 1
-        return out
+            logger.error(
+                "disk queue segment %s: %d bytes at offset %d are damaged and cannot be read; the "
+                "requests they held are lost, and the records after them are sent again whether "
+                "they were finished or not",
+                number,
+                resume - offset,
+                offset,
+            )
+            scan.damaged = True
+            offset = resume
+        scan.records = index
+        return scan
+
+    def _reopen(self, number: int, scan: _Scan) -> _Segment:
+        """Segment ``number`` of an earlier run, taken back: its acks go on to its own file."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        segment = _Segment(
+            number,
+            os.open(self._path(number, ".log"), flags, 0o600),
+            os.open(self._path(number, ".ack"), flags, 0o600),
+            size=scan.size,
+            records=scan.records,
+        )
+        segment.finished = scan.records - len(scan.unfinished)
+        self._segments[number] = segment
+        self.bytes += scan.size
+        if not scan.unfinished:
+            self._drop(segment)
+        return segment
 
     # -- running --------------------------------------------------------------------------------
     def append(self, signal: str, payload: bytes, units: int = 1) -> int:
@@ -127,10 +204,28 @@ class DiskQueue:
             self._sync(segment)
             segment = self._open_segment(segment.number + 1)
         code = SIGNALS.index(signal)
-        header = _HEADER.pack(len(payload), _checksum(code, payload), code)
-        os.write(segment.log_fd, header + payload)
-        if self.fsync:
-            os.fsync(segment.log_fd)
+        record = memoryview(_HEADER.pack(len(payload), _checksum(code, payload), code) + payload)
+        written = 0
+        try:
+            while written < len(record):
+                step = os.write(segment.log_fd, record[written:])
+                if step == 0:
+                    raise OSError(errno.ENOSPC, "no byte written")
+                written += step
+            if self.fsync:
+                os.fsync(segment.log_fd)
+        except OSError as error:
+            # A record written in part would be read as the file's end: the records after it lost.
+            # It is cut off again, and the next records go to a segment of their own (in case the
+            # cut failed too); the caller refuses the request, whose client retries.
+            with contextlib.suppress(OSError):
+                os.ftruncate(segment.log_fd, segment.size)
+            if written:
+                with contextlib.suppress(OSError):
+                    self._open_segment(segment.number + 1)
+            raise DiskQueueFull(
+                f"the disk queue could not write a {len(record)}-byte request to {self.directory}: {error}"
+            ) from error
         index = segment.records
         segment.records += 1
         segment.size += record_size
@@ -225,6 +320,31 @@ class DiskQueue:
 
 def _checksum(signal_code: int, payload: bytes) -> int:
     return zlib.crc32(payload, zlib.crc32(bytes((signal_code,))))
+
+
+def _whole_record_at(data: bytes, offset: int) -> bool:
+    """Whether a record with a good checksum starts at ``offset``."""
+    if offset + _HEADER.size > len(data):
+        return False
+    length, crc, signal_code = _HEADER.unpack_from(data, offset)
+    start = offset + _HEADER.size
+    end = start + length
+    return end <= len(data) and signal_code < len(SIGNALS) and _checksum(signal_code, data[start:end]) == crc
+
+
+def _at_record_or_end(data: bytes, offset: int) -> bool:
+    """Whether ``offset`` is where a record may start: the end of the file, a header cut short, or a
+    whole record. A record's length is trusted only so: a damaged one would make the bytes after
+    it be read as records."""
+    return offset + _HEADER.size > len(data) or _whole_record_at(data, offset)
+
+
+def _next_record(data: bytes, offset: int) -> int | None:
+    """Where the first whole record at or after ``offset`` starts, None if there is none."""
+    for at in range(offset, len(data) - _HEADER.size + 1):
+        if _whole_record_at(data, at):
+            return at
+    return None
 
 
 def create_disk_queue(config: QueueConfig) -> DiskQueue | None:

@@ -25,6 +25,7 @@ from otelsignals.otlp.json_decode import (
     decode_metrics_request,
     decode_trace_request,
 )
+from otelsignals.pipeline.disk_queue import DiskQueueFull
 from otelsignals.pipeline.senders import (
     REQUEST_TYPES,
     RESPONSE_TYPES,
@@ -120,7 +121,16 @@ class Intake:
 
     async def handle(self, signal: str, body: bytes, is_json: bool, transport: str) -> Answer:
         try:
-            return await self._handle(signal, body, is_json, transport)
+            try:
+                return await self._handle(signal, body, is_json, transport)
+            except DiskQueueFull as error:
+                self.telemetry.problems.warning("disk_queue_full", str(error), transport=transport)
+                raise RequestRejected(
+                    "overloaded",
+                    "disk_queue_full",
+                    "otelsignals cannot keep the request; retry later",
+                    self.retry_after,
+                ) from error
         except RequestRejected as rejected:
             self.count_rejection(rejected, transport, signal)
             raise

@@ -80,22 +80,55 @@ def test_kill_without_close_loses_nothing(tmp_path: Path, queues: list[DiskQueue
     assert contents(recovered) == [("traces", b"one"), ("logs", b"three")]
 
 
-def test_recovered_records_are_relogged_and_old_segments_removed(
-    tmp_path: Path, queues: list[DiskQueue]
-) -> None:
+def test_recovered_records_keep_their_segment_until_finished(tmp_path: Path, queues: list[DiskQueue]) -> None:
     queue, _ = open_queue(queues, tmp_path)
     queue.append("traces", b"x" * 10)
     queue.close()
     assert files(tmp_path, ".log") == ["00000001.log"]
     queue, recovered = open_queue(queues, tmp_path)
-    assert files(tmp_path) == ["00000002.ack", "00000002.log"]
+    # Taken back where it is (a new segment for what comes next), not copied.
+    assert files(tmp_path) == ["00000001.ack", "00000001.log", "00000002.ack", "00000002.log"]
     assert queue.bytes == HEADER + 10 == log_bytes(tmp_path)
-    # The recovered record has a seq in the new segment and can be finished there.
     (record,) = recovered
-    queue.release(record.seq)
+    queue.release(record.seq)  # its segment is finished: deleted
+    assert files(tmp_path) == ["00000002.ack", "00000002.log"]
     queue.close()
     _, again = open_queue(queues, tmp_path)
     assert again == []
+
+
+def test_a_kill_during_start_up_brings_nothing_back_twice(tmp_path: Path, queues: list[DiskQueue]) -> None:
+    """Recovery copied the unfinished records to a new segment before deleting the old one: a kill
+    in between (a slow start with a large backlog, an OOM kill, a failed liveness probe) left both,
+    and every record came back once more per such kill (100 → 200 → 400 → 800)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    queue, _ = open_queue(queues, tmp_path)
+    for i in range(100):
+        queue.append("traces", b"request %d" % i)
+    queue.close()
+    killed_at_first_file_removal = textwrap.dedent(
+        f"""
+        import os, pathlib
+        from otelsignals.pipeline.disk_queue import DiskQueue
+        def killed(*args, **kwargs):
+            os._exit(9)
+        pathlib.Path.unlink = pathlib.Path.replace = killed
+        DiskQueue({str(tmp_path)!r}, 1 << 20).recover()
+        """
+    )
+    for _ in range(3):
+        subprocess.run([sys.executable, "-c", killed_at_first_file_removal], timeout=60, check=False)
+        _, recovered = open_queue(queues, tmp_path)
+        assert [r.payload for r in recovered] == [b"request %d" % i for i in range(100)]
+        queues[-1].close()
+    queue, recovered = open_queue(queues, tmp_path)
+    for record in recovered[:60]:
+        queue.release(record.seq)
+    _, recovered = open_queue(queues, tmp_path)  # killed: the acks of this run are kept
+    assert [r.payload for r in recovered] == [b"request %d" % i for i in range(60, 100)]
 
 
 def test_recovering_twice_in_a_row(tmp_path: Path, queues: list[DiskQueue]) -> None:
@@ -193,7 +226,7 @@ def test_zero_units_is_finished_at_once(tmp_path: Path, queues: list[DiskQueue])
     queue.close()
     queue, recovered = open_queue(queues, tmp_path)
     assert contents(recovered) == [("logs", b"kept")]
-    assert kept != recovered[0].seq  # relogged under a new seq
+    assert kept == recovered[0].seq  # taken back where it was
 
 
 def test_unknown_seqs_are_ignored(tmp_path: Path, queues: list[DiskQueue]) -> None:
@@ -265,7 +298,7 @@ def test_recovery_spanning_several_segments(tmp_path: Path, queues: list[DiskQue
     queue, recovered = open_queue(queues, tmp_path, segment_size=64)
     expected = [b"%02d" % i * 10 for i in range(10) if i % 3]
     assert [r.payload for r in recovered] == expected
-    assert queue.bytes == log_bytes(tmp_path) == sum(HEADER + len(p) for p in expected)
+    assert queue.bytes == log_bytes(tmp_path)  # the segments still holding unfinished records
 
 
 # -- damage -----------------------------------------------------------------------------------------
@@ -326,6 +359,75 @@ def test_corrupt_record_keeps_acks_aligned(tmp_path: Path, queues: list[DiskQueu
     assert [r.payload for r in recovered] == [b"first record", b"fourth record"]
 
 
+@pytest.mark.parametrize("damaged_byte", [0, 2, 3])  # the second record's length, low to high byte
+def test_a_damaged_length_costs_only_its_record_and_the_segment_is_kept(
+    tmp_path: Path, queues: list[DiskQueue], damaged_byte: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A length field damaged mid-file made the rest of the segment unreadable, with a warning that
+    nothing acknowledged was lost, and the file was deleted. Now the next whole record is found:
+    only the damaged one is lost, said as an error, and the file is kept (``.corrupt``). Records
+    after the damage come back even if finished: their numbers, which the acks use, are not known."""
+    queue, _ = open_queue(queues, tmp_path)
+    seqs = [queue.append("traces", b"record %d" % i) for i in range(10)]
+    queue.release(seqs[0])
+    queue.release(seqs[7])
+    queue.close()
+    (log,) = tmp_path.glob("*.log")
+    data = bytearray(log.read_bytes())
+    data[HEADER + len(b"record 0") + damaged_byte] ^= 0x5A
+    log.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="otelsignals.disk_queue"):
+        queue, recovered = open_queue(queues, tmp_path)
+    assert [r.payload for r in recovered] == [b"record %d" % i for i in range(2, 10)]
+    assert any("damaged" in message and "lost" in message for message in caplog.messages)
+    assert not any("partly written" in message for message in caplog.messages)
+    assert files(tmp_path) == ["00000001.corrupt", "00000002.ack", "00000002.log"]
+    for record in recovered:
+        queue.release(record.seq)
+    queue.close()
+    assert open_queue(queues, tmp_path)[1] == []
+
+
+def test_a_request_that_does_not_fit_on_disk_is_refused_and_the_others_kept(tmp_path: Path) -> None:
+    """The disk is full (here: a file size limit): a record written in part made every later record
+    unreadable, though each of their clients was answered. Now the append raises (the receiver
+    refuses the request, its client retries) and every append that returned comes back."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import resource, sys
+        from otelsignals.pipeline.disk_queue import DiskQueue, DiskQueueFull
+        queue = DiskQueue({str(tmp_path)!r}, 1 << 20)
+        queue.recover()
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, hard))
+        kept, refused = [], 0
+        for i in range(40):
+            if i == 30:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # space again
+            try:
+                queue.append("traces", b"request %02d " % i + bytes(200))
+                kept.append(i)
+            except DiskQueueFull:
+                refused += 1
+        print(refused, ",".join(map(str, kept)))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    refused, kept = out.stdout.split()
+    assert int(refused) > 0
+    queues: list[DiskQueue] = []
+    _, recovered = open_queue(queues, tmp_path)
+    assert [r.payload[:11] for r in recovered] == [b"request %02d " % int(i) for i in kept.split(",")]
+    for queue in queues:
+        queue.close()
+
+
 def test_unknown_signal_code_is_skipped(tmp_path: Path, queues: list[DiskQueue]) -> None:
     log = _three_records(queues, tmp_path)
     data = bytearray(log.read_bytes())
@@ -384,7 +486,7 @@ def test_stray_files_are_left_alone_and_orphan_acks_cleaned(tmp_path: Path, queu
     (tmp_path / "00000000.ack").write_bytes(b"\x00\x00\x00\x00")  # its .log was deleted before a crash
     _, recovered = open_queue(queues, tmp_path)
     assert [r.payload for r in recovered] == [b"a"]
-    assert files(tmp_path) == ["00000002.ack", "00000002.log", "README.log"]
+    assert files(tmp_path) == ["00000001.ack", "00000001.log", "00000002.ack", "00000002.log", "README.log"]
 
 
 # -- bytes ------------------------------------------------------------------------------------------
