@@ -548,3 +548,67 @@ def test_with_snippets_on_the_markers_do_show(tmp_path, sink: OtlpSink):
     assert leaks(_value_text([attributes.get("signal.snippet") for _, attributes in out["events"]]))
     assert all(leaks(answer) for answer in out["answers"].values())
     assert leaks(out["stderr"]) == [], "logs never carry content"
+
+
+SECRET = "SECRET-alice@example.com card 4111111111111111"
+_JSON_SPAN = {
+    "traceId": "0af7651916cd43dd8448eb211c80319c",
+    "spanId": "b7ad6b7169203331",
+    "name": "chat",
+    "startTimeUnixNano": "1",
+    "endTimeUnixNano": "2",
+}
+
+
+@pytest.mark.parametrize(
+    "span",
+    [
+        {**_JSON_SPAN, "attributes": [{"key": "gen_ai.input.messages", "value": {"bytesValue": SECRET}}]},
+        {**_JSON_SPAN, "attributes": [{"key": "gen_ai.input.messages", "value": {"intValue": SECRET}}]},
+        {**_JSON_SPAN, "traceId": SECRET},
+        {**_JSON_SPAN, "kind": SECRET},
+        {**_JSON_SPAN, "startTimeUnixNano": SECRET},
+        {**_JSON_SPAN, "attributes": [{"key": "k", "value": {"doubleValue": SECRET}}]},
+    ],
+    ids=["bytes", "int", "trace-id", "kind", "time", "double"],
+)
+def test_a_refused_json_request_quotes_its_values_to_its_client_not_to_the_log(span: dict[str, Any]) -> None:
+    """The OTLP/JSON decoder's errors quote the offending value (up to 40 characters), and the
+    rejection was logged as it was: a message's text reached the log with snippets off."""
+    import asyncio
+    import logging
+
+    from otelsignals.config_loading import load_config
+    from otelsignals.pipeline.intake import Intake, RequestRejected
+    from otelsignals.pipeline.service import Pipeline
+
+    body = orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+    config = load_config(None, environ={})
+    config.signals.snippets = False
+
+    async def refused() -> RequestRejected:
+        pipeline = Pipeline(config)
+        pipeline.ready = True
+        try:
+            await Intake(config.receiver, pipeline).handle("traces", body, True, "http")
+        except RequestRejected as rejected:
+            return rejected
+        finally:
+            pipeline.store.close()
+        raise AssertionError("accepted")
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger().addHandler(handler)
+    try:
+        rejected = asyncio.run(refused())
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert rejected.reason == "bad_json"
+    logged = " ".join(record.getMessage() for record in records)
+    assert "refused a http traces request" in logged
+    assert "SECRET" not in logged and "4111111111" not in logged
+    if span["traceId"] != SECRET:  # (a wrong id's message gives its length only)
+        assert "SECRET" in rejected.message  # the client sent it: told what was wrong with it
+        assert "(value left out)" in logged

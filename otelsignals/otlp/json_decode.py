@@ -71,7 +71,12 @@ from otelsignals.otlp.json_values import (
 
 class OtlpJsonError(ValueError):
     """Raised for input that is not valid OTLP/JSON; the message names the JSON path, e.g.
-    'resourceSpans[0].scopeSpans[1].spans[3].traceId: expected 32 hex characters, got 31'."""
+    'resourceSpans[0].scopeSpans[1].spans[3].traceId: expected 32 hex characters, got 31'.
+    ``without_values``: the same without the request's values it quotes, for logs."""
+
+    def __init__(self, message: str, without_values: str | None = None) -> None:
+        super().__init__(message)
+        self.without_values = message if without_values is None else without_values
 
 
 def decode_trace_request(data: bytes | str) -> ExportTraceServiceRequest:
@@ -100,7 +105,7 @@ def _decode_request(data: bytes | str, request: _Request, fields: Mapping[str, F
     try:
         decode_object(request, document, fields)
     except Invalid as err:
-        raise OtlpJsonError(err.message()) from None
+        raise OtlpJsonError(err.message(), err.message(quote_values=False)) from None
     return request
 
 

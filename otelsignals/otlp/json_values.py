@@ -48,9 +48,29 @@ class Invalid(Exception):
         self._segments.append(segment)
         return self
 
-    def message(self) -> str:
+    def message(self, quote_values: bool = True) -> str:
+        """Where and what; ``quote_values=False`` leaves out the values the request held (quoted in
+        the reason for its client, not for a log that may not carry message text)."""
         path = "".join(reversed(self._segments)).removeprefix(".")
-        return f"{path or '$'}: {self.reason}"
+        return f"{path or '$'}: {_without_values(self.reason) if not quote_values else _values(self.reason)}"
+
+
+# A value of the request quoted in a reason is marked so (repr() escapes control characters, so no
+# quoted text holds them): shown to the client, left out of logs.
+_VALUE_START, _VALUE_END = "\x01", "\x02"
+_MARKED_VALUE = re.compile(f"{_VALUE_START}[^{_VALUE_END}]*{_VALUE_END}")
+
+
+def _values(reason: str) -> str:
+    return reason.replace(_VALUE_START, "").replace(_VALUE_END, "")
+
+
+def _without_values(reason: str) -> str:
+    return _MARKED_VALUE.sub("(value left out)", reason)
+
+
+def _quoted(value: object) -> str:
+    return f"{_VALUE_START}{value}{_VALUE_END}"
 
 
 # How one JSON key is decoded: ("attr", parse) for a scalar field sets message.attr = parse(json_value);
@@ -272,14 +292,14 @@ def _describe(value: Any) -> str:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int | float):
-        return f"number {value!r}"
+        return f"number {_quoted(repr(value))}"
     if isinstance(value, str):
         return f"string {_preview(value)}"
     return "array" if isinstance(value, list) else "object"
 
 
 def _preview(text: str, limit: int = 40) -> str:
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+    return _quoted(repr(text) if len(text) <= limit else repr(text[:limit]) + "...")
 
 
 def _array(value: Any) -> list[Any]:
@@ -313,9 +333,11 @@ def _integer_parser(low: int, high: int, type_name: str) -> Callable[[Any], int]
             number = int(value)
         elif type(value) is float:
             if not value.is_integer():
-                raise Invalid(f"expected an integer, got number {value!r}")
+                raise Invalid(f"expected an integer, got number {_quoted(repr(value))}")
             if abs(value) > _MAX_EXACT_FLOAT_INT:
-                raise Invalid(f"number {value!r} is not an exact integer; send large integers as strings")
+                raise Invalid(
+                    f"number {_quoted(repr(value))} is not an exact integer; send large integers as strings"
+                )
             number = int(value)
         else:
             raise Invalid(f"expected an integer, got {_describe(value)}")

@@ -54,12 +54,22 @@ _JSON_DECODERS: dict[str, Callable[[bytes], ExportRequest]] = {
 class RequestRejected(Exception):
     """A request refused as a whole. ``reason`` labels the counter, ``message`` goes to the client."""
 
-    def __init__(self, kind: str, reason: str, message: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        reason: str,
+        message: str,
+        retry_after: float | None = None,
+        logged: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.kind = kind  # "invalid", "unsupported_media", "too_large", "overloaded", "unauthenticated"
         self.reason = reason
         self.message = message
         self.retry_after = retry_after
+        # What the log says: the message without any value of the request it quotes (message text
+        # leaves the process only where the user turned it on; the client sent it, so may see it).
+        self.logged = message if logged is None else logged
 
 
 class Authenticator:
@@ -166,8 +176,20 @@ class Intake:
             # The OTLP codec, not protobuf's json_format: OTLP/JSON ids are hex, not base64.
             try:
                 return _JSON_DECODERS[signal](body)
-            except (OtlpJsonError, ValueError) as exc:
-                raise RequestRejected("invalid", "bad_json", f"body is not OTLP/JSON: {exc}") from exc
+            except OtlpJsonError as exc:
+                raise RequestRejected(
+                    "invalid",
+                    "bad_json",
+                    f"body is not OTLP/JSON: {exc}",
+                    logged=f"body is not OTLP/JSON: {exc.without_values}",
+                ) from exc
+            except ValueError as exc:  # (a value protobuf refused: its message may quote it)
+                raise RequestRejected(
+                    "invalid",
+                    "bad_json",
+                    f"body is not OTLP/JSON: {exc}",
+                    logged=f"body is not OTLP/JSON: a value protobuf refused ({type(exc).__name__})",
+                ) from exc
         try:
             return request_type.FromString(body)
         except DecodeError as exc:
@@ -185,7 +207,7 @@ class Intake:
         telemetry.rejected_requests.labels(transport, rejected.reason).inc()
         telemetry.problems.warning(
             f"rejected_{rejected.reason}",
-            f"refused a {transport} {signal} request: {rejected.message}",
+            f"refused a {transport} {signal} request: {rejected.logged}",
             transport=transport,
             reason=rejected.reason,
         )
