@@ -9,6 +9,8 @@ reason                         keep   when
 =============================  =====  =========================================================
 ``severe`` / ``poor``          yes    the conversation's quality is in ``keep_qualities``;
                                       always, whatever the budgets
+``trace``                      both   a part of a trace decided before (spans that came after
+                                      the trace was released): decided as that part was
 ``session``                    yes    an earlier trace of the same session was kept
 ``priority``                   yes    the conversation's triage priority (triage.py) is at least
                                       ``keep_priority``; takes from ``budget_per_minute``
@@ -80,6 +82,7 @@ from otelsignals.pipeline.enricher import write_attribute
 from otelsignals.signals.taxonomy import SATISFACTION
 
 # Keep reasons: a quality bucket named in keep_qualities ("severe", "poor"), or one of these.
+SAME_TRACE = "trace"  # keep or drop: as the trace's earlier part was
 SESSION = "session"
 PRIORITY = "priority"
 FLAGGED = "flagged"
@@ -96,6 +99,10 @@ _DROP_REASONS = frozenset((BUDGET_EXHAUSTED, EXEMPLAR_BUDGET_EXHAUSTED, SAMPLED_
 SAMPLED_ATTRIBUTE = "signals.sampled"
 REASON_ATTRIBUTE = "signals.sample_reason"
 _UNKNOWN_AGENT = ""
+# Decisions remembered by trace id, so that a part of a trace that comes after the trace was
+# released (a late span, a span exported long after its parent) is decided as the rest was: a trace
+# is never half kept. About 150 bytes each; the least recently decided forgotten beyond.
+REMEMBERED_TRACES = 65_536
 _DRAW_PERSON = b"otelsig-sampler"  # blake2b personalisation: the draw is the sampler's own hash
 
 
@@ -160,6 +167,9 @@ class TriageSampler:
         self._exemplars = TokenBucket(config.exemplars_per_minute, now)
         self._agent_buckets: OrderedDict[str, TokenBucket] = OrderedDict()
         self._sessions: OrderedDict[str, _SessionState] = OrderedDict()
+        # trace id → kept; read and written on the event loop and the analysis thread (decide())
+        self._traces: OrderedDict[bytes, bool] = OrderedDict()
+        self._traces_lock = threading.Lock()
         self.kept: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
         # Traces without a conversation are decided on the event loop (AnalysisStage.take), the
@@ -173,9 +183,22 @@ class TriageSampler:
 
     # -- deciding -------------------------------------------------------------------------------
     def decide(self, trace_id: bytes, session_key: str | None, analysis: Analysis | None) -> Decision:
-        """Keep or drop one released trace, after its analysis (None: no conversation in it).
-        With neither an analysis nor a session key no session state is read, and any thread may ask
+        """Keep or drop one released trace, after its analysis (None: no conversation in it). A
+        trace decided before (this is a part that came late) is decided the same way. With neither
+        an analysis nor a session key no session state is read, and any thread may ask
         (AnalysisStage.take does, on the event loop)."""
+        with self._traces_lock:
+            earlier = self._traces.get(trace_id)
+        if earlier is not None:
+            return self._keep(SAME_TRACE, None) if earlier else self._drop(SAME_TRACE)
+        decision = self._decide(trace_id, session_key, analysis)
+        with self._traces_lock:
+            self._traces[trace_id] = decision.keep
+            if len(self._traces) > REMEMBERED_TRACES:
+                self._traces.popitem(last=False)
+        return decision
+
+    def _decide(self, trace_id: bytes, session_key: str | None, analysis: Analysis | None) -> Decision:
         if analysis is None:
             if session_key is not None:
                 state = self._sessions.get(session_key)
@@ -288,7 +311,7 @@ class TriageSampler:
         absent; ``trace.size`` follows). ``not_conversation`` traces are forwarded untouched."""
         if not decision.keep:
             return []
-        if decision.reason == NOT_CONVERSATION:
+        if decision.reason in (NOT_CONVERSATION, SAME_TRACE):  # (a late part: annotated before)
             return trace.spans
         for record in trace.spans:
             if record.span_id != decision.span_id and not record.is_local_root:

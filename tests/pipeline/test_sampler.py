@@ -240,7 +240,8 @@ def test_trace_id_is_the_key_without_a_session() -> None:
     assert s.decide(high, None, analysis(conversation="")).reason == "sampled_out"
     # The conversation key wins over the trace id when the caller passes no session key.
     key = keys_with_draw(below=0.05)[0]
-    assert s.decide(high, None, analysis(key)).reason == "baseline"
+    another_high = next(t for t in map(tid, range(10_000)) if session_draw(t.hex()) >= 0.05 and t != high)
+    assert s.decide(another_high, None, analysis(key)).reason == "baseline"
 
 
 # -- sessions -------------------------------------------------------------------------------------
@@ -344,8 +345,41 @@ def test_apply_drops_and_leaves_non_conversation_traces_untouched() -> None:
     root = record(1)
     before = root.data
     assert s.apply(trace_of(root), s.decide(tid(7), "x", analysis("x"))) == []
-    assert s.apply(trace_of(root), s.decide(tid(7), None, None)) == [root]
+    assert s.apply(trace_of(root), s.decide(tid(8), None, None)) == [root]
     assert root.data == before
+
+
+@pytest.mark.parametrize("non_conversation_traces", ["keep", "drop"])
+def test_a_late_part_of_a_trace_is_decided_as_the_trace_was(non_conversation_traces: str) -> None:
+    """Spans that come after their trace was released (a late child without GenAI attributes) are
+    a trace of their own to the sampler: they were decided as not_conversation, so a dropped trace
+    had its late parts kept (1 of 3 spans reached the backend) and, with non_conversation_traces
+    drop, a kept one lost them. Now the trace's first decision holds for its later parts."""
+    out_key = keys_with_draw(above=0.9)[0]
+    s = sampler(baseline_rate=0.0, non_conversation_traces=non_conversation_traces)
+    assert not s.decide(tid(1), out_key, analysis(out_key)).keep  # sampled out
+    late = s.decide(tid(1), None, None)  # its late part, on the event loop
+    assert (late.keep, late.reason) == (False, "trace")
+    assert s.decide(tid(2), "kept", analysis("kept", "severe")).keep
+    late = s.decide(tid(2), None, None)
+    assert (late.keep, late.reason) == (True, "trace")
+    root = record(1)
+    before = root.data
+    assert s.apply(trace_of(root), late) == [root] and root.data == before  # annotated with its trace
+    # A first part without a conversation decides for the parts with one, too.
+    first = s.decide(tid(3), None, None)
+    assert s.decide(tid(3), out_key, analysis(out_key)).keep is first.keep
+    assert s.kept["trace"] + s.dropped["trace"] == 3
+
+
+def test_decisions_by_trace_are_bounded() -> None:
+    from otelsignals.pipeline import sampler as sampler_module
+
+    s = sampler(baseline_rate=1.0)
+    for n in range(sampler_module.REMEMBERED_TRACES + 10):
+        s.decide(n.to_bytes(16, "big"), None, None)
+    assert len(s._traces) == sampler_module.REMEMBERED_TRACES
+    assert s.decide((5).to_bytes(16, "big"), None, None).reason == "not_conversation"  # forgotten
 
 
 # -- counts and metrics ---------------------------------------------------------------------------
