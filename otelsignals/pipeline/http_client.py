@@ -199,10 +199,16 @@ class HttpClient:
             )
         started = time.perf_counter()
         try:
-            async with self._session.post(url, data=data, headers=headers, ssl=self._ssl) as response:
+            # Redirects are not followed: aiohttp follows a 301/302 with a GET without the body (the
+            # request lost, yet answered 200 by the next address) and sends the configured headers
+            # (API keys) to whatever host the Location names.
+            async with self._session.post(
+                url, data=data, headers=headers, ssl=self._ssl, allow_redirects=False
+            ) as response:
                 body = await response.read()
                 status = response.status
                 retry_after = server_delay(response.headers)
+                location = response.headers.get("Location", "")
         except TimeoutError:
             error = f"timed out after {self.timeout:g}s"
             return Attempt(0, b"", error, True, None, time.perf_counter() - started)
@@ -213,6 +219,9 @@ class HttpClient:
         if 200 <= status < 300:
             return Attempt(status, body, "", False, retry_after, latency)
         retryable = status in self.retryable_statuses
+        if 300 <= status < 400:  # permanent: the endpoint is to be set to the new address
+            error = f"HTTP {status}: redirected{f' to {location}' if location else ''}, not followed"
+            return Attempt(status, body, error, False, None, latency)
         return Attempt(status, body, f"HTTP {status}", retryable, retry_after, latency)
 
     async def post(

@@ -411,7 +411,8 @@ class HttpSender:
             return SendResult(True, rejected_spans=_rejected_count(signal, attempt.body))
         if attempt.status == 0:
             return SendResult(False, True, "connection", attempt.error)
-        detail = _http_error_message(attempt.body) or attempt.error
+        redirected = 300 <= attempt.status < 400  # (its body is a page for browsers; the error says where)
+        detail = attempt.error if redirected else _http_error_message(attempt.body) or attempt.error
         return SendResult(False, attempt.retryable, f"http_{attempt.status}", detail, attempt.retry_after)
 
     async def close(self) -> None:

@@ -188,3 +188,30 @@ def test_backoff_steps_grow_to_the_cap() -> None:
     assert list(islice(Backoff(9.0, 2.0, 5.0, 0.0).steps(), 2)) == [5.0, 5.0]
     with pytest.raises(ValueError, match="at least one attempt"):
         RetryPolicy(0, backoff)
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+async def test_a_redirect_is_a_permanent_refusal_not_followed(
+    served: ScriptedServer, client: HttpClient, status: int
+) -> None:
+    """aiohttp follows redirects by default: a 301/302 came back as a GET without the body, answered
+    200 by the next address (the spans lost, counted as sent), and the configured headers (an API
+    key) went to whatever host the Location named."""
+    elsewhere = ScriptedServer()
+    app = web.Application()
+    app.router.add_route("*", "/moved", elsewhere.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        location = f"http://127.0.0.1:{runner.addresses[0][1]}/moved"
+        served.script = [Answer(status, {"Location": location})]
+        exchange = await client.post(served.url, b"spans", RetryPolicy(3, QUICK))
+        assert [a.status for a in exchange.attempts] == [status]
+        assert not exchange.last.ok and not exchange.last.retryable and not exchange.gave_up
+        assert location in exchange.last.error
+        assert elsewhere.arrivals == []  # nothing (no header, no body) went to the other host
+    finally:
+        await runner.cleanup()
+
