@@ -30,7 +30,7 @@ from otelsignals.pipeline.listing import listing_request, query_int, query_time
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder
 from otelsignals.pipeline.sessions import SessionStore
 from otelsignals.scoring import score
-from otelsignals.signals.base import redacted_metadata
+from otelsignals.signals.base import redact_metadata, redacted_metadata
 from otelsignals.stores.conversation_index import MAX_BUCKETS, ConversationIndex
 from otelsignals.telemetry import Telemetry
 
@@ -110,7 +110,9 @@ class AdminApi:
         found = await self.read_state(read) if self.read_state is not None else read()
         if found is None and self.index is not None:
             indexed = await asyncio.to_thread(self.index.get, key)
-            found = {**indexed.to_json(), "source": "index"} if indexed is not None else None
+            if indexed is not None:
+                row = indexed.to_json()
+                found = {**(row if self.show_content else indexed_without_content(row)), "source": "index"}
         if found is None:
             return web.json_response({"error": f"no session {key!r} is open or indexed"}, status=404)
         return web.json_response(found)
@@ -259,6 +261,30 @@ def _ui_file(name: str) -> web.Response:
         ),
     }
     return web.Response(body=body, content_type=content_type, charset="utf-8", headers=headers)
+
+
+def indexed_without_content(row: dict[str, Any]) -> dict[str, Any]:
+    """An index row as :func:`session_json` shows a conversation with ``show_content`` off: no
+    message text, arguments or snippets, each signal's metadata redacted. A row written while
+    snippets were on keeps them in the index; they are not served once snippets are off."""
+    signals = row.get("signals")
+    return {
+        **row,
+        "messages": None,
+        "signals": [
+            {
+                **signal,
+                "snippet": None,
+                "metadata": redact_metadata(signal["metadata"])
+                if isinstance(signal.get("metadata"), dict)
+                else None,
+            }
+            for signal in signals
+            if isinstance(signal, dict)
+        ]
+        if isinstance(signals, list)
+        else signals,
+    }
 
 
 def session_json(state: ConversationState, show_content: bool) -> dict[str, Any]:

@@ -612,3 +612,59 @@ def test_a_refused_json_request_quotes_its_values_to_its_client_not_to_the_log(s
     if span["traceId"] != SECRET:  # (a wrong id's message gives its length only)
         assert "SECRET" in rejected.message  # the client sent it: told what was wrong with it
         assert "(value left out)" in logged
+
+
+def test_an_indexed_conversation_is_served_without_its_text_once_snippets_are_off(tmp_path) -> None:
+    """The index keeps what was written while snippets (and index.content) were on; with snippets
+    off, GET /v1/sessions/{id} of such a conversation served its messages and snippets from the
+    index as stored."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+    from prometheus_client import CollectorRegistry
+
+    from otelsignals.admin import admin_app
+    from otelsignals.config import IndexConfig
+    from otelsignals.model import Message
+    from otelsignals.pipeline.index_writer import IndexWriter
+    from otelsignals.stores.conversation_index import open_index
+    from otelsignals.telemetry import Telemetry
+
+    url = f"sqlite:///{tmp_path}/index.db"
+    writer = IndexWriter(IndexConfig(), open_index(url), CollectorRegistry(), keep_text=True)
+    state = ConversationState.new("c1")
+    state.append(Message(Role.USER, "please cancel, my diagnosis is type 2 diabetes", span_id=b"\x01" * 8))
+    state.leaf_counts["interaction.disengagement.quit"] += 1
+    state.recent_signals.append(
+        SignalInstance(
+            "interaction.disengagement.quit",
+            0,
+            0.8,
+            "type 2 diabetes",
+            {"pattern": "quit", "tool": "type 2 diabetes"},
+        )
+    )
+    writer.record(state)
+    writer.flush()
+    writer.index.close()
+
+    async def served(show_content: bool) -> dict[str, Any]:
+        index = open_index(url)
+        app = admin_app(
+            Telemetry(), lambda: True, sessions=None, show_content=show_content, auth_token="t", index=index
+        )
+        try:
+            async with TestClient(TestServer(app)) as client:
+                answer = await client.get("/v1/sessions/c1", headers={"Authorization": "Bearer t"})
+                assert answer.status == 200
+                return await answer.json()
+        finally:
+            index.close()
+
+    shown = asyncio.run(served(True))
+    assert shown["source"] == "index" and "diabetes" in orjson.dumps(shown).decode()
+    hidden = asyncio.run(served(False))
+    assert hidden["source"] == "index" and hidden["messages"] is None
+    assert "diabetes" not in orjson.dumps(hidden).decode()
+    (signal,) = hidden["signals"]
+    assert signal["snippet"] is None and signal["metadata"]["pattern"] == "quit"  # vocabulary stays
