@@ -465,9 +465,9 @@ def open_index(url: str, busy_timeout_s: float = 30.0) -> ConversationIndex:
             conn.execute(statement)
         return ConversationIndex(conn, "?", "instr({column}, {param}) > 0")
     if scheme in ("postgresql", "postgres"):
-        import psycopg
+        from otelsignals.stores.postgres_connection import PostgresConnection
 
-        shared = psycopg.connect(url, autocommit=True)
+        shared = PostgresConnection(url)
         with shared.transaction():
             shared.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             for statement in _SCHEMA:

@@ -18,10 +18,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-import psycopg
-
 from otelsignals.reputation import Evaluation
 from otelsignals.stores import DEFAULT_WINDOW
+from otelsignals.stores.postgres_connection import PostgresConnection
 from otelsignals.stores.sql import (
     DOCUMENT_KEYS_QUERY,
     DOCUMENTS_INDEX,
@@ -77,7 +76,7 @@ class PostgresStore(SqlWindowStore):
     document_keys_query = DOCUMENT_KEYS_QUERY.format(p="%s")
 
     def __init__(self, url: str, *, window_size: int = DEFAULT_WINDOW) -> None:
-        super().__init__(psycopg.connect(url, autocommit=True), window_size)
+        super().__init__(PostgresConnection(url), window_size)
         with self._lock, self._conn.transaction():
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
             for statement in SCHEMA:

@@ -343,3 +343,40 @@ def test_redis_says_which_evaluations_of_a_batch_it_recorded(redis_server: str) 
     with redis.Redis.from_url(redis_server) as client:  # nothing written for the failed ones
         assert client.get("otelsignals:rep:agent:broken:count") is None
         assert not client.sismember("otelsignals:rep:agents", "broken")
+
+
+def test_postgres_stores_connect_again_after_the_server_ends_their_connection(postgres_server: str) -> None:
+    """A server restart, a failover or a terminated backend closed the stores' one connection for
+    good: every later record and read failed until the process restarted. Now the statement that
+    finds it broken fails (its caller retries) and the next one connects again."""
+    import time
+
+    from otelsignals.stores.conversation_index import IndexedConversation, open_index
+
+    store = open_store(postgres_server)
+    index = open_index(postgres_server)
+    try:
+        store.record(Evaluation("agent-a", True, 100.0, time.time()))
+
+        def row(key: str) -> IndexedConversation:
+            return IndexedConversation(key, "agent-a", 1.0, 2.0, 1, "good", 0.9, None, False, False, (), {})
+
+        index.upsert([row("before")])
+        with psycopg.connect(postgres_server, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE pid <> pg_backend_pid() AND datname = current_database()"
+            ).fetchone()
+        assert ended is not None and ended[0] >= 2
+        with pytest.raises(psycopg.OperationalError):  # the statement that finds it broken
+            store.record(Evaluation("agent-a", True, 100.0, time.time()))
+        with pytest.raises(psycopg.OperationalError):
+            index.upsert([row("lost")])
+        store.record(Evaluation("agent-a", False, 100.0, time.time()))  # connected again
+        index.upsert([row("after")])
+        evaluations, count = store.window("agent-a")
+        assert count == 2 and [e.passed for e in evaluations] == [True, False]
+        assert index.get("after") is not None and index.get("before") is not None
+    finally:
+        store.close()
+        index.close()
