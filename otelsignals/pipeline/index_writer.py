@@ -242,7 +242,8 @@ class IndexWriter:
         )
         self.dropped = Counter(
             "otelsignals_index_dropped",
-            "Conversation changes dropped before reaching the index (index.max_pending).",
+            "Conversation changes dropped before reaching the index (index.max_pending, or a row "
+            "the index refused while it took the others).",
             registry=registry,
         )
         self.pruned = Counter(
@@ -313,23 +314,47 @@ class IndexWriter:
             batch, self._pending = list(self._pending.values()), OrderedDict()
         if not batch:
             return
+        rows: list[IndexedConversation] | None = None
         try:
-            self.index.upsert(self._with_history(batch))
+            rows = self._with_history(batch)
+            self.index.upsert(rows)
         except Exception as exc:
             self.write_errors.inc()
-            with self._lock:  # back in line; a newer row of another state is merged with it
-                for row, state in batch:
-                    newer = self._pending.get(row.key)
-                    if newer is None:
-                        self._pending[row.key] = (row, state)
-                    elif newer[1] is not state:
-                        self._pending[row.key] = (resumed(row, newer[0]), newer[1])
+            # The rows one by one: when the index takes some, it refuses the others for what they
+            # hold (a value it cannot store), and retrying them would fail every batch after.
+            several = rows is not None and len(rows) > 1
+            refused = [row for row in rows if not self._written_alone(row)] if rows and several else None
+            if refused is None or len(refused) == len(batch):
+                self._put_back(batch)
+                self.problems.warning(
+                    "index_write_error", f"writing the conversation index failed; retrying: {exc}"
+                )
+                return
+            self.dropped.inc(len(refused))
             self.problems.warning(
-                "index_write_error", f"writing the conversation index failed; retrying: {exc}"
+                "index_row_refused",
+                f"the conversation index refused {len(refused)} of {len(batch)} rows; dropped: {exc}",
             )
+            self.writes.inc(len(batch) - len(refused))
             return
         self.problems.recovered("index_write_error", "writing the conversation index works again")
         self.writes.inc(len(batch))
+
+    def _written_alone(self, row: IndexedConversation) -> bool:
+        try:
+            self.index.upsert([row])
+        except Exception:
+            return False
+        return True
+
+    def _put_back(self, batch: list[tuple[IndexedConversation, ConversationState]]) -> None:
+        with self._lock:  # back in line; a newer row of another state is merged with it
+            for row, state in batch:
+                newer = self._pending.get(row.key)
+                if newer is None:
+                    self._pending[row.key] = (row, state)
+                elif newer[1] is not state:
+                    self._pending[row.key] = (resumed(row, newer[0]), newer[1])
 
     def _with_history(
         self, batch: list[tuple[IndexedConversation, ConversationState]]

@@ -235,7 +235,7 @@ class ConversationIndex:
     def get(self, key: str) -> IndexedConversation | None:
         with self._lock:
             row = self._execute(
-                f"SELECT {_COLUMNS} FROM conversation_index WHERE key = {self._p}", (key,)
+                f"SELECT {_COLUMNS} FROM conversation_index WHERE key = {self._p}", (stored_text(key),)
             ).fetchone()
         return _item(row) if row is not None else None
 
@@ -256,14 +256,16 @@ class ConversationIndex:
     def get_many(self, keys: Sequence[str]) -> dict[str, IndexedConversation]:
         """The rows of those of ``keys`` that are indexed."""
         found: dict[str, IndexedConversation] = {}
-        for at in range(0, len(keys), 500):
-            chunk = keys[at : at + 500]
+        asked = {stored_text(key): key for key in keys}
+        stored = list(asked)
+        for at in range(0, len(stored), 500):
+            chunk = stored[at : at + 500]
             marks = ", ".join([self._p] * len(chunk))
             with self._lock:
                 rows = self._execute(
                     f"SELECT {_COLUMNS} FROM conversation_index WHERE key IN ({marks})", tuple(chunk)
                 ).fetchall()
-            found.update((row[0], _item(row)) for row in rows)
+            found.update((asked.get(row[0], row[0]), _item(row)) for row in rows)
         return found
 
     def query(
@@ -414,13 +416,19 @@ class _SqliteTransaction:
         self._conn.execute("ROLLBACK" if kind is not None else "COMMIT")
 
 
+def stored_text(text: str) -> str:
+    """``text`` as a text column keeps it: PostgreSQL refuses the NUL character (OTLP allows it in
+    an attribute, so in a session id), which made one such row fail every batch it was in."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
 def _row(item: IndexedConversation) -> tuple[Any, ...]:
     encoded = orjson.dumps(item.detail)
     detail = encoded.decode()
     size = len(encoded) + len(item.key.encode()) + _ROW_OVERHEAD_BYTES  # bytes, not characters
     return (
-        item.key,
-        item.agent,
+        stored_text(item.key),
+        stored_text(item.agent),
         item.first_seen,
         item.last_seen,
         item.turns,

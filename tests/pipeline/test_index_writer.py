@@ -3,6 +3,7 @@ write keeps its rows for the next attempt without overwriting newer states."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,35 @@ def test_kept_tool_arguments_and_signal_metadata_are_masked() -> None:
     row = indexed_conversation(state, now=1.0, redact=DEFAULT)
     assert row.detail["messages"][1]["tool_calls"][0]["arguments"] == {"to": "[redacted]"}
     assert row.detail["signals"][-1]["metadata"] == {"rejected": "call [redacted]"}
+
+
+def test_a_row_the_index_refuses_is_dropped_and_the_others_written(tmp_path: Path) -> None:
+    """The index refuses a row for what it holds (here a number JSON cannot carry): the batch was
+    put back whole and failed again on every flush, so nothing was written any more. Now the rows
+    are written one by one after a failed batch, and the refused one is dropped and counted."""
+    index = open_index(f"sqlite:///{tmp_path / 'index.db'}")
+    writer = IndexWriter(IndexConfig(), index, CollectorRegistry(), keep_text=False)
+    for key in ("a", "b"):
+        writer.record(ConversationState.new(key))
+    poisoned = ConversationState.new("poisoned")
+    writer.record(poisoned)
+    row, state = writer._pending["poisoned"]
+    writer._pending["poisoned"] = (dataclasses.replace(row, detail={**row.detail, "n": 2**70}), state)
+    writer.flush()
+    assert writer.index.get("a") is not None and writer.index.get("b") is not None
+    assert writer.index.get("poisoned") is None and not writer._pending
+    assert writer.dropped._value.get() == 1 and writer.writes._value.get() == 2
+    writer.record(ConversationState.new("c"))
+    writer.flush()  # the next batch is written
+    assert writer.index.get("c") is not None
+    index.close()
+
+
+def test_an_outage_puts_the_whole_batch_back(tmp_path: Path) -> None:
+    index = open_index(f"sqlite:///{tmp_path / 'index.db'}")
+    writer = IndexWriter(IndexConfig(), index, CollectorRegistry(), keep_text=False)
+    for key in ("a", "b", "c"):
+        writer.record(ConversationState.new(key))
+    index.close()  # every row fails, alone too: kept for the next try, none dropped
+    writer.flush()
+    assert sorted(writer._pending) == ["a", "b", "c"] and writer.dropped._value.get() == 0

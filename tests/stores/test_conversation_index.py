@@ -248,3 +248,12 @@ def test_a_trace_id_finds_its_conversation(index: ConversationIndex) -> None:
     assert index.find_trace("ef" * 16) is None
     with pytest.raises(ValueError, match="32 lower-case hex"):
         index.find_trace("%' OR 1=1 --")
+
+
+def test_a_key_with_a_nul_character_is_written_and_found(index: ConversationIndex) -> None:
+    """OTLP allows NUL in an attribute, so in a session id; PostgreSQL's text refuses it, and one
+    such row made every batch it was in fail (nothing written after it)."""
+    index.upsert([conversation("sess-\x00-1", agent="a\x00b"), conversation("plain")])
+    found = index.get("sess-\x00-1")
+    assert found is not None and found.agent == "a\ufffdb"
+    assert set(index.get_many(["sess-\x00-1", "plain", "absent"])) == {"sess-\x00-1", "plain"}
