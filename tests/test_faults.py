@@ -222,3 +222,34 @@ def test_shutdown_with_downstream_down_says_which_requests_were_not_delivered(tm
         assert sidecar.stop() == 0
     warnings = [r["message"] for r in sidecar.log_records() if "not delivered" in r.get("message", "")]
     assert warnings == ["shutting down with 4 batches (logs 2, metrics 2; 0 spans) not delivered"]
+
+
+def test_a_restart_that_replays_the_disk_queue_does_not_evaluate_its_turns_again(tmp_path, sink: OtlpSink):
+    """With the downstream down and the disk queue on, a restart sends every queued trace through
+    the analysis again: each agent's reputation count doubled (16 → 32), once per such restart."""
+    import urllib.request
+
+    import orjson
+
+    from otelsignals.demo.traffic import send_demo_traffic
+
+    def counts(sidecar: SidecarProcess) -> dict[str, int]:
+        with urllib.request.urlopen(f"{sidecar.admin_url}/v1/reputation", timeout=5) as answer:
+            return {agent["agent_id"]: agent["eval_count"] for agent in orjson.loads(answer.read())["agents"]}
+
+    sink.set_down(True)
+    exporter = {"endpoint": sink.grpc_endpoint, "queue": {"directory": str(tmp_path / "queue")}}
+    sidecar = SidecarProcess(tmp_path, exporter, sessions={"ttl": "1h"}, service={"shutdown_timeout": "1s"})
+    with sidecar:
+        send_demo_traffic(sidecar.grpc_endpoint, None)
+        evaluated = sidecar.wait_for_metric("otelsignals_reputation_evaluations_total", 30)
+        deadline = time.monotonic() + 20
+        while sum(counts(sidecar).values()) < evaluated and time.monotonic() < deadline:
+            time.sleep(0.2)  # (the reputation writer records in batches)
+        before = counts(sidecar)
+        assert sum(before.values()) == evaluated
+    with sidecar:  # same store and disk queue; no new traffic
+        sidecar.wait_for_metric("otelsignals_assembler_released_traces_total", 30)
+        time.sleep(1.0)
+        assert sidecar.metric("otelsignals_reputation_evaluations_total") == 0
+        assert counts(sidecar) == before

@@ -66,6 +66,11 @@ class AnalysisStage:
         self.index_writer = index_writer
         self.annotator = annotator
         self._expiry_pending = False
+        # The disk-queue records of earlier runs sent through again at start-up (Pipeline.start):
+        # their traces were most likely analysed before the restart, so their turns are not
+        # evaluated for reputation again (counted twice: a restart with a backlog doubled an
+        # agent's count). An evaluation lost in the crash is not made up for: its window holds 500.
+        self.replayed_seqs: frozenset[int] = frozenset()
         # prometheus-client's labels() lookup costs more than the rest of a small trace's release.
         self._released_counters: dict[str, Counter] = {}
 
@@ -141,7 +146,8 @@ class AnalysisStage:
             if analysis is not None:
                 current = None
                 if self.reputation is not None:
-                    self.reputation.submit(analysis)
+                    if not self._replayed(trace):
+                        self.reputation.submit(analysis)
                     current = self.reputation.current(analysis.agent_id)
                 if self.trace_judge is not None:
                     self.trace_judge.submit(analysis)
@@ -166,6 +172,10 @@ class AnalysisStage:
             annotator.submit(verdict)
 
         return forward_and_annotate
+
+    def _replayed(self, trace: ReleasedTrace) -> bool:
+        replayed = self.replayed_seqs
+        return bool(replayed) and any(record.ingest_seq in replayed for record in trace.spans)
 
     def _index(self, writer: IndexWriter, analysis: Analysis) -> None:
         state = self.analyzer.sessions.get(analysis.conversation_id)

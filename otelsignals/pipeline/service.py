@@ -162,7 +162,9 @@ class Pipeline:
         if self.annotator is not None:
             self.annotator.start()
         if self.disk_queue is not None:
-            for record in self.disk_queue.recover():
+            recovered = self.disk_queue.recover()
+            self.analysis_stage.replayed_seqs = frozenset(r.seq for r in recovered if r.signal == "traces")
+            for record in recovered:
                 if record.signal == "traces":
                     request = ExportTraceServiceRequest.FromString(record.payload)
                     split = self._split(request, record.payload, record.seq)
