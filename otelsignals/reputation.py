@@ -44,6 +44,9 @@ class Evaluation:
     passed: bool
     latency_ms: float
     at: float
+    # Names this evaluation to a store that may be asked to record it twice (a retry after an
+    # answer lost on the way: the Redis store records a key once); empty: not named.
+    key: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent_id, str) or not self.agent_id:

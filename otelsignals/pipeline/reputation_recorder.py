@@ -19,8 +19,10 @@ own reputation, and a process alone reads each agent once a minute at most
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import queue
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -112,6 +114,8 @@ class ReputationRecorder:
         self.submit_evaluation(evaluation_of(analysis, time.time()))
 
     def submit_evaluation(self, evaluation: Evaluation) -> None:
+        if not evaluation.key:  # named, so that a store asked twice (a lost answer) records it once
+            evaluation = dataclasses.replace(evaluation, key=secrets.token_hex(8))
         try:
             self._pending.put_nowait(evaluation)
         except queue.Full:

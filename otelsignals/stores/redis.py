@@ -23,10 +23,18 @@ import redis
 from otelsignals.reputation import Evaluation
 from otelsignals.stores import DEFAULT_WINDOW, PartlyRecorded
 
-# KEYS: window, count, agents; ARGV: entry, window size, agent. Returns the agent's new count. The
-# keys' types are checked before any write: Redis keeps what a failing script wrote before its error,
-# and a count raised for an entry never pushed would skew the agent's numbering.
+# KEYS: window, count, agents, the evaluation's record marker; ARGV: entry, window size, agent,
+# marker lifetime (s). Returns the agent's new count. The keys' types are checked before any write:
+# Redis keeps what a failing script wrote before its error, and a count raised for an entry never
+# pushed would skew the agent's numbering. The marker (when the evaluation is named, Evaluation.key)
+# makes a second run of the script give back the first one's number instead of counting again: a
+# request whose answer was lost is sent again (redis-py's retries, the recorder's one-by-one retry),
+# and counted each time it used to be (3 evaluations became 6).
 RECORD_SCRIPT = """
+if KEYS[4] ~= '' then
+  local seen = redis.call('GET', KEYS[4])
+  if seen then return tonumber(seen) end
+end
 for i, expected in ipairs({'list', 'string', 'set'}) do
   local found = redis.call('TYPE', KEYS[i]).ok
   if found ~= 'none' and found ~= expected then
@@ -37,8 +45,11 @@ local n = redis.call('INCR', KEYS[2])
 redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
 redis.call('SADD', KEYS[3], ARGV[3])
+if KEYS[4] ~= '' then redis.call('SET', KEYS[4], n, 'EX', tonumber(ARGV[4])) end
 return n
 """
+# How long a recorded evaluation's marker stays: retries come within seconds; ~100 bytes each.
+RECORD_MARKER_SECONDS = 600
 
 # KEYS: window, count; ARGV: numbered above, window size. Returns {count, entries oldest first}.
 WINDOW_SINCE_SCRIPT = """
@@ -91,9 +102,10 @@ class RedisStore:
             for evaluation in evaluations:
                 window_key, count_key = self._keys(evaluation.agent_id)
                 entry = orjson.dumps([int(evaluation.passed), evaluation.latency_ms, evaluation.at])
+                marker = f"{self.prefix}recorded:{evaluation.key}" if evaluation.key else ""
                 self._record(
-                    keys=[window_key, count_key, f"{self.prefix}agents"],
-                    args=[entry, self.window_size, evaluation.agent_id],
+                    keys=[window_key, count_key, f"{self.prefix}agents", marker],
+                    args=[entry, self.window_size, evaluation.agent_id, RECORD_MARKER_SECONDS],
                     client=pipe,
                 )
             replies = pipe.execute(raise_on_error=False)

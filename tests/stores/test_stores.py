@@ -6,6 +6,7 @@ session from the Debian binaries (``tests/support/servers.py``; ``scripts/test-d
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
@@ -380,3 +381,92 @@ def test_postgres_stores_connect_again_after_the_server_ends_their_connection(po
     finally:
         store.close()
         index.close()
+
+
+def test_redis_records_a_named_evaluation_once_however_often_it_is_sent(redis_server: str) -> None:
+    """A request whose answer is lost is sent again (redis-py retries a pipeline on a lost
+    connection; the recorder records a failed batch again one by one): each run of the script
+    counted it again. A named evaluation (Evaluation.key; the recorder names each) counts once."""
+    store = open_store(redis_server)
+    try:
+        named = Evaluation("twice-agent", True, 10.0, 1.0, key="k-1")
+        assert store.record_many([named, named]) == [1, 1]
+        store.record(named)
+        store.record(Evaluation("twice-agent", False, 10.0, 2.0, key="k-2"))
+        store.record(Evaluation("twice-agent", False, 10.0, 2.0))  # unnamed: as before
+        evaluations, count = store.window("twice-agent")
+        assert count == 3 and [e.passed for e in evaluations] == [True, False, False]
+    finally:
+        store.close()
+
+
+def test_a_lost_redis_answer_does_not_count_the_recorders_evaluations_twice(redis_server: str) -> None:
+    """Through a TCP relay that closes the connection once Redis has run the scripts, before their
+    answer reaches the recorder (a failover, a reset): 3 evaluations submitted were 6 in Redis."""
+    import socket
+    import threading
+    import time
+
+    from otelsignals.pipeline.reputation_recorder import ReputationRecorder
+    from otelsignals.reputation import ReputationConfig
+    from otelsignals.telemetry import Telemetry
+
+    port = int(redis_server.rsplit(":", 1)[1].split("/")[0])
+    answers_to_lose = [1]
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def relay() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", port))
+            scripts_sent = threading.Event()
+
+            def up(
+                client: socket.socket = client,
+                server: socket.socket = server,
+                sent: threading.Event = scripts_sent,
+            ) -> None:
+                with contextlib.suppress(OSError):
+                    while data := client.recv(65536):
+                        if b"EVALSHA" in data.upper() and answers_to_lose[0]:
+                            answers_to_lose[0] -= 1
+                            sent.set()
+                        server.sendall(data)
+
+            def down(
+                client: socket.socket = client,
+                server: socket.socket = server,
+                sent: threading.Event = scripts_sent,
+            ) -> None:
+                with contextlib.suppress(OSError):
+                    while data := server.recv(65536):
+                        if sent.is_set():  # Redis ran them; the answer is lost on the way
+                            client.shutdown(socket.SHUT_RDWR)
+                            server.shutdown(socket.SHUT_RDWR)
+                            return
+                        client.sendall(data)
+
+            threading.Thread(target=up, daemon=True).start()
+            threading.Thread(target=down, daemon=True).start()
+
+    threading.Thread(target=relay, daemon=True).start()
+    store = open_store(f"redis://127.0.0.1:{listener.getsockname()[1]}/0")
+    telemetry = Telemetry()
+    recorder = ReputationRecorder(store, ReputationConfig(), telemetry)
+    recorder.start()
+    try:
+        for _ in range(3):
+            recorder.submit_evaluation(Evaluation("lost-answer-agent", True, 100.0, time.time()))
+        deadline = time.monotonic() + 20
+        while telemetry.reputation_recorded._value.get() < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        recorder.stop()
+        listener.close()
+    assert answers_to_lose == [0]  # the answer was lost once
+    direct = redis.Redis.from_url(redis_server)
+    assert int(direct.get("otelsignals:rep:agent:lost-answer-agent:count") or 0) == 3
+    assert direct.llen("otelsignals:rep:agent:lost-answer-agent:window") == 3
