@@ -12,7 +12,7 @@ import pytest
 from otelsignals.analysis import analyze_update
 from otelsignals.conventions.base import SpanReading
 from otelsignals.conversation import ConversationState, apply_trace
-from otelsignals.model import LlmCall, Message, Role, ToolCall, ToolResult
+from otelsignals.model import LlmCall, Message, RecentList, Role, ToolCall, ToolResult
 from otelsignals.signals.base import MESSAGE_NUMBER_METADATA_KEYS, moved_numbers
 from otelsignals.signals.detect import REBUILT_WHEN_MISSING, is_numbered, renumber_memory
 from tests.corpus import BLIND_DIR, HELDOUT_DIR, CorpusConversation, load_corpus
@@ -85,10 +85,13 @@ def _trace_ends(entry: CorpusConversation) -> list[int]:
     return ends[len(ends) // 2 - 1 :]
 
 
-def _delivered(entry: CorpusConversation, prompt_late: bool) -> tuple[list[Any], ConversationState]:
+def _delivered(
+    entry: CorpusConversation, prompt_late: bool, max_messages: int = 0
+) -> tuple[list[Any], ConversationState]:
     """``entry`` sent as one chat span per trace (:func:`_trace_ends`) resending the whole history,
-    with a system prompt from the first trace on, or only from the second on. Returns each trace's
-    new signals, numbered as the conversation numbers them at its end, and the state."""
+    with a system prompt from the first trace on, or only from the second on; trimmed after each
+    trace to ``max_messages`` as the analyzer trims (0: never). Returns each trace's new signals,
+    numbered as the conversation numbers them at its end, and the state."""
     body = [m for m in entry.messages if m.role is not Role.SYSTEM]
     state = ConversationState.new(entry.id)
     per_trace = []
@@ -99,6 +102,9 @@ def _delivered(entry: CorpusConversation, prompt_late: bool) -> tuple[list[Any],
         reading = SpanReading("test", history, [], llm_call=LlmCall(span.span_id))
         update = apply_trace(state, bytes([number + 1]) * 16, [(span, reading)])
         assert update.put_in_front == (1 if prompt_late and number == 1 else 0)
+        if max_messages:
+            trimmed = state.trim(max_messages)
+            update.first_new_message = max(0, update.first_new_message - trimmed)
         signals = analyze_update(state, update).new_signals
         per_trace.append(_signal_rows(signals, 1 if before_prompt else 0))
     return per_trace, state
@@ -115,6 +121,20 @@ def test_a_system_prompt_that_comes_late_leaves_every_signal_and_number_as_if_it
     assert [m.content for m in late_state.conversation.messages] == [
         m.content for m in early_state.conversation.messages
     ]
+    assert late == early
+    assert _signal_rows(late_state.recent_signals) == _signal_rows(early_state.recent_signals)
+    assert _numbered_memory(late_state) == _numbered_memory(early_state)
+
+
+@pytest.mark.parametrize("entry", [e for e in CORPUS if len(_trace_ends(e)) > 2], ids=lambda e: e.id)
+def test_a_system_prompt_that_comes_late_with_a_trim_in_the_same_trace_changes_nothing(entry):
+    """The prompt comes with the second trace, which is also trimmed at sessions.max_messages (set
+    so that the first trace fits: both deliveries then hold the same messages from the second trace
+    on). The detectors' latest messages of a role were dropped and seeded again from the kept
+    messages only: a rephrase of a trimmed user message went unseen (one corpus conversation)."""
+    max_messages = _trace_ends(entry)[0] + 2
+    early, early_state = _delivered(entry, prompt_late=False, max_messages=max_messages)
+    late, late_state = _delivered(entry, prompt_late=True, max_messages=max_messages)
     assert late == early
     assert _signal_rows(late_state.recent_signals) == _signal_rows(early_state.recent_signals)
     assert _numbered_memory(late_state) == _numbered_memory(early_state)
@@ -150,8 +170,10 @@ def test_a_remembered_message_number_moves_on_and_what_is_not_one_stays(value, m
     assert moved_numbers(value, 1) == moved
 
 
-def test_renumbering_moves_declared_numbers_drops_what_is_rebuilt_and_leaves_the_rest():
-    rebuilt = next(iter(REBUILT_WHEN_MISSING))
+def test_renumbering_moves_declared_numbers_and_the_latest_messages_drops_caches_and_leaves_the_rest():
+    rebuilt = sorted(REBUILT_WHEN_MISSING)
+    latest = RecentList[tuple[int, list[str]]](3)
+    latest.extend([(2, ["a"]), (5, ["b"])])
     memory: dict[str, Any] = {
         "execution.loops.retry:next": 12,
         "environment.exhaustion.timeout:emitted": [3, 9],
@@ -159,7 +181,8 @@ def test_renumbering_moves_declared_numbers_drops_what_is_rebuilt_and_leaves_the
         "interaction.first_assistant": -1,
         "dragging.user_turns": 4,  # a count, not a message number
         "execution.loops.retry:state": {"run": 2},
-        rebuilt: ["prepared"],
+        rebuilt[0]: ["prepared"],  # not a list of numbered entries: a cache, dropped
+        rebuilt[1]: latest,
     }
     renumber_memory(memory, 1)
     assert memory == {
@@ -169,4 +192,6 @@ def test_renumbering_moves_declared_numbers_drops_what_is_rebuilt_and_leaves_the
         "interaction.first_assistant": -1,
         "dragging.user_turns": 4,
         "execution.loops.retry:state": {"run": 2},
+        rebuilt[1]: [(3, ["a"]), (6, ["b"])],
     }
+    assert memory[rebuilt[1]] is latest and latest.maxlen == 3  # moved in place

@@ -14,7 +14,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from otelsignals.model import SignalInstance
+from otelsignals.model import RecentList, SignalInstance
 from otelsignals.signals import base, errors, handoff, phrase_analysis
 from otelsignals.signals import taxonomy as t
 from otelsignals.signals.base import DetectionContext, Detector, DetectorSpec
@@ -67,13 +67,24 @@ HOLDS_MESSAGE_NUMBERS: frozenset[str] = frozenset(base.HOLDS_MESSAGE_NUMBERS)
 
 def renumber_memory(memory: dict[str, Any], by: int) -> None:
     """``by`` messages were put in front of the conversation (a system prompt that came late): the
-    message numbers the detectors remember move with them, and what they rebuild when it is missing
-    is dropped (rebuilt with the new numbers)."""
+    message numbers the detectors remember move with them. What they rebuild when it is missing is
+    moved too when it is a list of (message number, …) entries, as the latest messages of a role
+    are kept (phrase_analysis.recent_messages), else dropped (a cache, rebuilt with the new
+    numbers). Moved, not rebuilt: a rebuild sees only the messages kept, and a trim at
+    sessions.max_messages in the same trace would have taken the latest user messages with it."""
     for key in list(memory):
         if key in REBUILT_WHEN_MISSING:
-            del memory[key]
+            value = memory[key]
+            if isinstance(value, RecentList) and all(_numbered_entry(entry) for entry in value):
+                value[:] = [base.moved_numbers(entry, by) for entry in value]
+            else:
+                del memory[key]
         elif is_numbered(key):
             memory[key] = base.moved_numbers(memory[key], by)
+
+
+def _numbered_entry(entry: object) -> bool:
+    return isinstance(entry, tuple) and bool(entry) and type(entry[0]) is int
 
 
 def is_numbered(key: str) -> bool:
