@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from otelsignals.reputation import ReputationConfig
@@ -309,6 +310,10 @@ class ExporterConfig:
         if self.endpoint and self.protocol == "grpc":
             # host:port, optionally behind http:// or https:// as OTEL_EXPORTER_OTLP_ENDPOINT allows.
             problems += _host_port_problems("endpoint", grpc_address(self.endpoint))
+        if not self.endpoint and not PurePath(self.file_path).name:
+            problems.append(
+                f"file_path: a file to write to is needed when no endpoint is set, got {self.file_path!r}"
+            )
         problems += _header_problems(self.headers, grpc=self.protocol == "grpc")
         problems += in_section("batch", self.batch.validate())
         problems += in_section("queue", self.queue.validate())
@@ -500,6 +505,8 @@ class EvalsConfig:
             problems.append(f"runs_max_age: must be greater than 0, got {self.runs_max_age:g}s")
         if self.runs_max_count < 1:
             problems.append(f"runs_max_count: must be at least 1, got {self.runs_max_count}")
+        if self.judge_traces and self.judge_url and not self.judge_model:
+            problems.append("judge_model: the model to ask judge_url for is needed when judge_traces is on")
         return problems
 
 
@@ -620,6 +627,12 @@ class StoreConfig:
     # Where reputation windows live: empty = an SQLite file in `directory`; or sqlite:///path,
     # redis://host:6379/0, postgresql://user@host/db when several replicas share one window.
     url: str = ""
+
+    def validate(self) -> list[str]:
+        scheme = self.url.split(":", 1)[0].lower()
+        if self.url and scheme not in ("sqlite", "redis", "rediss", "unix", "postgresql", "postgres"):
+            return [f"url: must be sqlite:///…, redis://… or postgresql://…, got {self.url!r}"]
+        return []
 
 
 @dataclass

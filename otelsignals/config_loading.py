@@ -176,8 +176,15 @@ def _to_literal(hint: Any, value: Any, key: str) -> Any:
     return value
 
 
+# Lists whose items may hold commas themselves (regular expressions: \d{9,}): a single string is
+# one item, not items split at its commas (which turned a pattern into parts matching nothing).
+_ONE_ITEM_PER_STRING = frozenset({"index.redact_patterns"})
+
+
 def _to_tuple(_: Any, value: Any, key: str) -> tuple[str, ...]:
-    if isinstance(value, str):
+    if isinstance(value, str) and key in _ONE_ITEM_PER_STRING:
+        value = [value] if value.strip() else []
+    elif isinstance(value, str):
         value = [part.strip() for part in value.split(",") if part.strip()]
     if not isinstance(value, list | tuple):
         raise ConfigError(key, f"expected a list, got {type(value).__name__}")
@@ -187,7 +194,11 @@ def _to_tuple(_: Any, value: Any, key: str) -> tuple[str, ...]:
 def _to_dict(hint: Any, value: Any, key: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
-    if typing.get_args(hint)[1] is float:
+    value_hint = typing.get_args(hint)[1]
+    # One key of the map set from the environment (OTELSIGNALS_EVALS__THRESHOLDS__COHERENCE=0.4)
+    # arrives as text: read as its value's type, as a whole key's would be.
+    value = {k: _env_value(value_hint, v) if isinstance(v, _EnvText) else v for k, v in value.items()}
+    if value_hint is float:
         return {str(k): _to_float(float, v, f"{key}.{k}") for k, v in value.items()}
     return {str(k): str(v) for k, v in value.items()}
 

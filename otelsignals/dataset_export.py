@@ -153,6 +153,7 @@ def _previous_answer(chat: list[dict[str, Any]], user_at: int) -> int | None:
 
 def hf_record(item: IndexedConversation, chat: list[dict[str, Any]]) -> dict[str, Any]:
     detail = item.detail
+    offset = int(detail.get("message_offset") or 0)
     return {
         "session_id": item.key,
         "agent_id": item.agent,
@@ -168,9 +169,14 @@ def hf_record(item: IndexedConversation, chat: list[dict[str, Any]]) -> dict[str
         "signal_types": list(item.signal_types),
         # JSON text: the keys differ per conversation, which a columnar dataset cannot hold as a struct.
         "counts": orjson.dumps(detail.get("counts", {})).decode(),
+        # Numbered within this record's messages: a conversation trimmed at sessions.max_messages
+        # keeps its later messages only (message_offset of them came before); a signal on one of
+        # those earlier messages is left out (it is in counts).
+        "message_offset": offset,
         "signals": [
-            {"type": s["type"], "message_index": s["message_index"], "confidence": s["confidence"]}
+            {"type": s["type"], "message_index": s["message_index"] - offset, "confidence": s["confidence"]}
             for s in detail.get("signals", [])
+            if 0 <= s["message_index"] - offset < len(chat)
         ],
         "session_metrics": [
             {"name": m["name"], "score": m["score"], "passed": m["passed"]}

@@ -178,6 +178,47 @@ def test_env_can_set_a_whole_mapping() -> None:
     assert config.exporter.headers == {"authorization": "Bearer t"}
 
 
+def test_env_can_set_one_key_of_a_mapping_with_the_mappings_value_type() -> None:
+    """The README says any key can be set from the environment: one key of a map of numbers was
+    refused ("expected a number, got '0.4'")."""
+    config = load_config(
+        None,
+        environ={
+            "OTELSIGNALS_EVALS__THRESHOLDS__COHERENCE": "0.4",
+            "OTELSIGNALS_SAMPLER__CATEGORY_WEIGHTS__STAGNATION": "2",
+            "OTELSIGNALS_EXPORTER__HEADERS__X_API_KEY": "007",  # a string map keeps the text
+        },
+    )
+    assert config.evals.thresholds["coherence"] == 0.4
+    assert config.sampler.category_weights["stagnation"] == 2.0
+    assert config.exporter.headers["x_api_key"] == "007"
+    with pytest.raises(ConfigError, match=r"evals\.thresholds\.coherence"):
+        load_config(None, environ={"OTELSIGNALS_EVALS__THRESHOLDS__COHERENCE": "high"})
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"environ": {"OTELSIGNALS_INDEX__REDACT_PATTERNS": r"\d{9,}"}},
+        {"file": "index:\n  redact_patterns: '\\d{9,}'\n"},
+        {"file": "index:\n  redact_patterns: ['\\d{9,}', '[a-z]{2,3}-\\d+']\n"},
+    ],
+    ids=["environment", "file-string", "file-list"],
+)
+def test_a_redaction_pattern_with_a_comma_stays_one_pattern(given: dict[str, Any], tmp_path: Path) -> None:
+    """A string for a list was split at its commas: \\d{9,} became '\\d{9' and '}', two patterns
+    that match nothing, so long numbers went into the index unmasked, and validate said OK."""
+    from otelsignals.pipeline.index_writer import Redactor
+
+    path = None
+    if "file" in given:
+        path = tmp_path / "config.yaml"
+        path.write_text(given["file"])
+    config = load_config(path, environ=given.get("environ", {}))
+    assert config.index.redact_patterns[0] == r"\d{9,}"
+    assert Redactor(config.index.redact_patterns)("call me on 4155550123456") == "call me on [redacted]"
+
+
 def test_env_variables_without_the_prefix_or_a_level_are_ignored() -> None:
     config = load_config(
         None,
@@ -550,6 +591,44 @@ def test_bad_metric_thresholds_are_refused(tmp_path: Path, thresholds: str, prob
     with pytest.raises(ConfigError) as refused:
         validate(load_config(path, environ={}))
     assert problem in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("environ", "problem"),
+    [
+        ({"OTELSIGNALS_EXPORTER__FILE_PATH": ""}, "'exporter.file_path': a file to write to is needed"),
+        ({"OTELSIGNALS_EXPORTER__FILE_PATH": "."}, "'exporter.file_path'"),
+        (
+            {
+                "OTELSIGNALS_EVALS__JUDGE_URL": "http://127.0.0.1:9/v1",
+                "OTELSIGNALS_EVALS__JUDGE_TRACES": "true",
+            },
+            "'evals.judge_model': the model to ask judge_url for",
+        ),
+        ({"OTELSIGNALS_STORE__URL": "mysql://x"}, "'store.url': must be sqlite"),
+    ],
+)
+def test_settings_run_cannot_start_with_are_refused_by_validate(
+    environ: dict[str, str], problem: str
+) -> None:
+    """validate said "config OK" and run then ended in a traceback (an empty file path, a judge
+    without a model, a store URL of no known kind)."""
+    with pytest.raises(ConfigError) as refused:
+        validate(load_config(None, environ=environ))
+    assert problem in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"OTELSIGNALS_EXPORTER__ENDPOINT": "collector:4317", "OTELSIGNALS_EXPORTER__FILE_PATH": ""},
+        {"OTELSIGNALS_EVALS__JUDGE_URL": "http://127.0.0.1:9/v1"},  # eval runs name their model
+        {"OTELSIGNALS_STORE__URL": "rediss://cache:6380/0"},
+        {"OTELSIGNALS_STORE__URL": "postgres://u@db/x"},
+    ],
+)
+def test_their_near_misses_are_accepted(environ: dict[str, str]) -> None:
+    validate(load_config(None, environ=environ))
 
 
 # -- annotations (Phoenix span annotations) ---------------------------------------------------------

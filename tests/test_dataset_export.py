@@ -76,6 +76,26 @@ def test_preference_examples_label_the_answer_the_user_reacted_to(offset: int) -
     assert good["label"] is True and good["reason"] == tx.CONFIRMATION
 
 
+@pytest.mark.parametrize("offset", [0, 40])
+def test_hf_records_number_signals_within_their_own_messages(offset: int) -> None:
+    """A conversation trimmed at sessions.max_messages keeps its later messages: the signals kept
+    the conversation's numbers (21, 25 for a record of 9 messages), so messages[i] was another
+    message or none. Now they point into the record's messages; the offset says how many came
+    before, and a signal on a message no longer kept is left out."""
+    conversation = item(offset=offset)
+    conversation.detail["signals"].append(
+        {"type": tx.CORRECTION, "message_index": offset - 1, "confidence": 0.5}
+    )
+    (record,) = records(conversation, "hf")
+    assert record["message_offset"] == offset
+    indexed = [(s["type"], record["messages"][s["message_index"]]["content"]) for s in record["signals"]]
+    assert indexed == [
+        (tx.CORRECTION, "No, I said Lima, not Lisbon."),
+        (tx.GRATITUDE, MESSAGES[7]["content"]),
+        (tx.CONFIRMATION, MESSAGES[7]["content"]),
+    ]
+
+
 def test_a_conversation_without_text_cannot_be_exported() -> None:
     with pytest.raises(ExportError, match=r"index\.content"):
         records(item(messages=None), "hf")
