@@ -58,8 +58,12 @@ class TraceJudge:
         if len(self._pending) >= MAX_PENDING:
             self.telemetry.judge_skipped.inc()
             return
-        # The conversation as of this trace: later traces keep appending to the live one.
-        snapshot = Conversation(state.conversation.key, list(state.conversation.messages))
+        # The conversation as of this trace (later traces keep appending to the live one), with what
+        # the spans said of it: the tools the agent was offered, which tool_correctness asks about.
+        conversation = state.conversation
+        snapshot = Conversation(
+            conversation.key, list(conversation.messages), available_tools=dict(conversation.available_tools)
+        )
         self._on_event_loop(lambda: self._start(analysis.conversation_id, analysis.trace_id.hex(), snapshot))
 
     def _start(self, session_id: str, trace_id: str, conversation: Conversation) -> None:
