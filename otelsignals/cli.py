@@ -250,7 +250,10 @@ def _analyze(config: Config, files: list[Path], as_json: bool, out: Path | None,
     snippets = config.signals.snippets
     analysed = 0
     latest: dict[str, Analysis] = {}  # conversation → its latest turn, for --rank
-    output = out.open("wb") if out is not None else None
+    # Written beside ``out`` and put in its place once the input was read whole: a file that cannot
+    # be read leaves an earlier output as it was, not emptied.
+    partial = out.with_name(f".{out.name}.partial") if out is not None else None
+    output = partial.open("wb") if partial is not None else None
     try:
         for result in analyze_files(files, config):
             if output is not None:
@@ -273,10 +276,15 @@ def _analyze(config: Config, files: list[Path], as_json: bool, out: Path | None,
                 )
     except InputError as exc:
         logger.error("%s", exc)
+        if output is not None and partial is not None:
+            output.close()
+            partial.unlink(missing_ok=True)
         return EXIT_FAILURE
     finally:
         if output is not None:
             output.close()
+    if partial is not None and out is not None:
+        partial.replace(out)
     if rank is not None:
         _print_ranking(sorted(latest.values(), key=lambda a: -a.priority.value)[:rank], as_json)
     logger.info("analysed %d conversation turns from %d files", analysed, len(files))

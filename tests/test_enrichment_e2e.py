@@ -3,9 +3,11 @@ through the live sidecar with the real SDK, and the same analysis offline with `
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import orjson
 import pytest
@@ -417,3 +419,64 @@ def test_analyze_cli_reports_unreadable_input(tmp_path):
         timeout=60,
     )
     assert result.returncode == 1 and "broken.json" in result.stderr
+    # An earlier output stays as it was (it was emptied before the input was read).
+    out = tmp_path / "enriched.jsonl"
+    out.write_text("an earlier run's spans\n")
+    again = subprocess.run(
+        [sys.executable, "-m", "otelsignals.cli", "analyze", str(path), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 1 and out.read_text() == "an earlier run's spans\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.json", "enriched.jsonl"]
+
+
+@pytest.mark.parametrize("logs_as", ["binpb", "json"])
+def test_analyze_reads_genai_events_sent_as_log_records_as_the_sidecar_does(tmp_path, logs_as: str) -> None:
+    """Instrumentations that send message content as log records (OpenAI v2 with events): analyze
+    refused the logs file ("not a protobuf ExportTraceServiceRequest"), or took a JSON one as an
+    empty trace request, so it saw no text (0 turns, every content category skipped) where the
+    sidecar, joining the events to their spans, found 6 turns and the user's thanks."""
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    from otelsignals.offline import read_requests, traces_in_time_order
+    from otelsignals.pipeline.analyzer import Analyzer
+    from otelsignals.telemetry import Telemetry
+
+    fixtures = Path(__file__).parent / "fixtures" / "openai_v2_events"
+    logs = ExportLogsServiceRequest.FromString((fixtures / "chat.logs.binpb").read_bytes())
+    analyzer = Analyzer(Telemetry())  # the sidecar's analysis, the events there before their spans
+    analyzer.log_events.add(logs)
+    live = [analyzer.process(trace) for trace in traces_in_time_order(read_requests(fixtures / "chat.binpb"))]
+    expected = [(a.score.turn_count, a.score.quality) for a in live if a is not None]
+    assert expected[-1][0] == 6
+    logs_path = tmp_path / ("chat.logs.binpb" if logs_as == "binpb" else "events.json")
+    if logs_as == "binpb":
+        logs_path.write_bytes(logs.SerializeToString())
+    else:  # OTLP/JSON: ids in hex (json_format writes base64)
+        document = MessageToDict(logs)
+        for resource in document["resourceLogs"]:
+            for scope in resource["scopeLogs"]:
+                for record in scope["logRecords"]:
+                    for key in ("traceId", "spanId"):
+                        record[key] = base64.b64decode(record[key]).hex()
+        logs_path.write_bytes(orjson.dumps(document))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otelsignals.cli",
+            "analyze",
+            str(fixtures / "chat.binpb"),
+            str(logs_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [orjson.loads(x) for x in result.stdout.splitlines()]
+    assert [(line["turn_count"], line["quality"]) for line in lines] == expected
