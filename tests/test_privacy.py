@@ -668,3 +668,13 @@ def test_an_indexed_conversation_is_served_without_its_text_once_snippets_are_of
     assert "diabetes" not in orjson.dumps(hidden).decode()
     (signal,) = hidden["signals"]
     assert signal["snippet"] is None and signal["metadata"]["pattern"] == "quit"  # vocabulary stays
+
+
+def test_a_number_out_of_range_is_not_quoted_in_the_log_either() -> None:
+    from otelsignals.otlp.json_decode import OtlpJsonError, decode_trace_request
+
+    number = "41111111111111111111111"  # a card-like number as an intValue: beyond int64
+    span = {**_JSON_SPAN, "attributes": [{"key": "k", "value": {"intValue": number}}]}
+    with pytest.raises(OtlpJsonError) as refused:
+        decode_trace_request(orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
+    assert number in str(refused.value) and number not in refused.value.without_values

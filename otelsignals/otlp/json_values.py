@@ -342,7 +342,7 @@ def _integer_parser(low: int, high: int, type_name: str) -> Callable[[Any], int]
         else:
             raise Invalid(f"expected an integer, got {_describe(value)}")
         if not low <= number <= high:
-            raise Invalid(f"{number} is out of range for {type_name}")
+            raise Invalid(f"{_quoted(str(number))} is out of range for {type_name}")
         return number
 
     return parse

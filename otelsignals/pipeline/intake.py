@@ -41,6 +41,10 @@ logger = logging.getLogger("otelsignals.receiver")
 GRPC_TRANSPORT_LIMIT_FACTOR = 4
 # Compressed bodies are inflated this much at a time, so a bomb is stopped within one step of the limit.
 _INFLATE_STEP = 1 << 20
+# ...from this much of their compressed bytes at a time (inflate()).
+_INFLATE_INPUT_STEP = 64 * 1024
+# A gzip body of more members than this is refused: clients send one, a few when they concatenate.
+MAX_GZIP_MEMBERS = 1024
 # Above this compressed size (at most ~16 MiB inflated, a few ms), inflating runs in a worker thread
 # (ISA-L releases the GIL) so the event loop keeps answering other clients.
 _INFLATE_INLINE_MAX = 16 * 1024
@@ -235,40 +239,56 @@ def inflate(body: bytes, encoding: str, limit: int) -> bytes:
     deflate stream's end, are refused: dropping them would lose what a client was told it sent."""
     chunks: list[bytes] = []
     size = 0
-    pending = body
+    view = memoryview(body)
+    at = 0  # where the input not given to a decompressor yet starts
+    # Given in steps of _INFLATE_INPUT_STEP: what a decompressor keeps of its input (the tail it did
+    # not read, the bytes after its stream's end) is a copy, so the copies stay that small. Given
+    # whole, a body of many tiny members copied its rest once per member (minutes for 16 MiB).
+    pending: bytes | memoryview = b""
+    members = 1
     try:
-        while True:  # one member (deflate: the one stream) per pass
-            decompressor = isal_zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
-            while True:
-                chunk = decompressor.decompress(pending, _INFLATE_STEP)
-                size += len(chunk)
-                if size > limit:
-                    # Freed now: the exception's traceback keeps this frame (and so the list) alive
-                    # until the cyclic garbage collector runs.
-                    chunks.clear()
-                    raise RequestRejected(
-                        "too_large",
-                        "too_large",
-                        f"{encoding} request of {len(body)} bytes inflates to more than {limit} bytes: "
-                        f"exceeds receiver.max_message_size ({limit} bytes)",
-                    )
-                chunks.append(chunk)
-                pending = decompressor.unconsumed_tail
-                if decompressor.eof or (not pending and len(chunk) < _INFLATE_STEP):
-                    break
-            if not decompressor.eof:
-                raise RequestRejected("invalid", "bad_encoding", f"{encoding} body is truncated")
-            pending = decompressor.unused_data
-            if not pending:
-                break
-            if encoding != "gzip" or not pending.startswith(_GZIP_MAGIC):
-                expected = "another gzip member" if encoding == "gzip" else encoding
+        decompressor = isal_zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
+        while True:
+            if not pending and at < len(body):
+                pending = view[at : at + _INFLATE_INPUT_STEP]
+                at += len(pending)
+            chunk = decompressor.decompress(pending, _INFLATE_STEP)
+            size += len(chunk)
+            if size > limit:
+                # Freed now: the exception's traceback keeps this frame (and so the list) alive
+                # until the cyclic garbage collector runs.
+                chunks.clear()
                 raise RequestRejected(
-                    "invalid",
-                    "bad_encoding",
-                    f"{len(pending)} bytes after the end of the {encoding} data "
-                    f"of a {len(body)}-byte body are not {expected}",
+                    "too_large",
+                    "too_large",
+                    f"{encoding} request of {len(body)} bytes inflates to more than {limit} bytes: "
+                    f"exceeds receiver.max_message_size ({limit} bytes)",
                 )
+            chunks.append(chunk)
+            pending = decompressor.unconsumed_tail
+            if decompressor.eof:
+                after = at - len(decompressor.unused_data)  # where the stream ended in the body
+                if after == len(body):
+                    break
+                if encoding != "gzip" or view[after : after + 2] != _GZIP_MAGIC:
+                    expected = "another gzip member" if encoding == "gzip" else encoding
+                    raise RequestRejected(
+                        "invalid",
+                        "bad_encoding",
+                        f"{len(body) - after} bytes after the end of the {encoding} data "
+                        f"of a {len(body)}-byte body are not {expected}",
+                    )
+                members += 1
+                if members > MAX_GZIP_MEMBERS:
+                    raise RequestRejected(
+                        "invalid", "bad_encoding", f"gzip body of more than {MAX_GZIP_MEMBERS} members"
+                    )
+                decompressor = isal_zlib.decompressobj(wbits=31)
+                at, pending = after, b""
+            elif not pending and at == len(body) and len(chunk) < _INFLATE_STEP:
+                break  # the input is all read and the decompressor holds no more output
+        if not decompressor.eof:
+            raise RequestRejected("invalid", "bad_encoding", f"{encoding} body is truncated")
     except isal_zlib.error as exc:  # type: ignore[misc]  # its stub types the class as an instance
         raise RequestRejected("invalid", "bad_encoding", f"body is not valid {encoding}: {exc}") from exc
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)

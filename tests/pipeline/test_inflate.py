@@ -89,3 +89,31 @@ def test_bytes_after_the_compressed_data_are_refused_not_dropped(
         inflate(COMPRESSED[encoding](BODY) + trailer, encoding, LIMIT)
     assert (refused.value.kind, refused.value.reason) == ("invalid", "bad_encoding")
     assert says in refused.value.message
+
+
+def test_a_body_of_very_many_gzip_members_is_refused_once_it_passes_the_bound() -> None:
+    """Each member took a copy of the body's rest: 16 MiB of empty 20-byte members ran for minutes
+    on the inflate thread. The input is now given in small steps (copies stay small) and a body of
+    more than MAX_GZIP_MEMBERS members is refused as it reaches the next one."""
+    from otelsignals.pipeline.intake import MAX_GZIP_MEMBERS
+
+    member = gzip.compress(b"x", mtime=0)
+    assert inflate(member * MAX_GZIP_MEMBERS, "gzip", LIMIT) == b"x" * MAX_GZIP_MEMBERS
+    with pytest.raises(RequestRejected) as refused:
+        inflate(member * (16 * 1024**2 // len(member)), "gzip", LIMIT)
+    assert (
+        refused.value.reason == "bad_encoding"
+        and f"more than {MAX_GZIP_MEMBERS} members" in refused.value.message
+    )
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_body_larger_than_one_input_step_inflates_whole(encoding: str) -> None:
+    import random
+
+    body = random.Random(7).randbytes(300_000) + BODY  # incompressible: many 64 KiB input steps
+    packed = COMPRESSED[encoding](body)
+    assert len(packed) > 4 * 64 * 1024
+    assert inflate(packed, encoding, LIMIT) == body
+    if encoding == "gzip":  # and a second member after a first one of many steps
+        assert inflate(packed + gzip.compress(b"more"), encoding, LIMIT) == body + b"more"
