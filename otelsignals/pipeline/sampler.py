@@ -10,7 +10,9 @@ reason                         keep   when
 ``severe`` / ``poor``          yes    the conversation's quality is in ``keep_qualities``;
                                       always, whatever the budgets
 ``trace``                      both   a part of a trace decided before (spans that came after
-                                      the trace was released): decided as that part was
+                                      the trace was released): without a conversation, decided as
+                                      that part was; with one, by the rules, but kept when an
+                                      earlier part was kept
 ``session``                    yes    an earlier trace of the same session was kept
 ``priority``                   yes    the conversation's triage priority (triage.py) is at least
                                       ``keep_priority``; takes from ``budget_per_minute``
@@ -189,14 +191,27 @@ class TriageSampler:
         (AnalysisStage.take does, on the event loop)."""
         with self._traces_lock:
             earlier = self._traces.get(trace_id)
-        if earlier is not None:
+        if earlier is not None and analysis is None:
             return self._keep(SAME_TRACE, None) if earlier else self._drop(SAME_TRACE)
+        # A part with a conversation goes by the rules (a severe turn is kept, whatever came
+        # before it); only a part already kept keeps the rest of its trace from being dropped.
         decision = self._decide(trace_id, session_key, analysis)
+        if earlier and not decision.keep:
+            decision = self._kept_instead(decision)
         with self._traces_lock:
             self._traces[trace_id] = decision.keep
+            self._traces.move_to_end(trace_id)
             if len(self._traces) > REMEMBERED_TRACES:
                 self._traces.popitem(last=False)
         return decision
+
+    def _kept_instead(self, dropped: Decision) -> Decision:
+        """A drop turned into a keep (an earlier part of the trace was kept): counted as such."""
+        with self._counting:
+            self.dropped[dropped.reason] -= 1
+            if not self.dropped[dropped.reason]:
+                del self.dropped[dropped.reason]
+        return self._keep(SAME_TRACE, None)
 
     def _decide(self, trace_id: bytes, session_key: str | None, analysis: Analysis | None) -> Decision:
         if analysis is None:

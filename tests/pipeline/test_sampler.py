@@ -354,7 +354,7 @@ def test_a_late_part_of_a_trace_is_decided_as_the_trace_was(non_conversation_tra
     """Spans that come after their trace was released (a late child without GenAI attributes) are
     a trace of their own to the sampler: they were decided as not_conversation, so a dropped trace
     had its late parts kept (1 of 3 spans reached the backend) and, with non_conversation_traces
-    drop, a kept one lost them. Now the trace's first decision holds for its later parts."""
+    drop, a kept one lost them. Now a later part without a conversation is decided as the trace was."""
     out_key = keys_with_draw(above=0.9)[0]
     s = sampler(baseline_rate=0.0, non_conversation_traces=non_conversation_traces)
     assert not s.decide(tid(1), out_key, analysis(out_key)).keep  # sampled out
@@ -366,10 +366,26 @@ def test_a_late_part_of_a_trace_is_decided_as_the_trace_was(non_conversation_tra
     root = record(1)
     before = root.data
     assert s.apply(trace_of(root), late) == [root] and root.data == before  # annotated with its trace
-    # A first part without a conversation decides for the parts with one, too.
-    first = s.decide(tid(3), None, None)
-    assert s.decide(tid(3), out_key, analysis(out_key)).keep is first.keep
-    assert s.kept["trace"] + s.dropped["trace"] == 3
+    # A part with a conversation goes by the rules, after any part: kept when severe, kept when an
+    # earlier part was kept (its spans are gone: the trace is kept whole), else as the rules say.
+    s.decide(tid(3), None, None)  # a plain part first (decided on the event loop)
+    keep_plain = non_conversation_traces == "keep"
+    decided = s.decide(tid(3), out_key, analysis(out_key))
+    assert (decided.keep, decided.reason) == ((True, "trace") if keep_plain else (False, "sampled_out"))
+    s.decide(tid(4), None, None)
+    assert s.decide(tid(4), "bad", analysis("bad", "severe")).reason == "severe"
+    assert s.dropped["sampled_out"] == 1 + (0 if keep_plain else 1)  # a drop turned keep is not counted
+
+
+def test_a_trace_of_several_turns_keeps_a_severe_turn_after_a_sampled_out_one() -> None:
+    """The first turn's drop held for the trace's later turns: a severe turn in the same trace was
+    dropped, against "severe is always kept"."""
+    out_key = keys_with_draw(above=0.9)[0]
+    s = sampler(baseline_rate=0.0)
+    assert not s.decide(tid(1), out_key, analysis(out_key)).keep
+    later = s.decide(tid(1), out_key, analysis(out_key, "severe"))
+    assert (later.keep, later.reason) == (True, "severe")
+    assert s.decide(tid(2), out_key, analysis(out_key)).reason == "session"  # the session is kept on
 
 
 def test_decisions_by_trace_are_bounded() -> None:
