@@ -320,32 +320,42 @@ class IndexWriter:
             self.index.upsert(rows)
         except Exception as exc:
             self.write_errors.inc()
-            # The rows one by one: when the index takes some, it refuses the others for what they
-            # hold (a value it cannot store), and retrying them would fail every batch after.
-            several = rows is not None and len(rows) > 1
-            refused = [row for row in rows if not self._written_alone(row)] if rows and several else None
-            if refused is None or len(refused) == len(batch):
+            refused = self._refused_rows(rows, exc)
+            if refused is None:  # the index failed, not a row: all of them wait for the next try
                 self._put_back(batch)
                 self.problems.warning(
                     "index_write_error", f"writing the conversation index failed; retrying: {exc}"
                 )
                 return
-            self.dropped.inc(len(refused))
-            self.problems.warning(
-                "index_row_refused",
-                f"the conversation index refused {len(refused)} of {len(batch)} rows; dropped: {exc}",
-            )
+            if refused:
+                self.dropped.inc(len(refused))
+                self.problems.warning(
+                    "index_row_refused",
+                    f"the conversation index refused {len(refused)} of {len(batch)} rows; dropped: {exc}",
+                )
             self.writes.inc(len(batch) - len(refused))
             return
         self.problems.recovered("index_write_error", "writing the conversation index works again")
         self.writes.inc(len(batch))
 
-    def _written_alone(self, row: IndexedConversation) -> bool:
-        try:
-            self.index.upsert([row])
-        except Exception:
-            return False
-        return True
+    def _refused_rows(
+        self, rows: list[IndexedConversation] | None, error: Exception
+    ) -> list[IndexedConversation] | None:
+        """After a batch failed for what a row holds (a value the index cannot store), the rows one
+        by one, and those the index refuses (retrying them would fail every batch after). None when
+        the index itself failed (unreachable, a lock, a deadlock), then or on the way: a row is
+        dropped only for an error about its values."""
+        if rows is None or len(rows) < 2 or not _about_the_values(error):
+            return None
+        refused = []
+        for row in rows:
+            try:
+                self.index.upsert([row])
+            except Exception as alone:
+                if not _about_the_values(alone):
+                    return None
+                refused.append(row)
+        return refused
 
     def _put_back(self, batch: list[tuple[IndexedConversation, ConversationState]]) -> None:
         with self._lock:  # back in line; a newer row of another state is merged with it
@@ -422,3 +432,15 @@ def create_index_writer(
         synchronous=durable and url.startswith("sqlite:"),
         problems=problems,
     )
+
+
+def _about_the_values(error: Exception) -> bool:
+    """Whether a failed write says its values cannot be stored, rather than that the index could
+    not be reached or was busy (an error to try again later, the rows kept)."""
+    import sqlite3
+
+    import psycopg
+
+    if isinstance(error, sqlite3.ProgrammingError) and "closed" in str(error):
+        return False  # a closed connection (ProgrammingError covers values that cannot bind too)
+    return not isinstance(error, sqlite3.OperationalError | psycopg.OperationalError | OSError)

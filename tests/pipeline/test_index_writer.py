@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -246,3 +247,32 @@ def test_an_outage_puts_the_whole_batch_back(tmp_path: Path) -> None:
     index.close()  # every row fails, alone too: kept for the next try, none dropped
     writer.flush()
     assert sorted(writer._pending) == ["a", "b", "c"] and writer.dropped._value.get() == 0
+
+
+def test_a_row_is_dropped_only_for_its_values_not_for_a_busy_index(tmp_path: Path) -> None:
+    """After a batch failed for one row's values, the rows were written one by one and any that
+    failed was dropped: a lock or a reconnect during those writes dropped good rows for good."""
+    import sqlite3
+
+    index = open_index(f"sqlite:///{tmp_path / 'index.db'}")
+    upsert = index.upsert
+    calls = [0]
+
+    def busy_once_alone(rows: list[Any]) -> int:
+        calls[0] += 1
+        if calls[0] == 2:  # the first row written alone finds the index locked
+            raise sqlite3.OperationalError("database is locked")
+        return upsert(rows)
+
+    index.upsert = busy_once_alone  # type: ignore[method-assign]
+    writer = IndexWriter(IndexConfig(), index, CollectorRegistry(), keep_text=False)
+    for key in ("a", "b", "poisoned"):
+        writer.record(ConversationState.new(key))
+    row, state = writer._pending["poisoned"]
+    writer._pending["poisoned"] = (dataclasses.replace(row, detail={**row.detail, "n": 2**70}), state)
+    writer.flush()  # the batch fails for the poisoned row, then the index is busy: all wait
+    assert sorted(writer._pending) == ["a", "b", "poisoned"] and writer.dropped._value.get() == 0
+    writer.flush()  # the batch fails again, the rows alone: the poisoned one is dropped
+    assert writer.index.get("a") is not None and writer.index.get("b") is not None
+    assert writer.dropped._value.get() == 1 and not writer._pending
+    index.close()
