@@ -147,7 +147,10 @@ class DiskQueue:
                     offset = end
                     index += 1
                     continue
-                if _at_record_or_end(data, end):  # its length leads to the next record: only it is bad
+                # Only it is bad when its length leads to the next record and no whole record starts
+                # within it (a damaged length that skipped whole records would shift the numbering
+                # of every record after it, and the acks would then name other records).
+                if _at_record_or_end(data, end) and _next_record(data, offset + 1, end) is None:
                     logger.warning(
                         "disk queue segment %s: record %d is corrupt and is skipped", number, index
                     )
@@ -178,14 +181,8 @@ class DiskQueue:
 
     def _reopen(self, number: int, scan: _Scan) -> _Segment:
         """Segment ``number`` of an earlier run, taken back: its acks go on to its own file."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        segment = _Segment(
-            number,
-            os.open(self._path(number, ".log"), flags, 0o600),
-            os.open(self._path(number, ".ack"), flags, 0o600),
-            size=scan.size,
-            records=scan.records,
-        )
+        segment = self._segment_files(number)
+        segment.size, segment.records = scan.size, scan.records
         segment.finished = scan.records - len(scan.unfinished)
         self._segments[number] = segment
         self.bytes += scan.size
@@ -202,7 +199,11 @@ class DiskQueue:
         # The header counts too: otherwise every segment could end up a header over its size.
         if segment.size and segment.size + record_size > self.segment_size:
             self._sync(segment)
-            segment = self._open_segment(segment.number + 1)
+            try:
+                segment = self._open_segment(segment.number + 1)
+            except OSError as error:  # no room for a new file, no descriptor left: refused as well
+                message = f"the disk queue could not start a new segment in {self.directory}: {error}"
+                raise DiskQueueFull(message) from error
         code = SIGNALS.index(signal)
         record = memoryview(_HEADER.pack(len(payload), _checksum(code, payload), code) + payload)
         written = 0
@@ -288,13 +289,19 @@ class DiskQueue:
         if segment.finished == segment.records and segment is not self._active:
             self._drop(segment)
 
-    def _open_segment(self, number: int) -> _Segment:
+    def _segment_files(self, number: int) -> _Segment:
+        """Segment ``number``'s log and ack files opened for appending (created when missing)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        segment = _Segment(
-            number,
-            os.open(self._path(number, ".log"), flags, 0o600),
-            os.open(self._path(number, ".ack"), flags, 0o600),
-        )
+        log_fd = os.open(self._path(number, ".log"), flags, 0o600)
+        try:
+            ack_fd = os.open(self._path(number, ".ack"), flags, 0o600)
+        except OSError:
+            os.close(log_fd)
+            raise
+        return _Segment(number, log_fd, ack_fd)
+
+    def _open_segment(self, number: int) -> _Segment:
+        segment = self._segment_files(number)
         self._segments[number] = segment
         previous, self._active = self._active, segment
         if previous is not None and previous.finished == previous.records:
@@ -339,9 +346,10 @@ def _at_record_or_end(data: bytes, offset: int) -> bool:
     return offset + _HEADER.size > len(data) or _whole_record_at(data, offset)
 
 
-def _next_record(data: bytes, offset: int) -> int | None:
-    """Where the first whole record at or after ``offset`` starts, None if there is none."""
-    for at in range(offset, len(data) - _HEADER.size + 1):
+def _next_record(data: bytes, offset: int, before: int | None = None) -> int | None:
+    """Where the first whole record at or after ``offset`` (and before ``before``) starts, None if
+    there is none."""
+    for at in range(offset, min(len(data), before if before is not None else len(data)) - _HEADER.size + 1):
         if _whole_record_at(data, at):
             return at
     return None

@@ -388,6 +388,26 @@ def test_a_damaged_length_costs_only_its_record_and_the_segment_is_kept(
     assert open_queue(queues, tmp_path)[1] == []
 
 
+def test_a_damaged_length_that_skips_whole_records_is_damage_not_one_bad_record(
+    tmp_path: Path, queues: list[DiskQueue]
+) -> None:
+    """A length whose damage lands it on a later whole record passed for one corrupt record: the
+    records it skipped were not counted, every later record took another's number, and the acks
+    then named other records (an unfinished one taken as finished: lost)."""
+    import struct
+
+    queue, _ = open_queue(queues, tmp_path)
+    seqs = [queue.append("traces", payload) for payload in (b"A" * 20, b"B" * 20, b"C" * 20, b"D" * 20)]
+    queue.release(seqs[2])  # C was delivered
+    queue.close()
+    (log,) = tmp_path.glob("*.log")
+    data = bytearray(log.read_bytes())
+    struct.pack_into("<I", data, 0, 20 + HEADER + 20)  # A's length now ends where C starts
+    log.write_bytes(bytes(data))
+    _, recovered = open_queue(queues, tmp_path)
+    assert [r.payload[:1] for r in recovered] == [b"B", b"C", b"D"]  # C again rather than D lost
+
+
 def test_a_request_that_does_not_fit_on_disk_is_refused_and_the_others_kept(tmp_path: Path) -> None:
     """The disk is full (here: a file size limit): a record written in part made every later record
     unreadable, though each of their clients was answered. Now the append raises (the receiver
