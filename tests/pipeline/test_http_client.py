@@ -214,4 +214,3 @@ async def test_a_redirect_is_a_permanent_refusal_not_followed(
         assert elsewhere.arrivals == []  # nothing (no header, no body) went to the other host
     finally:
         await runner.cleanup()
-
