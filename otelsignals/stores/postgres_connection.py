@@ -36,7 +36,6 @@ class PostgresConnection:
             self._options["connect_timeout"] = CONNECT_TIMEOUT
         self._conn = psycopg.connect(url, **self._options)
         self._in_transaction = 0
-        self.reconnects = 0
 
     def _live(self) -> psycopg.Connection[Any]:
         conn = self._conn
@@ -44,7 +43,6 @@ class PostgresConnection:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
             self._conn = conn = psycopg.connect(self._url, **self._options)
-            self.reconnects += 1
             logger.warning("connected to PostgreSQL again after the connection was lost")
         return conn
 

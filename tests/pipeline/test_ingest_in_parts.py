@@ -48,7 +48,8 @@ def test_a_request_without_spans_is_one_empty_part() -> None:
     assert part.records == [] and part.invalid_spans == 0
 
 
-def _pipeline(tmp_path: Path) -> tuple[Pipeline, list[SpanRecord]]:
+def spied_pipeline(tmp_path: Path) -> tuple[Pipeline, list[SpanRecord]]:
+    """A pipeline of the embedded defaults whose assembler notes every span record it takes."""
     config = load_config(None, environ={})
     config.store.directory = str(tmp_path)
     pipeline = Pipeline(config)
@@ -65,7 +66,7 @@ def _pipeline(tmp_path: Path) -> tuple[Pipeline, list[SpanRecord]]:
 
 def test_other_work_runs_between_the_parts_of_a_large_request(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(service, "INGEST_PART_SPANS", 100)
-    pipeline, taken = _pipeline(tmp_path)
+    pipeline, taken = spied_pipeline(tmp_path)
     request, raw = _request(500)  # 1,500 spans: 15 parts
 
     async def ingest() -> tuple[int, int]:
@@ -97,7 +98,7 @@ def test_a_request_cancelled_while_it_is_buffered_is_buffered_whole(tmp_path: Pa
     """The call is cancelled (its client went away, the receivers stop) after some parts were
     buffered: the rest are buffered too, none is left half in (the disk queue counts them all)."""
     monkeypatch.setattr(service, "INGEST_PART_SPANS", 100)
-    pipeline, taken = _pipeline(tmp_path)
+    pipeline, taken = spied_pipeline(tmp_path)
     request, raw = _request(500)
     buffered_parts = 0
     add = pipeline.assembler.add

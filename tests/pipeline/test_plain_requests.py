@@ -10,11 +10,9 @@ from pathlib import Path
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otelsignals.config_loading import load_config
 from otelsignals.otlp.wire import SpanRecord, SplitRequest, split_request
 from otelsignals.pipeline.analyzer import Analyzer
 from otelsignals.pipeline.assembler import ReleasedTrace
-from otelsignals.pipeline.service import Pipeline
 from otelsignals.telemetry import Telemetry
 from tests.support.clients import encode_spans, make_spans
 
@@ -114,17 +112,9 @@ def test_a_marked_span_is_not_searched_again() -> None:
 
 
 def test_the_pipeline_marks_what_it_takes_in(tmp_path: Path) -> None:
-    config = load_config(None, environ={})
-    config.store.directory = str(tmp_path)
-    pipeline = Pipeline(config)
-    taken: list[SpanRecord] = []
-    add = pipeline.assembler.add
+    from tests.pipeline.test_ingest_in_parts import spied_pipeline
 
-    def spied(records: list[SpanRecord]) -> None:
-        taken.extend(records)
-        add(records)
-
-    pipeline.assembler.add = spied  # type: ignore[method-assign]
+    pipeline, taken = spied_pipeline(tmp_path)
 
     async def ingest() -> None:  # plain traces go on to the exporter at once, on the event loop
         for genai_every, expected in ((0, [False] * 15), (12, [True] + [False] * 14)):

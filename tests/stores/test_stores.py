@@ -424,33 +424,22 @@ def test_a_lost_redis_answer_does_not_count_the_recorders_evaluations_twice(redi
             server = socket.create_connection(("127.0.0.1", port))
             scripts_sent = threading.Event()
 
-            def up(
-                client: socket.socket = client,
-                server: socket.socket = server,
-                sent: threading.Event = scripts_sent,
+            def pump(
+                source: socket.socket, target: socket.socket, sent: threading.Event, to_redis: bool
             ) -> None:
                 with contextlib.suppress(OSError):
-                    while data := client.recv(65536):
-                        if b"EVALSHA" in data.upper() and answers_to_lose[0]:
+                    while data := source.recv(65536):
+                        if to_redis and b"EVALSHA" in data.upper() and answers_to_lose[0]:
                             answers_to_lose[0] -= 1
                             sent.set()
-                        server.sendall(data)
-
-            def down(
-                client: socket.socket = client,
-                server: socket.socket = server,
-                sent: threading.Event = scripts_sent,
-            ) -> None:
-                with contextlib.suppress(OSError):
-                    while data := server.recv(65536):
-                        if sent.is_set():  # Redis ran them; the answer is lost on the way
-                            client.shutdown(socket.SHUT_RDWR)
-                            server.shutdown(socket.SHUT_RDWR)
+                        elif not to_redis and sent.is_set():  # Redis ran them; the answer is lost
+                            source.shutdown(socket.SHUT_RDWR)
+                            target.shutdown(socket.SHUT_RDWR)
                             return
-                        client.sendall(data)
+                        target.sendall(data)
 
-            threading.Thread(target=up, daemon=True).start()
-            threading.Thread(target=down, daemon=True).start()
+            threading.Thread(target=pump, args=(client, server, scripts_sent, True), daemon=True).start()
+            threading.Thread(target=pump, args=(server, client, scripts_sent, False), daemon=True).start()
 
     threading.Thread(target=relay, daemon=True).start()
     store = open_store(f"redis://127.0.0.1:{listener.getsockname()[1]}/0")
