@@ -510,6 +510,18 @@ def test_configuration_comes_from_values(tmp_path: Path) -> None:
     config = effective_config(nested, one(nested, "Deployment")["spec"]["template"]["spec"], tmp_path)
     assert config.exporter.endpoint == "elsewhere:4317"
     assert "exporter.endpoint is required" in render_error({"exporter": {"endpoint": ""}})
+    # So does its protocol: it went with the top-level exporter.protocol (grpc by default), which
+    # made an http/protobuf endpoint written under config be spoken to in gRPC.
+    http_nested = render(
+        {
+            "exporter": {"endpoint": ""},
+            "config": {"exporter": {"endpoint": "http://b:4318", "protocol": "http/protobuf"}},
+        }
+    )
+    config = effective_config(
+        http_nested, one(http_nested, "Deployment")["spec"]["template"]["spec"], tmp_path
+    )
+    assert (config.exporter.endpoint, config.exporter.protocol) == ("http://b:4318", "http/protobuf")
 
 
 def test_admin_token_comes_from_a_secret(tmp_path: Path) -> None:

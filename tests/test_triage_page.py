@@ -124,3 +124,24 @@ def test_the_page_asks_for_the_token_when_the_api_wants_one(tmp_path: Path, brow
         page.click("#token-form button")
         expect(page.locator("body")).to_have_attribute("data-ready", "true", timeout=10_000)
         assert page.locator("#sessions tbody tr").count() >= 1
+
+
+def test_an_open_conversation_with_snippets_off_says_its_text_is_not_shown(
+    tmp_path: Path, browser: Browser
+) -> None:
+    """With signals.snippets off an open conversation's messages come without text: the page drew
+    empty boxes, with no word of why."""
+    settings: dict[str, Any] = {"sessions": {"ttl": "10m"}, "index": {"flush_interval": "100ms"}}
+    with SidecarProcess(tmp_path, signals={"snippets": False}, **settings) as sidecar:
+        stats = send_demo_traffic(sidecar.grpc_endpoint, None)
+        sidecar.wait_for_metric("otelsignals_exporter_sent_spans_total", stats.spans)
+        sidecar.wait_for_metric("otelsignals_index_writes_total", 1)  # (open ones are indexed too)
+        page = browser.new_page()
+        page.goto(f"{sidecar.admin_url}/ui")
+        expect(page.locator("body")).to_have_attribute("data-ready", "true", timeout=10_000)
+        page.select_option("select[name=flagged]", "")
+        page.click("#filters button")
+        expect(page.locator("#list-status")).to_contain_text("shown")
+        page.locator("#sessions tbody tr").first.click()
+        expect(page.locator("#messages p.withheld")).to_contain_text("signals.snippets is off")
+        assert page.locator("#messages .message").count() >= 2  # the roles and the signals' places stay

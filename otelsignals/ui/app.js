@@ -167,7 +167,12 @@ function renderMessages(data, byMessage) {
     return;
   }
   const offset = data.message_offset || 0;
-  box.replaceChildren(...data.messages.map((message, i) => {
+  // An open conversation with signals.snippets off: its messages without their text (roles, tool
+  // calls, where signals fired), said so rather than shown as empty boxes.
+  const withheld = data.messages.length && data.messages.every((message) => message.content == null)
+    ? [el("p", { class: "withheld" }, "Message text is not shown (signals.snippets is off): roles, tool calls and where signals fired only.")]
+    : [];
+  box.replaceChildren(...withheld, ...data.messages.map((message, i) => {
     const index = message.index ?? offset + i;
     const fired = byMessage.get(index) || [];
     const text = message.content || (message.tool_calls ? message.tool_calls.map((c) => `→ ${c.name}`).join("\n") : "");

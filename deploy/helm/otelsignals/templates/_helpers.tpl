@@ -98,7 +98,9 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- $_ := set $exporter "endpoint" .Values.exporter.endpoint -}}
 {{- end -}}
 {{- $_ := required "exporter.endpoint is required: the downstream OTLP endpoint, e.g. otel-backend:4317" (get $exporter "endpoint") -}}
+{{- if not (get $exporter "protocol") -}}{{/* config.exporter.protocol, when given, wins: it goes with config.exporter.endpoint */}}
 {{- $_ := set $exporter "protocol" .Values.exporter.protocol -}}
+{{- end -}}
 {{- $_ := set $config "exporter" $exporter -}}
 {{- toYaml $config -}}
 {{- end -}}
