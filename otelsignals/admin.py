@@ -21,7 +21,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from otelsignals.config import UiConfig
+from otelsignals.config import EvalsConfig, SignalsConfig, UiConfig
 from otelsignals.conversation import ConversationState
 from otelsignals.evals.session_metrics import agent_consistency, agent_reliability
 from otelsignals.model import Message
@@ -29,7 +29,7 @@ from otelsignals.pipeline.eval_runs import EvalRunError, EvalRuns
 from otelsignals.pipeline.listing import listing_request, query_int, query_time
 from otelsignals.pipeline.reputation_recorder import ReputationRecorder
 from otelsignals.pipeline.sessions import SessionStore
-from otelsignals.scoring import score
+from otelsignals.scoring import BASELINE_USER_TURNS, score
 from otelsignals.signals.base import redact_metadata, redacted_metadata
 from otelsignals.stores.conversation_index import MAX_BUCKETS, ConversationIndex
 from otelsignals.telemetry import Telemetry
@@ -46,11 +46,25 @@ def admin_app(
     read_state: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
     index: ConversationIndex | None = None,
     ui: UiConfig | None = None,
+    signals: SignalsConfig | None = None,
+    evals: EvalsConfig | None = None,
 ) -> web.Application:
     """``read_state`` runs a reader of the sessions where that is safe (the pipeline's analysis
-    thread changes them); without it they are read directly."""
+    thread changes them); without it they are read directly. ``signals`` and ``evals``: the
+    settings an open session is scored and its session metrics judged by, as on its spans."""
     api = AdminApi(
-        telemetry, is_ready, sessions, show_content, reputation, auth_token, eval_runs, read_state, index, ui
+        telemetry,
+        is_ready,
+        sessions,
+        show_content,
+        reputation,
+        auth_token,
+        eval_runs,
+        read_state,
+        index,
+        ui,
+        signals or SignalsConfig(),
+        evals or EvalsConfig(),
     )
     app = web.Application(middlewares=[json_routing_errors, api.bearer_token])
     app.router.add_post("/v1/eval-runs", api.start_eval_run)
@@ -85,6 +99,8 @@ class AdminApi:
     read_state: Callable[[Callable[[], Any]], Awaitable[Any]] | None
     index: ConversationIndex | None = None
     ui: UiConfig | None = None
+    signals: SignalsConfig = dataclasses.field(default_factory=SignalsConfig)
+    evals: EvalsConfig = dataclasses.field(default_factory=EvalsConfig)
 
     async def healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -105,7 +121,9 @@ class AdminApi:
 
         def read() -> dict[str, Any] | None:
             state = sessions.get(key) if sessions is not None else None
-            return session_json(state, self.show_content) if state is not None else None
+            if state is None:
+                return None
+            return session_json(state, self.show_content, self.signals.baseline_user_turns, self.evals)
 
         found = await self.read_state(read) if self.read_state is not None else read()
         if found is None and self.index is not None:
@@ -287,9 +305,17 @@ def indexed_without_content(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def session_json(state: ConversationState, show_content: bool) -> dict[str, Any]:
+def session_json(
+    state: ConversationState,
+    show_content: bool,
+    baseline_user_turns: int = BASELINE_USER_TURNS,
+    evals: EvalsConfig | None = None,
+) -> dict[str, Any]:
+    """An open session as the API shows it, scored and judged by the settings its spans were
+    (``signals.baseline_user_turns``, ``evals.threshold[s]``: the API showed the defaults')."""
     conversation = state.conversation
-    current = score(conversation, state.leaf_counts)
+    current = score(conversation, state.leaf_counts, baseline_user_turns)
+    evals = evals or EvalsConfig()
     traces = list(state.trace_signals)
     return {
         "session_id": conversation.key,
@@ -333,7 +359,8 @@ def session_json(state: ConversationState, show_content: bool) -> dict[str, Any]
         "priority_reasons": state.priority.reasons,
         "trace_signals": [signals.as_dict() for signals in traces],
         "session_metrics": [
-            metric.as_dict() for metric in (agent_reliability(traces), agent_consistency(traces))
+            agent_reliability(traces, threshold=evals.threshold_for("agent_reliability")).as_dict(),
+            agent_consistency(traces, threshold=evals.threshold_for("agent_consistency")).as_dict(),
         ],
     }
 

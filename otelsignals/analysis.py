@@ -35,6 +35,9 @@ class Analysis:
     skipped: list[str] = field(default_factory=list)  # detector groups not run, e.g. no content
     latency_ms: float = 0.0  # from the turn's first model call starting to its last one ending
     priority: Priority = NO_PRIORITY  # the triage priority of the conversation so far (triage.py)
+    # A part of a trace analysed before (spans that came after it was released): its turn was
+    # counted with the first part (session metrics, reputation), not again.
+    late_part: bool = False
 
     def to_json(self, snippets: bool = True) -> dict[str, Any]:
         """SPEC §0's line for ``otelsignals analyze --json``."""

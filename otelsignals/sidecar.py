@@ -61,6 +61,8 @@ class Sidecar:
                 self.pipeline.analysis.read,
                 self.pipeline.index_reader,
                 self.config.ui,
+                self.config.signals,
+                self.config.evals,
             )
             self._admin, admin_port = await serve_aiohttp(
                 app,

@@ -4,6 +4,7 @@ after it, raises the conversation's priority, in every convention; its near miss
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -295,3 +296,86 @@ def test_only_the_latest_turns_cut_off_are_kept() -> None:
     state = analyzer.sessions.get("cut-genai")
     assert state is not None and len(state.cut_off_turns) == CUT_OFF_TURNS_KEPT
     assert f"({CUT_OFF_TURNS_KEPT}×)" in state.priority.reasons[0]
+
+
+def test_a_turn_whose_trace_comes_in_two_parts_is_evaluated_once(tmp_path: Path) -> None:
+    """The late part was analysed and submitted for reputation as a turn of its own: two
+    evaluations for one turn, each with part of its latency (a part without a model call would
+    count as the fastest turn). Session metrics already counted the turn once."""
+    import time
+    import urllib.request
+
+    import orjson
+
+    from otelsignals.otlp.wire import encode_request
+    from tests.support.sidecar import SidecarProcess
+
+    turn = {"user": "Where is order A-7?", "steps": [{"tool_calls": [LOOKUP]}, {"text": "Packed."}]}
+    (trace,) = traces_of("genai", [turn], key="late-1")
+    last_call = model_calls(trace)[-1]
+    analyzer = Analyzer(Telemetry())
+    first = analyzer.process(part(trace, [r for r in trace.spans if r is not last_call]))
+    late = analyzer.process(part(trace, [last_call]))
+    assert first is not None and late is not None and (first.late_part, late.late_part) == (False, True)
+
+    def send(sidecar: SidecarProcess, records: list[SpanRecord]) -> None:
+        request = urllib.request.Request(
+            f"{sidecar.http_url}/v1/traces",
+            data=encode_request(records),
+            headers={"Content-Type": "application/x-protobuf"},
+        )
+        urllib.request.urlopen(request, timeout=10).read()
+
+    with SidecarProcess(tmp_path) as sidecar:
+        send(sidecar, [r for r in trace.spans if r is not last_call])
+        sidecar.wait_for_metric("otelsignals_analysed_turns_total", 1)
+        send(sidecar, [last_call])  # after the trace was released: a late part
+        sidecar.wait_for_metric("otelsignals_analysed_turns_total", 2)
+        time.sleep(0.5)  # (the reputation writer records in batches)
+        assert sidecar.metric("otelsignals_reputation_evaluations_total") == 1
+        with urllib.request.urlopen(f"{sidecar.admin_url}/v1/reputation", timeout=5) as answer:
+            (agent,) = orjson.loads(answer.read())["agents"]
+        assert agent["eval_count"] == 1
+
+
+def test_the_api_scores_and_judges_an_open_session_by_the_settings_its_spans_were(tmp_path: Path) -> None:
+    """GET /v1/sessions/{id} scored an open session with the default signals.baseline_user_turns
+    and judged its session metrics with the default thresholds: the spans said good 73.89, the API
+    excellent 81.0; the session span failed agent_reliability at 0.99, the API passed it at 0.5."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from otelsignals.admin import admin_app
+    from otelsignals.config import EvalsConfig, SignalsConfig
+    from otelsignals.pipeline.enricher import span_attributes
+
+    signals = SignalsConfig(baseline_user_turns=1)
+    evals = EvalsConfig(threshold=0.9, thresholds={"agent_reliability": 0.99})
+    analyzer = Analyzer(Telemetry(), signals=signals, evals=evals)
+    turns = [
+        {"user": "Where is order A-7?", "steps": [{"text": "It is packed and ships tomorrow."}]},
+        {"user": "And when does it arrive at my house?", "steps": [{"text": "It arrives on Friday."}]},
+        {"user": "Can I change the delivery address?", "steps": [{"text": "Yes, I updated it."}]},
+        {"user": "Perfect, thank you so much!", "steps": [{"text": "You're welcome."}]},
+    ]
+    for trace in traces_of("genai", turns, key="k2"):
+        latest = analyzer.process(trace)
+    assert latest is not None
+    on_spans = span_attributes(latest)
+
+    async def shown() -> dict[str, Any]:
+        app = admin_app(Telemetry(), lambda: True, sessions=analyzer.sessions, signals=signals, evals=evals)
+        async with TestClient(TestServer(app)) as client:
+            answer = await client.get("/v1/sessions/k2")
+            assert answer.status == 200
+            return await answer.json()
+
+    session = asyncio.run(shown())
+    assert (session["quality"], session["quality_score"], session["efficiency_score"]) == (
+        on_spans["signals.quality"],
+        on_spans["signals.quality_score"],
+        on_spans["signals.efficiency_score"],
+    )
+    thresholds = {metric["name"]: metric["metadata"]["threshold"] for metric in session["session_metrics"]}
+    assert thresholds == {"agent_reliability": 0.99, "agent_consistency": 0.9}

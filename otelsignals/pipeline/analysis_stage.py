@@ -146,7 +146,7 @@ class AnalysisStage:
             if analysis is not None:
                 current = None
                 if self.reputation is not None:
-                    if not self._replayed(trace):
+                    if not analysis.late_part and not self._replayed(trace):  # a turn counts once
                         self.reputation.submit(analysis)
                     current = self.reputation.current(analysis.agent_id)
                 if self.trace_judge is not None:

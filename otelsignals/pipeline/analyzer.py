@@ -123,7 +123,7 @@ class Analyzer:
             analysis = analyze_update(
                 state, update, self.signals.baseline_user_turns, self.agent_baselines, self._disabled
             )
-            self._record_trace(state, update, analysis)
+            analysis.late_part = not self._record_trace(state, update, analysis)
         finally:
             # Counted once the trace's records are in (its signals, metrics, latest answer), and
             # when the analysis failed (an embeddings endpoint down): the merged messages count.
@@ -325,10 +325,11 @@ class Analyzer:
             cached = self._contexts[key] = (resource, scope)
         return cached
 
-    def _record_trace(self, state: ConversationState, update: TraceUpdate, analysis: Analysis) -> None:
-        """Keep what the session metrics need of this trace (once per trace: late parts add nothing)."""
+    def _record_trace(self, state: ConversationState, update: TraceUpdate, analysis: Analysis) -> bool:
+        """Keep what the session metrics need of this trace (once per trace: late parts add nothing);
+        False for a late part."""
         if any(trace_id == update.trace_id for trace_id, _ in state.trace_spans):
-            return
+            return False
         state.trace_spans.append((update.trace_id, update.analysed_span_id or b""))
         state.turn_latencies_ms.append(analysis.latency_ms)
         calls = [c.start_time_unix_nano for c in update.llm_calls if c.start_time_unix_nano]
@@ -342,6 +343,7 @@ class Analyzer:
         state.trace_signals.append(metrics)
         if output is not None:
             state.previous_outputs.append(output)
+        return True
 
     def _on_evict(self, state: ConversationState, reason: str) -> None:
         self.telemetry.session_evictions.labels(reason).inc()
