@@ -166,6 +166,23 @@ def coherence(
     if vectors is None:
         rows = (embedder or default_embedder()).embed([input_text, output_text])
         vectors = (rows[0], rows[1])
+    # A text of no word the embedder knows (an emoji, a code in a script it does not cover) embeds
+    # as the zero vector: nothing to compare either, not the worst coherence (cosine 0 gave 0, and
+    # a 👍 after a good answer sank the session's agent_reliability to 0).
+    unknown = [label for label, row in zip(("input", "output"), vectors, strict=True) if not np.any(row)]
+    if unknown:
+        return _result(
+            "coherence",
+            1.0,
+            f"Not evaluated: the trace's {' and '.join(unknown)} {'has' if len(unknown) == 1 else 'have'} "
+            "no word the embedding model knows.",
+            {
+                "note": "unknown_words_" + "_and_".join(unknown),
+                "cosine_similarity": None,
+                "coherence_gap": None,
+            },
+            threshold,
+        )
     similarity = cosine(*vectors)
     score = min(1.0, max(0.0, similarity))  # 1 − (1 − cos)
     verdict = "on topic" if score >= threshold else "drifts from the input"

@@ -105,6 +105,26 @@ def test_coherence_with_empty_side_is_one_with_a_note(input_text: str, output_te
     assert "empty" in result.reason
 
 
+@pytest.mark.parametrize(
+    ("input_text", "output_text", "note"),
+    [
+        ("👍", "Glad I could help!", "unknown_words_input"),
+        ("Thanks for the refund of my order", "🙏🙏", "unknown_words_output"),
+        ("👍", "🎉", "unknown_words_input_and_output"),
+    ],
+)
+def test_coherence_of_a_text_without_a_known_word_is_not_evaluated(
+    embedder: StaticEmbedder, input_text: str, output_text: str, note: str
+) -> None:
+    """A text of no word the embedding model knows embeds as the zero vector: its cosine 0 gave
+    coherence 0 ("drifts from the input"), and one 👍 sank the session's agent_reliability to 0."""
+    result = coherence(input_text, output_text, embedder)
+    assert result.score == 1.0 and result.passed and result.metadata["note"] == note
+    assert result.metadata["cosine_similarity"] is None
+    # Near miss: a short text with a known word is compared as before.
+    assert coherence("thanks!", "Glad I could help!", embedder).metadata["cosine_similarity"] is not None
+
+
 def test_coherence_is_clamped_to_zero(embedder: StaticEmbedder) -> None:
     class Opposite:
         dimension = 2
