@@ -13,6 +13,7 @@ import dataclasses
 import ipaddress
 import math
 import re
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -310,6 +311,7 @@ class ExporterConfig:
         if self.endpoint and self.protocol == "grpc":
             # host:port, optionally behind http:// or https:// as OTEL_EXPORTER_OTLP_ENDPOINT allows.
             problems += _host_port_problems("endpoint", grpc_address(self.endpoint))
+        problems += in_section("tls", self._tls_problems())
         if not self.endpoint and not PurePath(self.file_path).name:
             problems.append(
                 f"file_path: a file to write to is needed when no endpoint is set, got {self.file_path!r}"
@@ -318,6 +320,41 @@ class ExporterConfig:
         problems += in_section("batch", self.batch.validate())
         problems += in_section("queue", self.queue.validate())
         problems += in_section("retry", self.retry.validate())
+        return problems
+
+    def _tls_problems(self) -> list[str]:
+        """What stops ``tls`` from being used as written: before, a plain-text gRPC exporter given
+        certificate files sent in plain text, and a file that could not be read stopped the process
+        with an error naming no key."""
+        tls = self.tls
+        files = {"ca_file": tls.ca_file, "cert_file": tls.cert_file, "key_file": tls.key_file}
+        given = [key for key, path in files.items() if path]
+        secure = self.endpoint.startswith("https://") or not tls.insecure
+        if self.protocol == "grpc" and not secure and given:
+            return [
+                f"insecure: true sends plain text, so {', '.join(given)} would not be used: set "
+                "insecure: false (or an https:// endpoint)"
+            ]
+        problems = []
+        if self.protocol == "grpc" and tls.insecure_skip_verify:
+            problems.append("insecure_skip_verify: applies to OTLP/HTTP only (gRPC always verifies)")
+        if bool(tls.cert_file) != bool(tls.key_file):
+            problems.append("cert_file and key_file: a client certificate needs both")
+        if problems or not secure:
+            return problems
+        context = ssl.create_default_context()
+        try:
+            if tls.ca_file:
+                context.load_verify_locations(cafile=tls.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            problems.append(f"ca_file: {tls.ca_file!r} cannot be used: {exc}")
+        try:
+            if tls.cert_file:
+                context.load_cert_chain(tls.cert_file, tls.key_file)
+        except (OSError, ssl.SSLError) as exc:
+            problems.append(
+                f"cert_file and key_file: {tls.cert_file!r} / {tls.key_file!r} cannot be used: {exc}"
+            )
         return problems
 
 

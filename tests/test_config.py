@@ -729,3 +729,59 @@ def test_a_phoenix_annotation_header_that_cannot_be_sent_is_refused_at_start_up(
     assert "annotations" in str(refused.value)
     config.annotations.headers = {"authorization": "Bearer key"}
     assert validate(config).annotations.headers == {"authorization": "Bearer key"}
+
+
+def _tls_files(tmp_path: Path) -> dict[str, str]:
+    import trustme
+
+    ca = trustme.CA()
+    identity = ca.issue_cert("otelsignals@example.com")
+    paths = {name: tmp_path / f"{name}.pem" for name in ("ca", "cert", "key")}
+    ca.cert_pem.write_to_path(str(paths["ca"]))
+    identity.cert_chain_pems[0].write_to_path(str(paths["cert"]))
+    identity.private_key_pem.write_to_path(str(paths["key"]))
+    return {name: str(path) for name, path in paths.items()}
+
+
+def _exporter(tmp_path: Path, **exporter: Any) -> Config:
+    path = tmp_path / "exporter.yaml"
+    path.write_text(yaml.safe_dump({"exporter": exporter}))
+    return load_config(path, environ={})
+
+
+def test_exporter_tls_that_would_not_be_used_as_written_is_refused(tmp_path: Path) -> None:
+    """A gRPC exporter given certificate files but left at insecure: true (the default) sent in
+    plain text, silently, and validate said OK; unreadable files stopped run with no key named."""
+    files = _tls_files(tmp_path)
+    mtls = {"ca_file": files["ca"], "cert_file": files["cert"], "key_file": files["key"]}
+    cases = [
+        ({"endpoint": "backend:4317", "tls": mtls}, "'exporter.tls.insecure': true sends plain text"),
+        (
+            {"endpoint": "backend:4317", "tls": {"insecure": False, "ca_file": "/nope.pem"}},
+            "'exporter.tls.ca_file'",
+        ),
+        (
+            {"endpoint": "backend:4317", "tls": {"insecure": False, "cert_file": files["cert"]}},
+            "a client certificate needs both",
+        ),
+        (
+            {"endpoint": "backend:4317", "tls": {"insecure": False, "insecure_skip_verify": True}},
+            "OTLP/HTTP only",
+        ),
+        (
+            {
+                "endpoint": "https://b:4318",
+                "protocol": "http/protobuf",
+                "tls": {"cert_file": files["ca"], "key_file": files["ca"]},
+            },
+            "'exporter.tls.cert_file and key_file'",
+        ),
+    ]
+    for exporter, problem in cases:
+        with pytest.raises(ConfigError) as refused:
+            validate(_exporter(tmp_path, **exporter))
+        assert problem in str(refused.value), exporter
+    # Near misses: the same files used as written.
+    validate(_exporter(tmp_path, endpoint="backend:4317", tls={**mtls, "insecure": False}))
+    validate(_exporter(tmp_path, endpoint="https://b:4318", protocol="http/protobuf", tls=mtls))
+    validate(_exporter(tmp_path, endpoint="backend:4317"))  # plain text, no files: as configured
