@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import re
 import socket
 import ssl
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from prometheus_client import Gauge
 
     from otelsignals.telemetry import Telemetry
+
+logger = logging.getLogger("otelsignals.receiver")
 
 
 # -- serving -----------------------------------------------------------------------------------
@@ -159,6 +162,16 @@ class GuardedConnection(web.RequestHandler):
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        """aiohttp logs a request it cannot parse (a bad header, a Content-Length that lies) with
+        the parser's traceback, which quotes the raw line (a bearer token in it), on every such
+        request, uncounted. Counted and logged as a repeated problem instead, naming the kind of
+        error only; the traceback goes to the debug log."""
+        error = kwargs.get("exc_info")
+        kind = type(error).__name__ if isinstance(error, BaseException) else "an error"
+        self._guard.refuse("bad_http", f"a request that could not be handled ({kind}) got an error answer")
+        logger.debug(*args, **kwargs)
 
     def _header_timeout(self) -> None:
         self._header_timer = None

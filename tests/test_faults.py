@@ -253,3 +253,30 @@ def test_a_restart_that_replays_the_disk_queue_does_not_evaluate_its_turns_again
         time.sleep(1.0)
         assert sidecar.metric("otelsignals_reputation_evaluations_total") == 0
         assert counts(sidecar) == before
+
+
+def test_a_request_the_http_receiver_cannot_parse_is_counted_and_not_quoted_in_the_log(tmp_path):
+    """aiohttp logged such a request with the parser's traceback, which quotes the raw header line
+    (a bearer token in it), on every request, uncounted: 50 bad requests, 550 lines of stderr."""
+    import socket
+
+    secret = "Bearer S3CRET-tok-XYZ"
+    bad = [
+        f"Authorization: {secret}\x01\r\nContent-Length: 2\r\n",  # a control character in a header
+        f"Authorization: {secret}\r\nContent-Length: 1 1\r\n",  # a Content-Length that is no number
+    ]
+    with SidecarProcess(tmp_path, {"endpoint": ""}) as sidecar:
+        for _ in range(10):
+            for headers in bad:
+                with socket.create_connection(("127.0.0.1", sidecar.http_port), timeout=5) as connection:
+                    start = "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                    connection.sendall(f"{start}{headers}\r\nab".encode())
+                    assert connection.recv(65536).split(b"\r\n", 1)[0].endswith(b" 400 Bad Request")
+        sidecar.wait_for_metric(
+            "otelsignals_receiver_rejected_requests_total", 20, transport="http", reason="bad_http"
+        )
+        log = sidecar.stderr()
+    assert "S3CRET" not in log and "Traceback" not in log
+    assert (
+        len([line for line in log.splitlines() if "bad_http" in line or "could not be handled" in line]) <= 2
+    )
