@@ -355,3 +355,39 @@ def test_a_closed_conversations_trace_is_found_in_the_index(tmp_path):
 def test_bad_trace_level_requests_are_refused(body, complaint):
     with pytest.raises(EvalRunError, match=complaint):
         parse_request(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "complaint"),
+    [
+        ({"session_ids": ["s"], "model": "openai/"}, "provider/model"),
+        ({"session_ids": ["s"], "model": "/gpt-4o"}, "provider/model"),
+        ({"filter": {"quality": "bogus"}}, "quality: unknown 'bogus'"),
+        ({"filter": {"quality": ["severe", None]}}, "filter: a value is"),
+        ({"filter": {"signal": "no.such.signal"}}, "signal: unknown 'no.such.signal'"),
+        ({"filter": {"signal": "execution"}}, "signal: unknown 'execution'"),  # a layer: not indexed
+        ({"filter": {"agent": {"x": 1}}}, "filter: a value is"),
+    ],
+)
+def test_requests_that_would_evaluate_nothing_are_refused_at_once(body, complaint):
+    """These were accepted (202): the model failed when the run started, and a filter with a typo
+    matched no conversation, so the run ended "done" having evaluated nothing."""
+    from otelsignals.pipeline.eval_runs import EvalRunError, parse_request
+
+    with pytest.raises(EvalRunError) as refused:
+        parse_request(body)
+    assert complaint in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "conditions",
+    [
+        {"quality": ["severe", "poor"], "flagged": True},
+        {"signal": "execution.failure"},  # a category
+        {"signal": "interaction.misalignment.rephrase", "agent": "support-bot", "min_priority": 50},
+    ],
+)
+def test_their_near_misses_are_accepted(conditions):
+    from otelsignals.pipeline.eval_runs import parse_request
+
+    assert parse_request({"filter": conditions})["filter"] == conditions

@@ -146,7 +146,7 @@ def parse_request(body: Any) -> dict[str, Any]:
     ):
         raise EvalRunError(f"signal_weights: non-negative numbers for {', '.join(DEFAULT_WEIGHTS)}")
     model = body.get("model")
-    if model is not None and (not isinstance(model, str) or "/" not in model):
+    if model is not None and (not isinstance(model, str) or not all(model.partition("/")[::2])):
         raise EvalRunError('model: "provider/model", e.g. "openai/gpt-4o-mini"')
     request: dict[str, Any] = {
         "session_ids": sessions,
@@ -178,9 +178,15 @@ def filter_of(conditions: Any) -> ConversationFilter:
 def _query_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, list):
+    if isinstance(value, list) and all(_scalar(v) for v in value):
         return ",".join(str(v) for v in value)
-    return str(value)
+    if _scalar(value):
+        return str(value)
+    raise EvalRunError(f"filter: a value is a string, number, true/false or list of strings, got {value!r}")
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
 
 
 class EvalRuns:

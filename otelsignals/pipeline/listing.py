@@ -8,6 +8,8 @@ import datetime
 import math
 from collections.abc import Mapping
 
+from otelsignals.scoring import BUCKETS as QUALITY_BUCKETS
+from otelsignals.signals.taxonomy import CATEGORIES, LEAF_TYPES
 from otelsignals.stores.conversation_index import MAX_PAGE, ConversationFilter
 
 MAX_UNIX_SECONDS = 1e11  # the year 5138: past it a "time" is a mistake
@@ -23,9 +25,9 @@ def listing_request(query: Mapping[str, str]) -> tuple[ConversationFilter, str, 
             f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(_LISTING_PARAMETERS))}"
         )
     conditions = ConversationFilter(
-        qualities=_names(query, "quality"),
+        qualities=_known(query, "quality", _QUALITIES),
         flagged=_flag(query, "flagged"),
-        signals=_names(query, "signal"),
+        signals=_known(query, "signal", _SIGNALS),
         agents=_names(query, "agent"),
         since=query_time(query, "since"),
         until=query_time(query, "until"),
@@ -55,6 +57,21 @@ _LISTING_PARAMETERS = frozenset(
 
 def _names(query: Mapping[str, str], name: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in query.get(name, "").split(",") if part.strip())
+
+
+# What a quality or signal filter can name: a typo matched nothing, silently (an eval run over a
+# filter with one evaluated no conversation and ended "done").
+_QUALITIES = frozenset(name for name, _ in QUALITY_BUCKETS)
+_SIGNALS = frozenset((*CATEGORIES, *LEAF_TYPES))  # what the index finds (searchable_types)
+
+
+def _known(query: Mapping[str, str], name: str, known: frozenset[str]) -> tuple[str, ...]:
+    names = _names(query, name)
+    unknown = sorted(set(names) - known)
+    if unknown:
+        shown = ", ".join(sorted(known)) if len(known) <= 10 else "a leaf type or a category"
+        raise ValueError(f"{name}: unknown {', '.join(map(repr, unknown))} (known: {shown})")
+    return names
 
 
 def _flag(query: Mapping[str, str], name: str) -> bool | None:
