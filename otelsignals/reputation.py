@@ -8,8 +8,8 @@ over the window (the agent's newest ``window`` evaluations, oldest first). Each 
 - ``latency``:   ``clamp(1 - (l_ms - good_ms) / (bad_ms - good_ms))`` where ``l_ms`` is the mean of
   the window's latencies (the reference's "normalised inverse of average latency"), or with
   ``latency_aggregate: percentile`` their ``latency_percentile`` (default 95, nearest rank: more
-  than one slow turn in twenty moves it; one alone does not): 1 at or below ``good_ms`` (default 1 000 ms), 0 at or above
-  ``bad_ms`` (default 10 000 ms), linear between.
+  than one slow turn in twenty moves it; one alone does not): 1 at or below ``good_ms`` (default
+  1 000 ms), 0 at or above ``bad_ms`` (default 10 000 ms), linear between.
 - ``streak``:    consecutive passes at the newest end of the window / ``streak_target`` (default
   20), capped at 1; a failure resets it to 0.
 - ``volume``:    evaluations in the window / ``window`` (default 500), capped at 1.

@@ -280,3 +280,37 @@ def test_a_request_the_http_receiver_cannot_parse_is_counted_and_not_quoted_in_t
     assert (
         len([line for line in log.splitlines() if "bad_http" in line or "could not be handled" in line]) <= 2
     )
+
+
+def test_expect_100_continue_is_answered_after_the_token_and_size_are_checked(tmp_path):
+    """aiohttp said 100 Continue at once, so a client without the token, or with a body over the
+    size limit, uploaded all of it to be refused (curl asks this way for bodies over 1 MiB)."""
+    import socket
+
+    from tests.support.clients import encode_spans
+
+    body = encode_spans(make_spans(1, 1)).SerializeToString()
+    receiver = {"auth": {"token": "t0ken"}, "max_message_size": "1MiB"}
+    with SidecarProcess(tmp_path, {"endpoint": ""}, receiver=receiver) as sidecar:
+
+        def first_answer(token: str, length: int) -> tuple[socket.socket, bytes]:
+            connection = socket.create_connection(("127.0.0.1", sidecar.http_port), timeout=5)
+            headers = f"Authorization: Bearer {token}\r\n" if token else ""
+            connection.sendall(
+                (
+                    "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                    f"{headers}Content-Length: {length}\r\nExpect: 100-continue\r\n\r\n"
+                ).encode()
+            )
+            return connection, connection.recv(65536)
+
+        for token, length, status in (("", len(body), b"401"), ("t0ken", 50_000_000, b"413")):
+            connection, answer = first_answer(token, length)
+            connection.close()
+            assert answer.split(b"\r\n", 1)[0].split()[1] == status  # refused, not asked for the body
+        connection, answer = first_answer("t0ken", len(body))
+        with connection:
+            assert answer.startswith(b"HTTP/1.1 100 Continue")
+            connection.sendall(body)
+            rest = connection.recv(65536)
+        assert (rest or answer).split(b"HTTP/1.1 100 Continue\r\n\r\n")[-1].startswith(b"HTTP/1.1 200")

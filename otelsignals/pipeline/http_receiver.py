@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
@@ -89,20 +88,26 @@ async def _read_raw_body(request: web.Request, intake: Intake) -> bytes:
 _BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="otelsignals"'}
 
 
-def _http_handler(
-    intake: Intake,
-    signal: str,
-    read_timeout: float | None = None,
-    authenticator: Authenticator | None = None,
-) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def export(request: web.Request) -> web.Response:
+class _ExportRoute:
+    """The handlers of one signal's path: the export, and its ``Expect: 100-continue`` handler,
+    both refusing a request on its headers alone before any of its body is read."""
+
+    def __init__(
+        self, intake: Intake, signal: str, read_timeout: float | None, authenticator: Authenticator | None
+    ) -> None:
+        self.intake, self.signal = intake, signal
+        self.read_timeout, self.authenticator = read_timeout, authenticator
+
+    def refused_before_the_body(self, request: web.Request) -> web.Response | None:
+        """The answer to a request refused on its headers (token, media type, size, room)."""
+        intake, authenticator = self.intake, self.authenticator
         media_type = request.content_type.lower()
         is_json = media_type == _JSON
         if authenticator is not None:
             try:
                 authenticator.check(request.headers.get(authenticator.header))
             except RequestRejected as rejected:
-                intake.count_rejection(rejected, "http", signal)
+                intake.count_rejection(rejected, "http", self.signal)
                 response = _http_error(rejected, is_json, _BEARER_CHALLENGE if authenticator.bearer else None)
                 response.force_close()  # the body is not read
                 return response
@@ -114,21 +119,50 @@ def _http_handler(
                     f"Content-Type must be {_PROTOBUF} or {_JSON}, got {media_type or 'none'!r}",
                 )
             intake.admit(request.content_length or 0)
-            body = await _read_body(request, intake, read_timeout)
         except RequestRejected as rejected:
-            intake.count_rejection(rejected, "http", signal)
+            intake.count_rejection(rejected, "http", self.signal)
+            response = _http_error(rejected, is_json)
+            if rejected.kind in ("too_large", "overloaded"):
+                response.force_close()  # the body is not read
+            return response
+        return None
+
+    async def expect(self, request: web.Request) -> web.Response | None:
+        """``Expect: 100-continue``: the headers are checked before the client is asked for its body
+        (aiohttp's own handler said 100 Continue at once: a client without a token, or with a body
+        over the size limit, uploaded all of it to be refused)."""
+        refused = self.refused_before_the_body(request)
+        if refused is not None:
+            return refused
+        expected = request.headers.get("Expect", "")
+        if request.version != (1, 1):
+            return None
+        if expected.lower() != "100-continue":
+            raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expected}")
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # (what follows is the answer's own)
+        return None
+
+    async def export(self, request: web.Request) -> web.Response:
+        refused = self.refused_before_the_body(request)
+        if refused is not None:
+            return refused
+        intake = self.intake
+        is_json = request.content_type.lower() == _JSON
+        try:
+            body = await _read_body(request, intake, self.read_timeout)
+        except RequestRejected as rejected:
+            intake.count_rejection(rejected, "http", self.signal)
             response = _http_error(rejected, is_json)
             if rejected.kind in ("too_large", "overloaded", "timeout"):
                 # The rest of the body was not read, so the connection cannot be reused.
                 response.force_close()
             return response
         try:
-            answer = await intake.handle(signal, body, is_json, "http")
+            answer = await intake.handle(self.signal, body, is_json, "http")
         except RequestRejected as rejected:
             return _http_error(rejected, is_json)
         return _http_reply(200, answer.response, is_json)
-
-    return export
 
 
 def http_app(
@@ -137,5 +171,6 @@ def http_app(
     # The body is read in chunks against our own limit, so aiohttp's limit only has to let it through.
     app = web.Application(client_max_size=intake.max_size * GRPC_TRANSPORT_LIMIT_FACTOR)
     for signal, path in HTTP_PATHS.items():
-        app.router.add_post(path, _http_handler(intake, signal, read_timeout, authenticator))
+        route = _ExportRoute(intake, signal, read_timeout, authenticator)
+        app.router.add_post(path, route.export, expect_handler=route.expect)
     return app
