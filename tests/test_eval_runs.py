@@ -391,3 +391,41 @@ def test_their_near_misses_are_accepted(conditions):
     from otelsignals.pipeline.eval_runs import parse_request
 
     assert parse_request({"filter": conditions})["filter"] == conditions
+
+
+def test_another_replica_sees_a_run_going_until_its_process_stops_beating(tmp_path):
+    """Every replica but the one running it called a running run "interrupted" at once: a client
+    polling another replica gave up on a run that was still going."""
+    import asyncio
+    import time as clock
+
+    import orjson
+
+    from otelsignals.config import EvalsConfig
+    from otelsignals.pipeline import eval_runs
+    from otelsignals.pipeline.eval_runs import EvalRuns
+    from otelsignals.pipeline.sessions import SessionStore
+    from otelsignals.stores import open_store
+
+    url = f"sqlite:///{tmp_path}/shared.db"
+
+    async def slow(reader):
+        await asyncio.sleep(1.0)  # a long run (judge calls) on replica A
+        return reader()
+
+    async def main() -> tuple[str, str, str]:
+        config = EvalsConfig(trace_metrics=False)
+        a = EvalRuns(open_store(url), SessionStore(60, 100, lambda *_: None), config, read_state=slow)
+        b = EvalRuns(open_store(url), SessionStore(60, 100, lambda *_: None), config)
+        run = await a.start({"session_ids": ["s1"], "metrics": ["agent_reliability"]})
+        await asyncio.sleep(0.3)
+        on_a, on_b = (await a.get(run["id"]))["status"], (await b.get(run["id"]))["status"]
+        await a.stop()
+        # A run whose process stopped beating long ago (written by hand, as a killed process left it).
+        dead = {**run, "id": "d" * 32, "created_at": clock.time() - 10 * eval_runs.RUN_STALE_S}
+        b.store.save_document(eval_runs.KIND, dead["id"], orjson.dumps(dead).decode())
+        stale = (await b.get(dead["id"]))["status"]
+        return on_a, on_b, stale
+
+    on_a, on_b, stale = asyncio.run(main())
+    assert (on_a, on_b, stale) == ("running", "running", "interrupted")

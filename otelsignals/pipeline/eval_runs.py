@@ -2,7 +2,10 @@
 
 A run is a JSON document in the shared store, written when it starts and again when it ends, so its
 result survives a restart and any replica sharing the store can answer ``GET /v1/eval-runs/{id}``.
-A run that was still going when its process stopped is reported ``interrupted``.
+A run that was still going when its process stopped is reported ``interrupted``: its process
+writes it again every RUN_HEARTBEAT_S while it goes (``heartbeat_at``), and a replica that does not
+run it calls it interrupted only once that is more than RUN_STALE_S old (before, every other
+replica called a running run interrupted at once).
 
 With ``signals.snippets: false`` the judge's words (reasons, quoted tasks and plans, error texts)
 are withheld before the run is stored or served: they may quote the conversation. Scores, verdicts,
@@ -61,6 +64,8 @@ from otelsignals.stores.conversation_index import (
 logger = logging.getLogger("otelsignals.eval_runs")
 
 KIND = "eval_run"
+RUN_HEARTBEAT_S = 10.0
+RUN_STALE_S = 60.0
 SESSION_METRICS = {"agent_reliability": agent_reliability, "agent_consistency": agent_consistency}
 # The per-trace metrics the sidecar computed as the traces arrived, reported per trace with their mean.
 TRACE_METRICS = ("coherence", "loop_detection")
@@ -271,7 +276,9 @@ class EvalRuns:
             await self.prune()
             return None
         if run["status"] == "running" and run_id not in self._running:
-            run["status"] = "interrupted"  # its process stopped before it ended
+            alive_at = run.get("heartbeat_at") or run.get("created_at") or 0.0
+            if time.time() - alive_at > RUN_STALE_S:
+                run["status"] = "interrupted"  # its process stopped before it ended
         return run
 
     async def prune(self) -> tuple[int, int]:
@@ -296,6 +303,7 @@ class EvalRuns:
 
     async def _run(self, run: dict[str, Any]) -> None:
         request = run["request"]
+        heartbeat = asyncio.create_task(self._heartbeat(run), name=f"eval-run-heartbeat-{run['id']}")
         try:
             if "trace_ids" in request:
                 results = {tid: await self._evaluate_trace(tid, request) for tid in request["trace_ids"]}
@@ -307,9 +315,21 @@ class EvalRuns:
             error = f"{type(exc).__name__}: {exc}" if self.show_content else type(exc).__name__
             run |= {"status": "error", "error": error, "finished_at": time.time()}
         finally:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
             await self._save(run)
             self._running.pop(run["id"], None)
             await self.prune()
+
+    async def _heartbeat(self, run: dict[str, Any]) -> None:
+        """Writes the running run again every RUN_HEARTBEAT_S: other replicas tell it from one whose
+        process stopped."""
+        while True:
+            await asyncio.sleep(RUN_HEARTBEAT_S)
+            try:
+                await self._save({**run, "heartbeat_at": time.time()})
+            except Exception:  # a store hiccup: the next beat tries again
+                logger.debug("writing an eval run's heartbeat failed", exc_info=True)
 
     async def _evaluate(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]:
         def snapshot() -> tuple[list[Any], Conversation] | None:
