@@ -140,7 +140,9 @@ class _ExportRoute:
         if expected.lower() != "100-continue":
             raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expected}")
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        request.writer.output_size = 0  # (what follows is the answer's own)
+        # aiohttp's own handler does the same: the bytes written so far are no part of the answer
+        # (a handler error after them would otherwise find "a response already sent").
+        request.writer.output_size = 0
         return None
 
     async def export(self, request: web.Request) -> web.Response:
