@@ -329,16 +329,19 @@ class ExporterConfig:
         tls = self.tls
         files = {"ca_file": tls.ca_file, "cert_file": tls.cert_file, "key_file": tls.key_file}
         given = [key for key, path in files.items() if path]
-        secure = self.endpoint.startswith("https://") or not tls.insecure
-        if self.protocol == "grpc" and not secure and given:
-            return [
-                f"insecure: true sends plain text, so {', '.join(given)} would not be used: set "
-                "insecure: false (or an https:// endpoint)"
-            ]
+        if not self.endpoint:
+            return []  # the file exporter: nothing is sent
+        grpc = self.protocol == "grpc"
+        secure = self.endpoint.startswith("https://") or (grpc and not tls.insecure)
+        if given and not secure:
+            how = "set insecure: false (or an https:// endpoint)" if grpc else "use an https:// endpoint"
+            unused = ", ".join(given)
+            return [f"{given[0]}: {unused} would not be used, the endpoint is sent to in plain text; {how}"]
         problems = []
-        if self.protocol == "grpc" and tls.insecure_skip_verify:
+        if grpc and tls.insecure_skip_verify:
             problems.append("insecure_skip_verify: applies to OTLP/HTTP only (gRPC always verifies)")
-        if bool(tls.cert_file) != bool(tls.key_file):
+        if (tls.key_file and not tls.cert_file) or (grpc and tls.cert_file and not tls.key_file):
+            # (OTLP/HTTP takes a cert_file holding the key too)
             problems.append("cert_file and key_file: a client certificate needs both")
         if problems or not secure:
             return problems
@@ -349,13 +352,17 @@ class ExporterConfig:
         except (OSError, ssl.SSLError) as exc:
             problems.append(f"ca_file: {tls.ca_file!r} cannot be used: {exc}")
         try:
-            if tls.cert_file:
-                context.load_cert_chain(tls.cert_file, tls.key_file)
+            if tls.cert_file:  # an encrypted key is refused rather than asked for on a terminal
+                context.load_cert_chain(tls.cert_file, tls.key_file or None, password=_no_passphrase)
         except (OSError, ssl.SSLError) as exc:
             problems.append(
                 f"cert_file and key_file: {tls.cert_file!r} / {tls.key_file!r} cannot be used: {exc}"
             )
         return problems
+
+
+def _no_passphrase() -> bytes:
+    raise ssl.SSLError("the key is encrypted: give an unencrypted one")
 
 
 # An HTTP field name (RFC 9110 token characters); a gRPC metadata key, once lower-cased, is narrower.

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from otelsignals.config import (
     ENV_PREFIX,
@@ -166,11 +167,14 @@ class GuardedConnection(web.RequestHandler):
     def log_exception(self, *args: Any, **kwargs: Any) -> None:
         """aiohttp logs a request it cannot parse (a bad header, a Content-Length that lies) with
         the parser's traceback, which quotes the raw line (a bearer token in it), on every such
-        request, uncounted. Counted and logged as a repeated problem instead, naming the kind of
-        error only; the traceback goes to the debug log."""
+        request, uncounted. Such a request is counted and logged as a repeated problem instead,
+        naming the kind of error only (the traceback goes to the debug log); any other error (one of
+        our handlers failing) is logged as aiohttp logs it."""
         error = kwargs.get("exc_info")
-        kind = type(error).__name__ if isinstance(error, BaseException) else "an error"
-        self._guard.refuse("bad_http", f"a request that could not be handled ({kind}) got an error answer")
+        if not isinstance(error, HttpProcessingError):
+            super().log_exception(*args, **kwargs)
+            return
+        self._guard.refuse("bad_http", f"a request that could not be parsed ({type(error).__name__}) got 400")
         logger.debug(*args, **kwargs)
 
     def _header_timeout(self) -> None:

@@ -755,7 +755,14 @@ def test_exporter_tls_that_would_not_be_used_as_written_is_refused(tmp_path: Pat
     files = _tls_files(tmp_path)
     mtls = {"ca_file": files["ca"], "cert_file": files["cert"], "key_file": files["key"]}
     cases = [
-        ({"endpoint": "backend:4317", "tls": mtls}, "'exporter.tls.insecure': true sends plain text"),
+        (
+            {"endpoint": "backend:4317", "tls": mtls},
+            "would not be used, the endpoint is sent to in plain text",
+        ),
+        (
+            {"endpoint": "http://b:4318", "protocol": "http/protobuf", "tls": {"ca_file": files["ca"]}},
+            "use an https:// endpoint",
+        ),
         (
             {"endpoint": "backend:4317", "tls": {"insecure": False, "ca_file": "/nope.pem"}},
             "'exporter.tls.ca_file'",
@@ -781,7 +788,15 @@ def test_exporter_tls_that_would_not_be_used_as_written_is_refused(tmp_path: Pat
         with pytest.raises(ConfigError) as refused:
             validate(_exporter(tmp_path, **exporter))
         assert problem in str(refused.value), exporter
-    # Near misses: the same files used as written.
+    # Near misses: the same files used as written; OTLP/HTTP takes a cert_file that holds the key.
+    combined = tmp_path / "combined.pem"
+    combined.write_text(Path(files["cert"]).read_text() + Path(files["key"]).read_text())
+    validate(
+        _exporter(
+            tmp_path, endpoint="https://b:4318", protocol="http/protobuf", tls={"cert_file": str(combined)}
+        )
+    )
+    validate(_exporter(tmp_path, tls=mtls))  # the file exporter sends nothing
     validate(_exporter(tmp_path, endpoint="backend:4317", tls={**mtls, "insecure": False}))
     validate(_exporter(tmp_path, endpoint="https://b:4318", protocol="http/protobuf", tls=mtls))
     validate(_exporter(tmp_path, endpoint="backend:4317"))  # plain text, no files: as configured

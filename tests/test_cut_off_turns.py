@@ -331,7 +331,8 @@ def test_a_turn_whose_trace_comes_in_two_parts_is_evaluated_once(tmp_path: Path)
         sidecar.wait_for_metric("otelsignals_analysed_turns_total", 1)
         send(sidecar, [last_call])  # after the trace was released: a late part
         sidecar.wait_for_metric("otelsignals_analysed_turns_total", 2)
-        time.sleep(0.5)  # (the reputation writer records in batches)
+        sidecar.wait_for_metric("otelsignals_reputation_evaluations_total", 1)
+        time.sleep(1.0)  # (a second evaluation, had one been submitted, is recorded by now)
         assert sidecar.metric("otelsignals_reputation_evaluations_total") == 1
         with urllib.request.urlopen(f"{sidecar.admin_url}/v1/reputation", timeout=5) as answer:
             (agent,) = orjson.loads(answer.read())["agents"]

@@ -429,3 +429,48 @@ def test_another_replica_sees_a_run_going_until_its_process_stops_beating(tmp_pa
 
     on_a, on_b, stale = asyncio.run(main())
     assert (on_a, on_b, stale) == ("running", "running", "interrupted")
+
+
+def test_a_heartbeat_being_written_never_lands_after_the_runs_end(tmp_path, monkeypatch):
+    """The heartbeat was cancelled at the run's end, but a write already in its thread went on and
+    could land after the final one: the run read "running" again, then "interrupted", its results
+    lost."""
+    import asyncio
+    import time as clock
+
+    import orjson
+
+    from otelsignals.config import EvalsConfig
+    from otelsignals.pipeline import eval_runs
+    from otelsignals.pipeline.eval_runs import EvalRuns
+    from otelsignals.pipeline.sessions import SessionStore
+    from otelsignals.stores import open_store
+
+    monkeypatch.setattr(eval_runs, "RUN_HEARTBEAT_S", 0.05)
+    store = open_store(f"sqlite:///{tmp_path}/shared.db")
+    save = store.save_document
+    beats: list[float] = []
+
+    def slow_beats(kind: str, key: str, body: str, now: float | None = None) -> None:
+        if "heartbeat_at" in orjson.loads(body):
+            beats.append(clock.monotonic())
+            clock.sleep(0.3)  # a heartbeat's write still going when the run ends
+        save(kind, key, body, now)
+
+    store.save_document = slow_beats  # type: ignore[method-assign]
+
+    async def slow(reader):
+        await asyncio.sleep(0.2)
+        return reader()
+
+    async def main() -> str:
+        runs = EvalRuns(
+            store, SessionStore(60, 100, lambda *_: None), EvalsConfig(trace_metrics=False), read_state=slow
+        )
+        run = await runs.start({"session_ids": ["s1"], "metrics": ["agent_reliability"]})
+        while run["id"] in runs._running:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.6)  # any write left in flight has landed by now
+        return orjson.loads(store.load_document(eval_runs.KIND, run["id"]) or "{}")["status"]
+
+    assert asyncio.run(main()) == "done" and beats  # (a beat was written while the run went)

@@ -290,24 +290,39 @@ def test_expect_100_continue_is_answered_after_the_token_and_size_are_checked(tm
     from tests.support.clients import encode_spans
 
     body = encode_spans(make_spans(1, 1)).SerializeToString()
-    receiver = {"auth": {"token": "t0ken"}, "max_message_size": "1MiB"}
+    receiver = {"auth": {"token": "t0ken"}, "max_message_size": "1MiB", "header_timeout": "1s"}
     with SidecarProcess(tmp_path, {"endpoint": ""}, receiver=receiver) as sidecar:
 
-        def first_answer(token: str, length: int) -> tuple[socket.socket, bytes]:
+        def first_answer(
+            token: str, length: int, media: str = "application/x-protobuf"
+        ) -> tuple[socket.socket, bytes]:
             connection = socket.create_connection(("127.0.0.1", sidecar.http_port), timeout=5)
             headers = f"Authorization: Bearer {token}\r\n" if token else ""
             connection.sendall(
                 (
-                    "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                    f"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: {media}\r\n"
                     f"{headers}Content-Length: {length}\r\nExpect: 100-continue\r\n\r\n"
                 ).encode()
             )
             return connection, connection.recv(65536)
 
-        for token, length, status in (("", len(body), b"401"), ("t0ken", 50_000_000, b"413")):
-            connection, answer = first_answer(token, length)
-            connection.close()
+        refusals = (
+            ("", len(body), "application/x-protobuf", b"401"),
+            ("t0ken", 50_000_000, "application/x-protobuf", b"413"),
+            ("t0ken", 10, "text/plain", b"415"),
+        )
+        opened = []
+        for token, length, media, status in refusals:
+            connection, answer = first_answer(token, length, media)
+            opened.append(connection)  # kept open past the header timeout
             assert answer.split(b"\r\n", 1)[0].split()[1] == status  # refused, not asked for the body
+        # Each refusal counted once, not as a header timeout too (the expect handler runs before the
+        # middleware that ends the header timer).
+        time.sleep(1.5)
+        assert sidecar.metric("otelsignals_receiver_rejected_requests_total", reason="bad_content_type") == 1
+        assert sidecar.metric("otelsignals_receiver_rejected_requests_total", reason="header_timeout") == 0
+        for connection in opened:
+            connection.close()
         connection, answer = first_answer("t0ken", len(body))
         with connection:
             assert answer.startswith(b"HTTP/1.1 100 Continue")

@@ -28,6 +28,7 @@ sidecar recorded for it and the judge metrics of the conversation as it stood af
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
@@ -303,7 +304,8 @@ class EvalRuns:
 
     async def _run(self, run: dict[str, Any]) -> None:
         request = run["request"]
-        heartbeat = asyncio.create_task(self._heartbeat(run), name=f"eval-run-heartbeat-{run['id']}")
+        ended = asyncio.Event()
+        heartbeat = asyncio.create_task(self._heartbeat(run, ended), name=f"eval-run-heartbeat-{run['id']}")
         try:
             if "trace_ids" in request:
                 results = {tid: await self._evaluate_trace(tid, request) for tid in request["trace_ids"]}
@@ -315,17 +317,22 @@ class EvalRuns:
             error = f"{type(exc).__name__}: {exc}" if self.show_content else type(exc).__name__
             run |= {"status": "error", "error": error, "finished_at": time.time()}
         finally:
-            heartbeat.cancel()
+            # Stopped, not cancelled: a beat being written finishes first, so the final write lands
+            # last (a cancelled beat's write, still in its thread, could land after it: "running").
+            ended.set()
             await asyncio.gather(heartbeat, return_exceptions=True)
             await self._save(run)
             self._running.pop(run["id"], None)
             await self.prune()
 
-    async def _heartbeat(self, run: dict[str, Any]) -> None:
-        """Writes the running run again every RUN_HEARTBEAT_S: other replicas tell it from one whose
-        process stopped."""
+    async def _heartbeat(self, run: dict[str, Any], ended: asyncio.Event) -> None:
+        """Writes the running run again every RUN_HEARTBEAT_S until ``ended``: other replicas tell
+        it from one whose process stopped."""
         while True:
-            await asyncio.sleep(RUN_HEARTBEAT_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ended.wait(), RUN_HEARTBEAT_S)
+            if ended.is_set():
+                return
             try:
                 await self._save({**run, "heartbeat_at": time.time()})
             except Exception:  # a store hiccup: the next beat tries again

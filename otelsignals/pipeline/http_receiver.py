@@ -12,6 +12,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 
+from otelsignals.net import GuardedConnection
 from otelsignals.pipeline.intake import GRPC_TRANSPORT_LIMIT_FACTOR, Authenticator, Intake, RequestRejected
 from otelsignals.pipeline.senders import (
     HTTP_PATHS,
@@ -131,8 +132,12 @@ class _ExportRoute:
         """``Expect: 100-continue``: the headers are checked before the client is asked for its body
         (aiohttp's own handler said 100 Continue at once: a client without a token, or with a body
         over the size limit, uploaded all of it to be refused)."""
+        protocol = request.protocol
+        if isinstance(protocol, GuardedConnection):
+            protocol.request_started()  # its headers are in (the middleware that says so runs later)
         refused = self.refused_before_the_body(request)
         if refused is not None:
+            refused.force_close()  # no body was asked for: the client may still send one
             return refused
         expected = request.headers.get("Expect", "")
         if request.version != (1, 1):

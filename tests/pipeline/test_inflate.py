@@ -76,10 +76,18 @@ def test_the_limit_counts_a_gzip_bodys_members_together() -> None:
     [
         ("gzip", b"garbage!!", "not another gzip member"),
         ("gzip", bytes(8), "not another gzip member"),  # zero padding: not a member either
-        ("gzip", gzip.compress(b"next")[:12], "truncated"),  # a second member cut short
+        ("gzip", gzip.compress(b"next", mtime=0)[:12], "truncated"),  # a second member cut short
         ("gzip", b"\x1f\x8bnot a member at all", "not valid"),  # its magic, then no member
         ("deflate", b"garbage!!", "not deflate"),
         ("deflate", zlib.compress(b"a second stream"), "not deflate"),  # zlib has no members
+    ],
+    ids=[
+        "garbage",
+        "zero-padding",
+        "second-member-cut",
+        "magic-then-garbage",
+        "deflate-garbage",
+        "deflate-twice",
     ],
 )
 def test_bytes_after_the_compressed_data_are_refused_not_dropped(

@@ -94,13 +94,15 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- define "otelsignals.configFile" -}}
 {{- $config := deepCopy .Values.config -}}
 {{- $exporter := get $config "exporter" | default dict -}}
+{{- /* exporter.endpoint and exporter.protocol go together; an endpoint written under config.exporter
+     keeps the protocol written beside it (exporter.protocol's default only when it has none). */ -}}
 {{- if .Values.exporter.endpoint -}}
 {{- $_ := set $exporter "endpoint" .Values.exporter.endpoint -}}
-{{- end -}}
-{{- $_ := required "exporter.endpoint is required: the downstream OTLP endpoint, e.g. otel-backend:4317" (get $exporter "endpoint") -}}
-{{- if not (get $exporter "protocol") -}}{{/* config.exporter.protocol, when given, wins: it goes with config.exporter.endpoint */}}
+{{- $_ := set $exporter "protocol" .Values.exporter.protocol -}}
+{{- else if not (get $exporter "protocol") -}}
 {{- $_ := set $exporter "protocol" .Values.exporter.protocol -}}
 {{- end -}}
+{{- $_ := required "exporter.endpoint is required: the downstream OTLP endpoint, e.g. otel-backend:4317" (get $exporter "endpoint") -}}
 {{- $_ := set $config "exporter" $exporter -}}
 {{- toYaml $config -}}
 {{- end -}}
