@@ -161,7 +161,7 @@ class Intake:
             return Answer(RESPONSE_TYPES[signal](), 0)
         # parse() decodes a "traces" body with ExportTraceServiceRequest (REQUEST_TYPES, _JSON_DECODERS).
         traces = cast(ExportTraceServiceRequest, request)
-        outcome = await self.pipeline.ingest_traces_in_parts(traces, None if is_json else body)
+        outcome = await self.pipeline.ingest_traces(traces, None if is_json else body)
         telemetry.received_spans.labels(transport).inc(outcome.accepted_spans)
         response = ExportTraceServiceResponse()  # RESPONSE_TYPES["traces"]
         if outcome.rejected_spans:

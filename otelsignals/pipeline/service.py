@@ -57,7 +57,7 @@ def session_expiry_interval(ttl: float) -> float:
     return min(SESSION_EXPIRY_INTERVAL, max(ttl, 0.0) / 10)
 
 
-# Spans of one request taken between two turns of the event loop (Pipeline.ingest_traces_in_parts):
+# Spans of one request taken between two turns of the event loop (Pipeline.ingest_traces):
 # about 10 ms of work at ~5 µs a small span.
 INGEST_PART_SPANS = 2_000
 
@@ -276,21 +276,14 @@ class Pipeline:
         self.analyzer.mark_spans(split, raw)
         return split
 
-    def ingest_traces(self, request: ExportTraceServiceRequest, raw: bytes | None = None) -> IngestOutcome:
-        """Take a parsed request. ``raw`` is its protobuf encoding when the caller has it: the spans'
-        bytes are cut from it, and the disk queue keeps it, rather than serializing them again."""
-        parts = list(self._split_parts(request, raw))
-        self._queue_on_disk(request, raw, parts)
-        for part in parts:
-            self._buffer(part.records)
-        return _outcome(parts)
-
-    async def ingest_traces_in_parts(
+    async def ingest_traces(
         self, request: ExportTraceServiceRequest, raw: bytes | None = None
     ) -> IngestOutcome:
-        """:meth:`ingest_traces`, letting the event loop answer others between parts of
-        INGEST_PART_SPANS spans: one request of hundreds of thousands of small spans (a few
-        seconds' work) held /healthz and every other client for as long."""
+        """Take a parsed request. ``raw`` is its protobuf encoding when the caller has it: the spans'
+        bytes are cut from it, and the disk queue keeps it, rather than serializing them again. The
+        event loop answers others between parts of INGEST_PART_SPANS spans: one request of hundreds
+        of thousands of small spans (a few seconds' work) held /healthz and every other client for
+        as long."""
         parts: list[SplitRequest] = []
         for part in self._split_parts(request, raw):
             if parts:

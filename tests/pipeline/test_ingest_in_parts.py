@@ -1,5 +1,5 @@
 """A request of many spans is taken in parts, the event loop answering others in between
-(Pipeline.ingest_traces_in_parts): one valid request of 400k small spans held /healthz for 3.3 s."""
+(Pipeline.ingest_traces): one valid request of 400k small spans held /healthz for 3.3 s."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_other_work_runs_between_the_parts_of_a_large_request(tmp_path: Path, mo
 
         other = asyncio.create_task(other_client())
         await asyncio.sleep(0)
-        outcome = await pipeline.ingest_traces_in_parts(request, raw)
+        outcome = await pipeline.ingest_traces(request, raw)
         done = True
         await other
         return outcome.accepted_spans, turns
@@ -111,7 +111,7 @@ def test_a_request_cancelled_while_it_is_buffered_is_buffered_whole(tmp_path: Pa
     pipeline.assembler.add = counted  # type: ignore[method-assign]
 
     async def ingest() -> None:
-        task = asyncio.create_task(pipeline.ingest_traces_in_parts(request, raw))
+        task = asyncio.create_task(pipeline.ingest_traces(request, raw))
         while buffered_parts < 3:
             await asyncio.sleep(0)
         task.cancel()

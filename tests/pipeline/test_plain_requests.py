@@ -120,11 +120,11 @@ def test_the_pipeline_marks_what_it_takes_in(tmp_path: Path) -> None:
         for genai_every, expected in ((0, [False] * 15), (12, [True] + [False] * 14)):
             request = encode_spans(make_spans(3, 4, genai_every=genai_every))
             taken.clear()
-            pipeline.ingest_traces(request, raw=request.SerializeToString())
+            await pipeline.ingest_traces(request, raw=request.SerializeToString())
             assert sorted((record.may_carry_genai for record in taken), reverse=True) == expected
             # Without the request's bytes (OTLP/JSON) each span is searched in its own.
             taken.clear()
-            pipeline.ingest_traces(encode_spans(make_spans(3, 4, genai_every=genai_every)))
+            await pipeline.ingest_traces(encode_spans(make_spans(3, 4, genai_every=genai_every)))
             assert sorted((record.may_carry_genai for record in taken), reverse=True) == expected
 
     asyncio.run(ingest())
