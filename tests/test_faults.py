@@ -241,13 +241,19 @@ def test_a_restart_that_replays_the_disk_queue_does_not_evaluate_its_turns_again
     exporter = {"endpoint": sink.grpc_endpoint, "queue": {"directory": str(tmp_path / "queue")}}
     sidecar = SidecarProcess(tmp_path, exporter, sessions={"ttl": "1h"}, service={"shutdown_timeout": "1s"})
     with sidecar:
-        send_demo_traffic(sidecar.grpc_endpoint, None)
-        evaluated = sidecar.wait_for_metric("otelsignals_reputation_evaluations_total", 30)
-        deadline = time.monotonic() + 20
-        while sum(counts(sidecar).values()) < evaluated and time.monotonic() < deadline:
-            time.sleep(0.2)  # (the reputation writer records in batches)
-        before = counts(sidecar)
-        assert sum(before.values()) == evaluated
+        stats = send_demo_traffic(sidecar.grpc_endpoint, None)
+        sidecar.wait_for_metric("otelsignals_receiver_accepted_spans_total", stats.spans)
+        # Every turn evaluated and recorded: the count steady and the store agreeing with it (the
+        # analysis and the reputation writer run behind the receivers).
+        deadline, previous = time.monotonic() + 30, -1.0
+        while True:
+            evaluated = sidecar.metric("otelsignals_reputation_evaluations_total")
+            before = counts(sidecar)
+            if evaluated >= 30 and evaluated == previous and sum(before.values()) == evaluated:
+                break
+            assert time.monotonic() < deadline, (evaluated, before)
+            previous = evaluated
+            time.sleep(0.5)
     with sidecar:  # same store and disk queue; no new traffic
         sidecar.wait_for_metric("otelsignals_assembler_released_traces_total", 30)
         time.sleep(1.0)
