@@ -352,8 +352,12 @@ class ExporterConfig:
         except (OSError, ssl.SSLError) as exc:
             problems.append(f"ca_file: {tls.ca_file!r} cannot be used: {exc}")
         try:
-            if tls.cert_file:  # an encrypted key is refused rather than asked for on a terminal
-                context.load_cert_chain(tls.cert_file, tls.key_file or None, password=_no_passphrase)
+            if tls.cert_file:
+                context.load_cert_chain(tls.cert_file, tls.key_file or None, password=no_passphrase)
+        except EncryptedKeyError:
+            problems.append(
+                f"key_file: {tls.key_file or tls.cert_file} is encrypted: a key without passphrase is needed"
+            )
         except (OSError, ssl.SSLError) as exc:
             problems.append(
                 f"cert_file and key_file: {tls.cert_file!r} / {tls.key_file!r} cannot be used: {exc}"
@@ -361,8 +365,14 @@ class ExporterConfig:
         return problems
 
 
-def _no_passphrase() -> bytes:
-    raise ssl.SSLError("the key is encrypted: give an unencrypted one")
+class EncryptedKeyError(Exception):
+    """A private key that needs a passphrase (no_passphrase was asked for one)."""
+
+
+def no_passphrase() -> bytes:
+    """The password callback of ``load_cert_chain`` wherever a key is loaded (receivers, exporter):
+    OpenSSL would otherwise ask for the passphrase on the terminal."""
+    raise EncryptedKeyError
 
 
 # An HTTP field name (RFC 9110 token characters); a gRPC metadata key, once lower-cased, is narrower.

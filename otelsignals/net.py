@@ -21,8 +21,10 @@ from aiohttp.http_exceptions import HttpProcessingError
 from otelsignals.config import (
     ENV_PREFIX,
     ConfigError,
+    EncryptedKeyError,
     ReceiverAuthConfig,
     ReceiverTlsConfig,
+    no_passphrase,
     split_host_port,
 )
 
@@ -330,19 +332,11 @@ class ServerTls:
 
     def ssl_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # TLS 1.2 at least
-        context.load_cert_chain(self.cert_file, self.key_file, password=_no_passphrase)
+        context.load_cert_chain(self.cert_file, self.key_file, password=no_passphrase)
         if self.client_ca is not None:
             context.load_verify_locations(cadata=self.client_ca.decode("ascii"))
             context.verify_mode = ssl.CERT_REQUIRED
         return context
-
-
-class _EncryptedKey(Exception):
-    pass
-
-
-def _no_passphrase() -> bytes:
-    raise _EncryptedKey  # OpenSSL would otherwise ask for one on the terminal
 
 
 def _read(path: str, key: str) -> bytes:
@@ -381,7 +375,7 @@ def load_server_tls(tls: ReceiverTlsConfig, section: str = "receiver.tls") -> Se
     material = ServerTls(tls.cert_file, tls.key_file, tls.client_ca_file, chain, private_key, client_ca)
     try:
         material.ssl_context()
-    except _EncryptedKey:
+    except EncryptedKeyError:
         raise ConfigError(
             key_key, f"{tls.key_file} is encrypted: a key without a passphrase is needed"
         ) from None

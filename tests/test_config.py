@@ -784,6 +784,21 @@ def test_exporter_tls_that_would_not_be_used_as_written_is_refused(tmp_path: Pat
             "'exporter.tls.cert_file and key_file'",
         ),
     ]
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(Path(files["key"]).read_bytes(), password=None)
+    encrypted = tmp_path / "encrypted.key"
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    tls = {"insecure": False, "cert_file": files["cert"], "key_file": str(encrypted)}
+    cases.append(
+        ({"endpoint": "backend:4317", "tls": tls}, "is encrypted: a key without passphrase is needed")
+    )
     for exporter, problem in cases:
         with pytest.raises(ConfigError) as refused:
             validate(_exporter(tmp_path, **exporter))

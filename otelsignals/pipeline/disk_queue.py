@@ -137,26 +137,27 @@ class DiskQueue:
         scan = _Scan(size=len(data), finished=finished)
         offset = index = 0
         while offset + _HEADER.size <= len(data):
-            length, crc, signal_code = _HEADER.unpack_from(data, offset)
+            length, _, signal_code = _HEADER.unpack_from(data, offset)
             start = offset + _HEADER.size
             end = start + length
-            if end <= len(data):
-                if signal_code < len(SIGNALS) and _checksum(signal_code, data[start:end]) == crc:
-                    if scan.damaged or index not in finished:
-                        scan.unfinished.append((index, SIGNALS[signal_code], data[start:end]))
-                    offset = end
-                    index += 1
-                    continue
-                # Only it is bad when its length leads to the next record and no whole record starts
-                # within it (a damaged length that skipped whole records would shift the numbering
-                # of every record after it, and the acks would then name other records).
-                if _at_record_or_end(data, end) and _next_record(data, offset + 1, end) is None:
-                    logger.warning(
-                        "disk queue segment %s: record %d is corrupt and is skipped", number, index
-                    )
-                    offset = end
-                    index += 1
-                    continue
+            if _whole_record_at(data, offset):
+                if scan.damaged or index not in finished:
+                    scan.unfinished.append((index, SIGNALS[signal_code], data[start:end]))
+                offset = end
+                index += 1
+                continue
+            # Only it is bad when its length leads to the next record and no whole record starts
+            # within it (a damaged length that skipped whole records would shift the numbering of
+            # every record after it, and the acks would then name other records).
+            if (
+                end <= len(data)
+                and _at_record_or_end(data, end)
+                and _next_record(data, offset + 1, end) is None
+            ):
+                logger.warning("disk queue segment %s: record %d is corrupt and is skipped", number, index)
+                offset = end
+                index += 1
+                continue
             resume = _next_record(data, offset + 1)
             if resume is None:
                 logger.warning(
