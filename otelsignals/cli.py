@@ -97,9 +97,10 @@ def _positive(value: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # gRPC's C core would write a line per failed TLS handshake or bad connection on stderr, unbounded;
-    # otelsignals counts those and logs each kind when it starts, then a count at most every
-    # log.summary_interval. Read by grpc when it is first imported.
+    # gRPC's C core would write a line per failed TLS handshake or bad connection on stderr, unbounded
+    # (a port scanner fills the log). What otelsignals sees of a connection it counts and logs once
+    # per kind, then a count at most every log.summary_interval; gRPC's handshakes it does not see
+    # (README, "TLS and authentication"). Read by grpc when it is first imported.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = _parser().parse_args(argv)
     if args.command == "validate":

@@ -110,6 +110,36 @@ class ConnectionGuard:
             kind, f"closed an {label} connection: {message}", transport=label, reason=reason
         )
 
+    def count_failed_handshakes(self, context: ssl.SSLContext) -> None:
+        """Has ``context``'s server connections count and log a failed TLS handshake (a plain-text
+        client on the TLS port, a client certificate missing or not from the configured CA), which
+        asyncio otherwise closes without a word. A client that leaves before its handshake is done
+        (a TCP health check) is no failure; a handshake that takes longer than the header timeout is
+        closed by asyncio and not seen here."""
+        guard = self
+
+        class HandshakeCounted(ssl.SSLObject):
+            def do_handshake(self) -> None:
+                try:
+                    super().do_handshake()
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    raise  # the handshake goes on when the peer's bytes come
+                except ssl.SSLError as exc:
+                    guard.refuse("tls_handshake", f"TLS handshake failed: {handshake_failure(exc)}")
+                    raise
+
+        context.sslobject_class = HandshakeCounted
+
+
+def handshake_failure(error: ssl.SSLError) -> str:
+    """What a failed server-side TLS handshake means, from OpenSSL's reason code."""
+    reason = error.reason or type(error).__name__
+    if reason in ("HTTP_REQUEST", "WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "HTTPS_PROXY_REQUEST"):
+        return f"{reason} (a client speaking plain text to the TLS port?)"
+    if isinstance(error, ssl.SSLCertVerificationError) or "CERTIFICATE" in reason:
+        return f"{reason} (the client's certificate is missing or not from receiver.tls.client_ca_file)"
+    return reason
+
 
 class GuardedConnection(web.RequestHandler):
     """aiohttp's connection protocol with a connection limit and a header timeout. (The idle timeout
@@ -305,6 +335,8 @@ async def serve_aiohttp(
         def factory() -> asyncio.BaseProtocol:
             return GuardedConnection(guarded, manager, loop=loop, **handler_options)
 
+    if guard is not None and ssl_context is not None:
+        guard.count_failed_handshakes(ssl_context)
     host, port = split_host_port(endpoint, config_key)
     site = _Site(runner, host, port, factory, ssl_context, header_timeout if guard else None)
     try:

@@ -8,6 +8,7 @@ import itertools
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from otelsignals.analysis import Analysis, analyze_update
 from otelsignals.conversation import ConversationState, TraceUpdate
@@ -131,8 +132,9 @@ if __name__ == "__main__":
     parser.add_argument(
         "--blind", action="store_true", help=f"evaluate the second blind set ({BLIND_DIR}) instead"
     )
+    parser.add_argument("--dir", type=Path, help="evaluate the corpus in this directory instead")
     args = parser.parse_args()
-    directory = BLIND_DIR if args.blind else HELDOUT_DIR if args.heldout else None
+    directory = args.dir or (BLIND_DIR if args.blind else HELDOUT_DIR if args.heldout else None)
     result = evaluate(load_corpus(directory) if directory else None)
     print(result.table())
     print("\n".join(result.misses))

@@ -203,6 +203,26 @@ def test_plain_text_clients_get_no_answer_from_tls_ports(tmp_path, sink, certs):
             post(sidecar, encode_spans(make_spans(1, 1)).SerializeToString(), {})
 
 
+def test_failed_http_handshakes_are_counted_and_logged_but_not_a_client_that_leaves(tmp_path, sink, certs):
+    # asyncio closes a connection whose TLS handshake fails without a word: a client sending plain
+    # text to the port, or one without the client certificate mutual TLS asks for, went unseen.
+    with sidecar_with(tmp_path, sink, tls=tls_section(certs, mutual=True)) as sidecar:
+        with socket.create_connection(("127.0.0.1", sidecar.http_port), timeout=5):
+            pass  # a TCP health check: connects and leaves before any handshake
+        with pytest.raises((ConnectionError, http.client.HTTPException)):
+            post(sidecar, encode_spans(make_spans(1, 1)).SerializeToString(), {})
+        assert sidecar.metric(REJECTED, transport="http", reason="tls_handshake") == 1
+        anonymous = make_spans(1, 1, service="anonymous")
+        assert export(sidecar, "http", anonymous, certs=certs, timeout=2) is SpanExportResult.FAILURE
+        spans = make_spans(1, 1)
+        assert export(sidecar, "http", spans, certs=certs, client="client") is SpanExportResult.SUCCESS
+        wait_for(sink, spans)
+        # The SDK's exporter may retry a failed connection: at least one attempt more.
+        assert sidecar.metric(REJECTED, transport="http", reason="tls_handshake") >= 2
+        messages = [r["message"] for r in sidecar.log_records() if r.get("reason") == "tls_handshake"]
+        assert messages and "plain text" in messages[0]
+
+
 @pytest.mark.parametrize("transport", ["grpc", "http"])
 def test_mutual_tls_requires_a_client_certificate_from_the_configured_ca(tmp_path, sink, certs, transport):
     with sidecar_with(tmp_path, sink, tls=tls_section(certs, mutual=True)) as sidecar:
