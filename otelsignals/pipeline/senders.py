@@ -50,7 +50,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from otelsignals.config import ExporterConfig, TlsConfig, grpc_address
+from otelsignals.config import ExporterConfig, TlsConfig, client_ssl_context, grpc_address
 from otelsignals.otlp.json_encode import encode_trace_request
 from otelsignals.pipeline.http_client import OTLP_RETRYABLE_STATUSES, HttpClient
 
@@ -389,12 +389,9 @@ class HttpSender:
         context: ssl.SSLContext | None = None
         tls = config.tls
         if base.startswith("https://"):
-            context = ssl.create_default_context(cafile=tls.ca_file or None)
-            if tls.cert_file:
-                context.load_cert_chain(tls.cert_file, tls.key_file or None)
-            if tls.insecure_skip_verify:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
+            context, problems = client_ssl_context(tls)
+            if problems:  # validate() refuses such a config; a sender built without it says why
+                raise ValueError(f"exporter.tls: {'; '.join(problems)}")
         # One attempt per send: the exporter's queue-level loop does the retrying.
         self._client = HttpClient(
             timeout=config.timeout,
