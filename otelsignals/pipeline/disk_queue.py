@@ -113,6 +113,7 @@ class DiskQueue:
         for number in damaged:
             self._path(number, ".log").replace(self._path(number, ".corrupt"))
             self._path(number, ".ack").unlink(missing_ok=True)
+        self._warn_of_corrupt_files()
         if recovered:
             logger.info(
                 "recovered %d unfinished requests from the disk queue",
@@ -120,6 +121,19 @@ class DiskQueue:
                 extra={"fields": {"directory": str(self.directory)}},
             )
         return recovered
+
+    def _warn_of_corrupt_files(self) -> None:
+        """Damaged segments kept for inspection are not the queue's (not in ``bytes``, never
+        removed): every start says they are there and what they take, until someone removes them."""
+        kept = sorted(self.directory.glob("*.corrupt"))
+        if kept:
+            logger.warning(
+                "disk queue: %d damaged segments are kept for inspection (%d bytes, not counted in "
+                "the queue's size); remove them when done: %s",
+                len(kept),
+                sum(path.stat().st_size for path in kept),
+                ", ".join(path.name for path in kept),
+            )
 
     def _scan(self, number: int) -> _Scan:
         """The records of segment ``number`` that are not finished, with their indexes. Records are
