@@ -27,7 +27,9 @@ are never corrected ("leasing" is not "leaving"). Candidates come from a deletio
 Negation: a hit is ``negated`` when a negator token ("not", "no", "never", "dont", "without"…)
 stands within the 3 tokens before it, without a sentence or clause boundary in between ("No problem,
 thanks!" thanks; "no thanks" does not). Groups whose phrases carry their own negation ("that's not
-what I asked") opt out (``negation=False``).
+what I asked") opt out (``negation=False``). Groups of outcomes (``unless_wanted``) read the matcher's
+*wanting* words ("need", "want", "hope"…) as negators too: "I need my phone working again" states
+a goal, not that it works.
 
 Quoting: a hit is ``quoted`` when its first token lies inside a double-quote pair, a single-quote pair
 (an apostrophe between two letters is never a quote), backticks or a fenced code block, on a line
@@ -86,6 +88,9 @@ class PhraseGroup:
     name: str
     phrases: tuple[str, ...]
     negation: bool = True  # True: a negated hit is reported as negated; False: never negated
+    # a hit after a wanting word ("I need my phone working again") is reported as negated too: an
+    # outcome wished for is not one reached (the matcher's ``wanting`` words; needs ``negation``)
+    unless_wanted: bool = False
     confidence: float = 0.8
     exclude: tuple[str, ...] = ()
     whole_message: tuple[str, ...] = ()
@@ -244,9 +249,12 @@ class PhraseMatcher:
         protected_words: Iterable[str] = (),
         lead_ins: Iterable[str] = (),
         trailers: Iterable[str] = (),
+        wanting: Iterable[str] = (),
     ) -> None:
         self.groups: tuple[PhraseGroup, ...] = tuple(groups)
         self.negators = frozenset(word for negator in negators for word in phrase_tokens(negator)[0])
+        self.wanting = frozenset(word for wish in wanting for word in phrase_tokens(wish)[0])
+        self._negators_or_wanting = self.negators | self.wanting
         self.lead_ins = frozenset(word for lead in lead_ins for word in phrase_tokens(lead)[0])
         # trailers may be two words ("thank you"): kept as token tuples, longest tried first
         self.trailers = sorted(
@@ -347,7 +355,10 @@ class PhraseMatcher:
                     entry.phrase,
                     tokens[first].start,
                     tokens[last].end,
-                    group.negation and self._negated(tokens, first),
+                    group.negation
+                    and self._negated(
+                        tokens, first, self._negators_or_wanting if group.unless_wanted else self.negators
+                    ),
                     tokens[first].quoted,
                     any_fuzzy and any(fuzzy[first : last + 1]),
                 )
@@ -404,13 +415,14 @@ class PhraseMatcher:
                 excluded.update((entry.group, i) for i in range(first, first + entry.length))
         return excluded
 
-    def _negated(self, tokens: list[Token], first: int) -> bool:
+    @staticmethod
+    def _negated(tokens: list[Token], first: int, negators: frozenset[str]) -> bool:
         if tokens[first].clause_start:
             return False
         for before in range(first - 1, max(first - 1 - NEGATION_WINDOW, -1), -1):
             if tokens[before + 1].clause_start:
                 return False
-            if tokens[before].norm in self.negators:
+            if tokens[before].norm in negators:
                 return True
         return False
 

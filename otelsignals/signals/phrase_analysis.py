@@ -28,7 +28,10 @@ negative stance is dropped when the message blames a third party or the world ("
 delayed again, so frustrating") and nothing in it points at the agent, the chat or the service
 ("you keep…", "this chat"); a confirmation made of acknowledgements only ("got it", "I see",
 "understood", the ``acknowledgement`` groups) is dropped when the agent's last answer refused or gave
-bad news ("unfortunately…", "I can't…"): accepting bad news is not satisfaction.
+bad news ("unfortunately…", "I can't…"): accepting bad news is not satisfaction. A satisfaction hit
+in the value of a status readout (a message with two or more ``label: value`` lines, "- **Signal
+Strength**: Excellent (4 bars)", "Connection: Connected") reports a state, not the user's reaction
+(:func:`readout_values`), so it does not count.
 
 Confidence of a phrase hit (documented rule, :func:`phrase_confidence`): the group's base confidence
 from the YAML, minus 0.15 when a word matched through a typo, plus 0.05 when the phrase is the whole
@@ -47,6 +50,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -157,6 +161,7 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             name=name,
             phrases=strings(entry.get("phrases"), f"phrase group {name!r}: phrases"),
             negation=entry.get("negation", "respect") == "respect",
+            unless_wanted=bool(entry.get("unless_wanted", False)),
             confidence=confidence,
             exclude=strings(entry.get("exclude"), f"phrase group {name!r}: exclude"),
             whole_message=strings(entry.get("whole_message"), f"phrase group {name!r}: whole_message"),
@@ -185,6 +190,7 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
         protected_words=protected_words,
         lead_ins=strings(data.get("lead_ins"), "lead_ins"),
         trailers=strings(data.get("trailers"), "trailers"),
+        wanting=strings(data.get("wanting"), "wanting"),
     )
     praise = frozenset(
         word
@@ -290,6 +296,14 @@ def analyse_text(text: str) -> TextAnalysis:
     if any(_complains(groups[m.group]) for m in accepted):
         accepted = [m for m in accepted if not groups[m.group].unless_complaining]
     if any(groups[m.group].signal in SATISFACTION for m in accepted):
+        values = readout_values(text)
+        if values:
+            accepted = [
+                m
+                for m in accepted
+                if not (groups[m.group].signal in SATISFACTION and _inside(values, m.start))
+            ]
+    if any(groups[m.group].signal in SATISFACTION for m in accepted):
         accepted = [m for m in accepted if not groups[m.group].unless_satisfied]
     hits: dict[str, list[Match]] = {}
     for match in accepted:
@@ -344,6 +358,35 @@ def asked(text: str, start: int, end: int) -> bool:
         if char in _CLAUSE_CLOSERS:
             return char == "?"
     return False
+
+
+# A line of a status readout: an optional bullet or number, a short label (optionally bold) that
+# starts with a letter, a colon, and a value. Bounded repetition only: linear on any line.
+_READOUT_LINE = re.compile(
+    r"[ \t]*(?:[-*•·+]|\d{1,2}[.)])?[ \t]*(?:\*\*|__)?[^\W\d_][\w ()/&'.-]{0,40}?(?:\*\*|__)?[ \t]*:"
+    r"(?:\*\*|__)?[ \t]*(?=\S)"
+)
+READOUT_MIN_LINES = 2  # one "Update: it works now!" line is the user speaking; a block is a readout
+READOUT_MAX_LABEL_WORDS = 5
+
+
+def readout_values(text: str) -> list[tuple[int, int]]:
+    """The (start, end) offsets of the values of ``text``'s status readout lines ("- **Signal
+    Strength**: Excellent (4 bars)"), when it holds at least READOUT_MIN_LINES of them; else none."""
+    if text.count(":") < READOUT_MIN_LINES:
+        return []
+    values = []
+    at = 0
+    for line in text.splitlines(keepends=True):
+        found = _READOUT_LINE.match(line)
+        if found is not None and len(found.group().split()) <= READOUT_MAX_LABEL_WORDS + 1:
+            values.append((at + found.end(), at + len(line)))
+        at += len(line)
+    return values if len(values) >= READOUT_MIN_LINES else []
+
+
+def _inside(spans: list[tuple[int, int]], position: int) -> bool:
+    return any(start <= position < end for start, end in spans)
 
 
 def plainly_asked(text: str, start: int, end: int) -> bool:

@@ -196,6 +196,26 @@ def test_groups_can_ignore_negation(matcher: PhraseMatcher) -> None:
     assert match.group == "correction" and not match.negated  # the group opted out: data decides
 
 
+@pytest.mark.parametrize(
+    ("text", "negated"),
+    [
+        ("I need my phone working again", True),  # a goal
+        ("hoping that fixed it", True),
+        ("I don't need help, it's working again", False),  # another clause
+        ("I needed a reboot and then it was working again", False),  # beyond the window
+        ("it's working again", False),
+    ],
+)
+def test_wanting_words_negate_only_groups_of_outcomes(text: str, negated: bool) -> None:
+    groups = [
+        PhraseGroup("outcome", ("working again", "that fixed it"), unless_wanted=True),
+        PhraseGroup("plain", ("working again", "that fixed it")),
+    ]
+    matcher = PhraseMatcher(groups, wanting=("need", "hoping"))
+    found = {m.group: m.negated for m in matcher.find(text)}
+    assert found == {"outcome": negated, "plain": False}
+
+
 # --- quoting ---------------------------------------------------------------------------------------
 
 
