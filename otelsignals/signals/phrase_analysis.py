@@ -106,6 +106,9 @@ class GroupSpec:
     # dropped when its clause closes with a single "?" ("really?" is surprise; "really??" and
     # "really." are not)
     unless_plain_question: bool = False
+    # dropped when the message asks something after the hit's clause: a user who still asks has not
+    # given up ("looks like I won't be able to get there by 5, can the courier wait?")
+    unless_asking: bool = False
     # a bare acknowledgement ("got it", "I see"): confirmation only when the agent's last answer did
     # not refuse or give bad news (see detect_confirmation)
     acknowledgement: bool = False
@@ -178,6 +181,7 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             bool(entry.get("with_praise", False)),
             bool(entry.get("first_message", False)),
             bool(entry.get("unless_plain_question", False)),
+            bool(entry.get("unless_asking", False)),
             bool(entry.get("acknowledgement", False)),
             tuple(entry.get("opening_positives", ())),
             tuple(entry.get("opening_near_misses", ())),
@@ -286,6 +290,7 @@ def analyse_text(text: str) -> TextAnalysis:
             or m.negated
             or (groups[m.group].statement_only and asked(text, m.start, m.end))
             or (groups[m.group].unless_plain_question and plainly_asked(text, m.start, m.end))
+            or (groups[m.group].unless_asking and asks_later(text, m.end))
         )
     ]
     trouble = [m for m in accepted if groups[m.group].with_praise]
@@ -387,6 +392,14 @@ def readout_values(text: str) -> list[tuple[int, int]]:
 
 def _inside(spans: list[tuple[int, int]], position: int) -> bool:
     return any(start <= position < end for start, end in spans)
+
+
+def asks_later(text: str, end: int) -> bool:
+    """A "?" closes a clause after the one holding the hit that ends at ``end``."""
+    for at in range(end, min(len(text), end + QUESTION_LOOKAHEAD)):
+        if text[at] in _CLAUSE_CLOSERS:
+            return "?" in text[at + 1 :]
+    return False
 
 
 def plainly_asked(text: str, start: int, end: int) -> bool:
