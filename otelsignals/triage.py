@@ -15,6 +15,9 @@ Hard evidence (the agent or its tools demonstrably went wrong, or the user left)
     environment exhaustion   1 − 0.90ⁿ   the outside world failed (less the agent's doing)
     escalation + quit        1 − 0.60ⁿ   the user asked for a person or gave up
     hand-off                 0.30        the agent passed the user to a person: it did not finish
+    hand-off, unresolved     0.50        the hand-off says the problem outlasted what the agent tried
+                                         ("despite the APN reset", "the issue persists": the
+                                         hand-off's ``unresolved``): it gave up, not routed a case
     turns cut off            1 − 0.40ⁿ   a whole agent turn (one trace) ended on a tool step: the
                                          tools its last assistant message asked for ran, and no
                                          model call or answer came after them (a step limit, a
@@ -75,6 +78,7 @@ LOOP_WEIGHT = 0.30
 EXHAUSTION_WEIGHT = 0.10
 DISENGAGED_WEIGHT = 0.40  # escalation and quit
 HANDOFF_WEIGHT = 0.30
+UNRESOLVED_HANDOFF_WEIGHT = 0.50  # the agent gave up on the problem (handoff.py, "unresolved")
 CUT_OFF_WEIGHT = 0.60  # the user got no answer at all: stronger than asking for a person
 USUAL_CUT_OFF_SHARE = 0.5  # an agent whose conversations end turns on tools this often: its design
 NEGATIVE_STANCE_WEIGHT = 0.15
@@ -164,6 +168,11 @@ def counted_cut_off_turns(shape: Shape) -> int:
     return 0 if usual is not None and usual >= USUAL_CUT_OFF_SHARE else shape.cut_off_turns
 
 
+def handoff_weight(handoff: Mapping[str, Any] | None) -> float:
+    """The hand-off term: heavier when the latest hand-off says the agent gave up on the problem."""
+    return UNRESOLVED_HANDOFF_WEIGHT if handoff and handoff.get("unresolved") else HANDOFF_WEIGHT
+
+
 def priority(score: Score, shape: Shape, handoff: Mapping[str, Any] | None = None) -> Priority:
     """The priority of a conversation as it stands (``score``: its signals so far)."""
     leaves, counts = score.leaf_counts, score.counts
@@ -173,7 +182,7 @@ def priority(score: Score, shape: Shape, handoff: Mapping[str, Any] | None = Non
         "execution_loops": _per_instance(LOOP_WEIGHT, counts.get(tx.LOOPS, 0)),
         "environment_exhaustion": _per_instance(EXHAUSTION_WEIGHT, counts.get(tx.EXHAUSTION, 0)),
         "escalation_or_quit": _per_instance(DISENGAGED_WEIGHT, disengaged),
-        "handoff": HANDOFF_WEIGHT if counts.get(tx.HANDOFF_CATEGORY, 0) else 0.0,
+        "handoff": handoff_weight(handoff) if counts.get(tx.HANDOFF_CATEGORY, 0) else 0.0,
         "cut_off_turns": _per_instance(CUT_OFF_WEIGHT, counted_cut_off_turns(shape)),
     }
     soft = {
@@ -248,6 +257,8 @@ def _reasons(
 
 def _handoff_reason(handoff: Mapping[str, Any] | None) -> str:
     text = "agent handed the user to a person"
+    if handoff and handoff.get("unresolved"):
+        text += f", the problem unresolved ({handoff['unresolved']!r})"
     if handoff:
         after = ", ".join(str(category) for category in handoff.get("after") or ())
         text += f" (asked by {handoff.get('asked_by')}" + (f", after {after})" if after else ")")

@@ -171,7 +171,7 @@ def tool_conversation() -> list[dict[str, Any]]:
 TOOLS = tool_conversation()
 HANDOFF = [
     say("user", f"I am {NAME} ({EMAIL}), please transfer me to a human about card {CARD}."),
-    *call("transfer_to_human_agents", {"summary": f"{PII} wants a person"}, OK),
+    *call("transfer_to_human_agents", {"summary": f"{PII} wants a person; the card error persists"}, OK),
     say("assistant", f"You are being transferred to a human agent now, {NAME}."),
 ]
 # The model call that fails before the hand-off's answer (environment layer, source llm_call).
@@ -362,7 +362,7 @@ KEY_TABLE = {
         "threshold_cycles", "cycles", "same_arguments", "similarity", "lower_bound", "phrase", "group",
         "matches", "fuzzy", "pattern_type", "actually", "upper_ratio", "letters", "words", "head", "run",
         "similar_to", "ratio", "repeated_answer", "request_index", "user_turns", "baseline", "efficiency",
-        "asked_by", "after", "via",
+        "asked_by", "after", "via", "unresolved",
     },
     "identifier": {"tool", "tools", "model", "error_type"},
     "content": {"arguments", "rejected", "term", "shared", "brought_back", "marker"},

@@ -55,6 +55,13 @@ def test_each_kind_of_trouble_raises_the_priority_and_is_named(leaves: dict, ter
     assert result.reasons, "every term above the reporting floor is explained"
 
 
+def test_a_handoff_that_gave_up_outranks_one_that_routed_a_case() -> None:
+    routed = priority(scored(transfer=1), QUIET, {"asked_by": "agent", "after": []})
+    gave_up = priority(scored(transfer=1), QUIET, {"asked_by": "agent", "after": [], "unresolved": "despite"})
+    assert routed.terms == {"handoff": 0.3} and gave_up.terms == {"handoff": 0.5}
+    assert "unresolved ('despite')" in gave_up.reasons[0] and "unresolved" not in routed.reasons[0]
+
+
 def test_more_instances_rank_higher_but_saturate_below_100() -> None:
     values = [priority(scored(state_error=n), QUIET).value for n in (1, 2, 4, 8)]
     assert values == sorted(values) and len(set(values)) == 4

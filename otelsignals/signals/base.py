@@ -187,6 +187,7 @@ PLAIN_METADATA_KEYS = frozenset(
         "asked_by",
         "after",
         "via",
+        "unresolved",  # the library phrase that says the agent gave up
     }
 )
 # The metadata keys above whose value is a message number (moved with the signal's own number when a

@@ -6,6 +6,13 @@ transferred to a human agent"); offers ("would you like me to transfer you?") an
 can't transfer you") are not a transfer. One instance per user turn: the tool call and the
 announcement that follows it are one hand-off.
 
+Given up or routed: a hand-off whose message, or the text of whose transfer call's arguments (the
+summary for the person taking over), says the problem outlasted what the agent tried ("no service
+despite the APN reset", "the issue persists", "I was unable to resolve it") carries
+``unresolved``: the library phrase found (``phrases/handoff.yaml``, ``unresolved``). Routing a case
+the agent must not handle names the reason instead ("the SIM is PIN-locked") and carries none; the
+triage priority weighs an unresolved hand-off more (otelsignals/triage.py).
+
 Who asked, and after what, is settled in :func:`settle` once every detector has run on the trace:
 
 - ``asked_by: "user"`` when the trace's escalation signal (the user asking for a person) comes
@@ -23,6 +30,7 @@ in the same trace (one user turn); a hand-off in a later trace leaves an earlier
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -60,6 +68,7 @@ class HandoffLibrary:
     people: frozenset[str]
     announcements: PhraseMatcher
     data: Mapping[str, Any]
+    unresolved: PhraseMatcher | None = None
     # Every announcement phrase matches this: a cheap test before the scan (None: no test).
     announcement_stems: re.Pattern[str] | None = None
     # Every match of announcement_stems holds one of these: a cheaper test before it.
@@ -84,6 +93,20 @@ class HandoffLibrary:
                 return match.start, match.end
         return None
 
+    def unresolved_phrase(self, texts: list[str]) -> str | None:
+        """The first ``unresolved`` phrase (as written in the library) in ``texts``, unquoted."""
+        if self.unresolved is None:
+            return None
+        for text in texts:
+            for match in self.unresolved.find(text[:UNRESOLVED_TEXT_LIMIT]):
+                if not match.quoted:
+                    return match.phrase
+        return None
+
+
+# Characters of a hand-off's texts read for `unresolved` (a summary is a few sentences; bounded work).
+UNRESOLVED_TEXT_LIMIT = 4000
+
 
 def parse_library(data: Mapping[str, Any]) -> HandoffLibrary:
     tools, said = data["tool_names"], data["announcements"]
@@ -99,7 +122,20 @@ def parse_library(data: Mapping[str, Any]) -> HandoffLibrary:
         data=data,
         announcement_stems=_any_of(strings(said.get("requires"), "announcements: requires")),
         stem_words=strings(said.get("requires_words"), "announcements: requires_words"),
+        unresolved=_unresolved_matcher(data.get("unresolved")),
     )
+
+
+def _unresolved_matcher(section: Mapping[str, Any] | None) -> PhraseMatcher | None:
+    if not section:
+        return None
+    group = PhraseGroup(
+        name="unresolved",
+        phrases=strings(section["phrases"], "unresolved: phrases"),
+        negation=False,  # the phrases carry their own ("did not resolve")
+        exclude=strings(section.get("exclude"), "unresolved: exclude"),
+    )
+    return PhraseMatcher([group])
 
 
 def _any_of(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
@@ -139,20 +175,46 @@ def detect_handoff(ctx: DetectionContext) -> list[SignalInstance]:
 
 def _handoff_in(lib: HandoffLibrary, message: Any, index: int) -> SignalInstance | None:
     if message.role is Role.ASSISTANT:
+        found = None
         for call in message.tool_calls:
             if lib.is_handoff_tool(call.name):
-                return _instance(index, CONF_TOOL, call.name, {"via": "tool", "tool": call.name})
-        if message.content:
+                found = _instance(index, CONF_TOOL, call.name, {"via": "tool", "tool": call.name})
+                break
+        if found is None and message.content:
             span = lib.announcement(message.content)
             if span is not None:
                 text = snippet(message.content, *span)
-                return _instance(index, CONF_ANNOUNCEMENT, text, {"via": "message"})
+                found = _instance(index, CONF_ANNOUNCEMENT, text, {"via": "message"})
+        if found is not None:
+            texts = [message.content] if message.content else []
+            for call in message.tool_calls:
+                texts += _strings_in(call.arguments)
+            phrase = lib.unresolved_phrase(texts)
+            if phrase is not None:
+                found.metadata["unresolved"] = phrase
+        return found
     elif message.role is Role.TOOL and message.tool_result is not None:
         # The tool span alone (message content not captured): its name still says what it did.
         name = message.tool_result.name
         if lib.is_handoff_tool(name):
             return _instance(index, CONF_TOOL, name, {"via": "tool", "tool": name})
     return None
+
+
+def _strings_in(value: object, limit: int = 16) -> list[str]:
+    """The strings of a tool call's parsed arguments, and of the objects among them (a summary is
+    usually a top-level string; at most ``limit`` values looked at in each)."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, dict):
+        return []
+    found: list[str] = []
+    for item in itertools.islice(value.values(), limit):
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict):
+            found += [inner for inner in itertools.islice(item.values(), limit) if isinstance(inner, str)]
+    return found
 
 
 def _instance(index: int, confidence: float, text: str | None, metadata: dict[str, Any]) -> SignalInstance:

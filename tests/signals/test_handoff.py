@@ -39,6 +39,34 @@ def test_offers_negations_and_money_transfers_are_not_a_handoff(text: str) -> No
     assert LIB.announcement(text) is None
 
 
+@pytest.mark.parametrize("text", DATA["unresolved"]["positives"])
+def test_a_handoff_that_gives_up_says_so(text: str) -> None:
+    assert LIB.unresolved_phrase([text]) is not None
+
+
+@pytest.mark.parametrize("text", DATA["unresolved"]["near_misses"])
+def test_a_case_routed_by_its_reason_is_not_unresolved(text: str) -> None:
+    assert LIB.unresolved_phrase([text]) is None
+
+
+@pytest.mark.parametrize(
+    ("arguments", "announcement", "unresolved"),
+    [
+        ({"summary": "No service despite an APN reset and a reboot."}, None, "despite"),
+        ({"case": {"notes": "The outage persists."}}, None, "persists"),  # an object among the arguments
+        ({"summary": "SIM is PIN-locked; needs unlocking."}, None, None),
+        ({"summary": "refund"}, "I couldn't resolve the error, transferring you now.", "couldn't resolve"),
+        ("reboot done, still fails", None, "still fails"),  # arguments that were not JSON: their text
+    ],
+)
+def test_the_handoff_carries_whether_the_agent_gave_up(
+    arguments: object, announcement: str | None, unresolved: str | None
+) -> None:
+    call = Message(Role.ASSISTANT, announcement, [ToolCall("transfer_to_human_agents", arguments, "t1")])
+    (signal,) = of_type(run([Message(Role.USER, "My internet is down again."), call]), tx.HANDOFF)
+    assert signal.metadata.get("unresolved") == unresolved
+
+
 def run(messages: list[Message], prior: dict[str, int] | None = None) -> list[SignalInstance]:
     found, _ = detect(DetectionContext(Conversation("c", messages), new_from=0, prior_counts=prior or {}))
     return found
