@@ -319,8 +319,8 @@ def otel_message(
             builder.text(role, part_text(part))
             continue
         kind = part.get("type")
-        if kind == "text":
-            text = part.get("content", part.get("text"))
+        if kind == "text" or kind == "refusal":  # a refusal is what the user sees (OpenLLMetry writes it so)
+            text = part.get("content", part.get("text", part.get("refusal")))
             builder.text(role, text if text is None or isinstance(text, str) else as_text(text))
         elif kind == "tool_call":
             builder.call(role, tool_call_of(part))
@@ -329,7 +329,13 @@ def otel_message(
             result = part["response"] if "response" in part else part.get("result")
             builder.add(tool_message(span_id, id_of(part.get("id")), name_of(part.get("name")), result))
         # reasoning/thinking, media and unknown part types carry no visible text: skipped.
-    return builder.done()
+    messages = builder.done()
+    if not messages:
+        # Still a message, with no text we can read: an image alone, reasoning alone, or the
+        # "parts": [] opentelemetry-instrumentation-openai-v2 writes for content given as a list.
+        # Dropped, every such user turn vanished from the conversation.
+        messages.append(Message(role, content=None, span_id=span_id, finish_reason=finish))
+    return messages
 
 
 def plain_message(

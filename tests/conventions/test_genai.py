@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from otelsignals.conventions.genai import GENAI_READER
 from otelsignals.model import NO_TOOL_CALLS, Role
 from tests.conventions.spans import ERROR, SPAN_ID, make_span
@@ -432,6 +434,29 @@ def test_content_not_captured_still_gives_the_model_call() -> None:
         31,
         False,
     )
+
+
+@pytest.mark.parametrize(
+    ("parts", "content"),
+    [
+        ([], None),  # opentelemetry-instrumentation-openai-v2 2.4b0 for content given as a list
+        ([{"type": "uri", "modality": "image", "uri": "https://example.com/bike.png"}], None),
+        ([{"type": "reasoning", "content": "thinking"}], None),
+        ([{"type": "refusal", "content": "I can't help with that."}], "I can't help with that."),
+    ],
+)
+def test_a_message_without_readable_text_is_still_a_message(parts: list, content: str | None) -> None:
+    # Dropped, every user turn of an openai-v2 agent sending content parts vanished.
+    history = [
+        {"role": "user", "parts": parts},
+        {"role": "assistant", "parts": [{"type": "text", "content": "A red bicycle."}]},
+        {"role": "user", "parts": parts},
+    ]
+    span = make_span({**CHAT, "gen_ai.input.messages": json.dumps(history)})
+    reading = GENAI_READER.read(span)
+    assert reading is not None
+    assert [m.role for m in reading.input_messages] == [Role.USER, Role.ASSISTANT, Role.USER]
+    assert reading.input_messages[0].content == content
 
 
 def test_parts_without_content_are_structure_only() -> None:
