@@ -55,6 +55,7 @@ COMPLETION_PREFIXES = ("gen_ai.completion.", "llm.completions.")
 # The history namespace (base.Histories) of the prompt history (completions are new on every call).
 PROMPT_HISTORY = "openllmetry:gen_ai.prompt"
 SPAN_KIND = "traceloop.span.kind"
+OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
 ENTITY_NAME = "traceloop.entity.name"
 ENTITY_INPUT = "traceloop.entity.input"
 ENTITY_OUTPUT = "traceloop.entity.output"
@@ -289,6 +290,10 @@ class OpenLlmetryReader:
     def read(self, span: SpanView) -> SpanReading | None:
         if span.attribute_str(SPAN_KIND) == "tool":
             return tool_reading(span, self.name)
+        if span.attribute_str(OPENINFERENCE_SPAN_KIND) is not None:
+            # OpenInference's completions spans write llm.prompts.N.prompt.text, under the prefix of
+            # OpenLLMetry's legacy prompts: its own reader reads them (read here, the text was lost).
+            return None
         request_type = span.attribute_str(REQUEST_TYPE)
         if request_type in NOT_CONVERSATION_REQUEST_TYPES:
             return None  # embedding inputs are recorded as gen_ai.prompt.{i}.content too

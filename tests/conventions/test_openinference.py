@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from otelsignals.conventions import READERS
 from otelsignals.conventions.base import SpanView
 from otelsignals.conventions.openinference import OPENINFERENCE_READER
 from otelsignals.conventions.span_decoder import span_view
@@ -751,3 +752,23 @@ def test_the_tools_an_llm_span_was_offered_are_read_in_index_order() -> None:
     reading = OPENINFERENCE_READER.read(make_span(attributes))
     assert reading is not None
     assert [t["name"] for t in reading.tool_definitions] == ["get_weather", "get_time"]
+
+
+def test_a_completions_span_is_read_by_openinference_not_openllmetry() -> None:
+    # openinference-instrumentation-openai's completions API writes llm.prompts.N.prompt.text: the
+    # prefix of OpenLLMetry's legacy prompts, whose reader, tried first, lost the text.
+    span = make_span(
+        {
+            "openinference.span.kind": "LLM",
+            "llm.model_name": "gpt-3.5-turbo-instruct",
+            "llm.prompts.0.prompt.text": "Say hello to Ada",
+            "llm.choices.0.completion.text": "Hello, Ada!",
+        },
+        name="Completion",
+    )
+    reading = next(r for r in (reader.read(span) for reader in READERS) if r is not None)
+    assert reading.convention == "openinference"
+    assert [(m.role, m.content) for m in reading.input_messages + reading.output_messages] == [
+        (Role.USER, "Say hello to Ada"),
+        (Role.ASSISTANT, "Hello, Ada!"),
+    ]
