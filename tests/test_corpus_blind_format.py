@@ -1,10 +1,11 @@
-"""The two blind corpora (tests/corpus_heldout/, tests/corpus_blind/): schema, label placement and
-coverage.
+"""The three blind corpora (tests/corpus_heldout/, tests/corpus_blind/, tests/corpus_blind3/): schema,
+label placement and coverage.
 
 Same schema and label-placement checks as the main corpus (tests/corpus/checks.py, the labelling rules
 at the top of tests/corpus/support.yaml). Each set was written from the rules alone, without access to
 the detectors, and exists to measure how they generalise: the coverage minimums are each set's own,
-and no precision/recall is asserted here (`python -m tests.corpus_eval --heldout` / `--blind`).
+and no precision/recall is asserted here (`python -m tests.corpus_eval --heldout` / `--blind` /
+`--dir tests/corpus_blind3`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 from otelsignals.model import Role
 from otelsignals.signals.taxonomy import LABELLED_LEAF_TYPES
-from tests.corpus import BLIND_DIR, CORPUS_DIR, HELDOUT_DIR, CorpusConversation, load_corpus, load_raw
+from tests.corpus import BLIND3_DIR, BLIND_DIR, CORPUS_DIR, HELDOUT_DIR, CorpusConversation, load_corpus, load_raw
 from tests.corpus.checks import (
     check_conversation_schema,
     check_domain_files,
@@ -46,6 +47,8 @@ class BlindSet:
     min_with_execution_or_environment: int
     min_near_miss_user_messages: int  # 0: no floor
     quoted_and_pasted: bool  # a quoted message and a pasted stack trace among the user messages
+    header_file: str = "support.yaml"  # the file whose header says how the set was written
+    min_per_interaction_leaf: int = MIN_PER_INTERACTION_LEAF
 
     @property
     def raw(self) -> list[dict[str, Any]]:
@@ -64,7 +67,20 @@ SECOND = BlindSet(
     30,
     True,
 )
-SETS = {"heldout": HELDOUT, "blind": SECOND}
+THIRD = BlindSet(
+    BLIND3_DIR,
+    "b3-",
+    ("THIRD BLIND", "2026-12-02"),
+    frozenset({"telecom", "insurance_claims", "logistics", "devops", "real_estate", "government_services"}),
+    42,
+    1,
+    25,
+    80,
+    True,
+    header_file="telecom.yaml",
+    min_per_interaction_leaf=6,
+)
+SETS = {"heldout": HELDOUT, "blind": SECOND, "blind3": THIRD}
 CONVERSATIONS = [(name, conv) for name, blind in SETS.items() for conv in load_corpus(blind.directory)]
 RAW_CONVERSATIONS = [(name, raw) for name, blind in SETS.items() for raw in blind.raw]
 
@@ -91,7 +107,7 @@ def test_domain_files_present_and_named_after_their_domain(blind: BlindSet) -> N
 
 @by_set
 def test_header_says_blind_and_points_to_the_rules(blind: BlindSet) -> None:
-    head = (blind.directory / "support.yaml").read_text(encoding="utf-8")[:4000]
+    head = (blind.directory / blind.header_file).read_text(encoding="utf-8")[:4000]
     for mark in blind.header_marks:
         assert mark in head
     assert "tests/corpus/support.yaml" in head
@@ -105,7 +121,7 @@ def test_ids_are_unique_prefixed_and_disjoint_from_the_other_corpora(blind: Blin
     assert all(i.startswith(blind.id_prefix) for i in ids), [
         i for i in ids if not i.startswith(blind.id_prefix)
     ]
-    others = [d for d in (CORPUS_DIR, HELDOUT_DIR, BLIND_DIR) if d != blind.directory]
+    others = [d for d in (CORPUS_DIR, HELDOUT_DIR, BLIND_DIR, BLIND3_DIR) if d != blind.directory]
     other_ids = {conv["id"] for d in others for convs in load_raw(d).values() for conv in convs}
     assert not other_ids & set(ids)
 
@@ -154,8 +170,8 @@ def test_size_and_interaction_coverage(blind: BlindSet) -> None:
     assert len(corpus) >= blind.min_conversations
     counts = Counter(leaf for conv in corpus for leaf, _ in conv.expected)
     interaction = [leaf for leaf in LABELLED_LEAF_TYPES if leaf.startswith("interaction.")]
-    short = {leaf: counts[leaf] for leaf in interaction if counts[leaf] < MIN_PER_INTERACTION_LEAF}
-    assert not short, f"interaction leaves under {MIN_PER_INTERACTION_LEAF} instances: {short}"
+    short = {leaf: counts[leaf] for leaf in interaction if counts[leaf] < blind.min_per_interaction_leaf}
+    assert not short, f"interaction leaves under {blind.min_per_interaction_leaf} instances: {short}"
 
 
 @by_set
@@ -182,7 +198,11 @@ def test_near_misses_are_plentiful(blind: BlindSet) -> None:
     assert len(user_near) >= blind.min_near_miss_user_messages
 
 
-@pytest.mark.parametrize("blind", [b for b in SETS.values() if b.quoted_and_pasted], ids=["blind"])
+@pytest.mark.parametrize(
+    "blind",
+    [b for b in SETS.values() if b.quoted_and_pasted],
+    ids=[name for name, b in SETS.items() if b.quoted_and_pasted],
+)
 def test_quoted_and_pasted_material_present(blind: BlindSet) -> None:
     users = [m.text for c in conversations(blind) for m in c.messages if m.role is Role.USER]
     assert any("Traceback (most recent call last)" in t for t in users), "a pasted stack trace"

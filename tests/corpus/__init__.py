@@ -22,6 +22,8 @@ CORPUS_DIR = Path(__file__).resolve().parent
 HELDOUT_DIR = CORPUS_DIR.parent / "corpus_heldout"
 # The second blind set (2026-11-23): also written from the rules alone (see its header).
 BLIND_DIR = CORPUS_DIR.parent / "corpus_blind"
+# The third blind set (2026-12-02): new domains, written from the rules alone (see its telecom.yaml).
+BLIND3_DIR = CORPUS_DIR.parent / "corpus_blind3"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
