@@ -19,7 +19,15 @@ import pytest
 
 from otelsignals.model import Role
 from otelsignals.signals.taxonomy import LABELLED_LEAF_TYPES
-from tests.corpus import BLIND3_DIR, BLIND_DIR, CORPUS_DIR, HELDOUT_DIR, CorpusConversation, load_corpus, load_raw
+from tests.corpus import (
+    BLIND3_DIR,
+    BLIND_DIR,
+    CORPUS_DIR,
+    HELDOUT_DIR,
+    CorpusConversation,
+    load_corpus,
+    load_raw,
+)
 from tests.corpus.checks import (
     check_conversation_schema,
     check_domain_files,
