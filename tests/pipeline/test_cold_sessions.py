@@ -95,7 +95,10 @@ def test_over_max_bytes_the_analyzer_lets_conversations_go_cold_and_evicts_fewer
     unbounded, _, _ = analysed(
         after_each=lambda analyzer, _: peak.append(max(peak.pop(), analyzer.sessions.bytes))
     )
-    bound = int(0.9 * peak[0])
+    # 0.7: at 0.9 one conversation gone cold no longer made room enough to spare an eviction, once
+    # the packages a fresh install resolves on 2026-12-02 changed the state's bytes (1 evicted either
+    # way; the session's base fails so too): the bound must ask for more than one conversation's room.
+    bound = int(0.7 * peak[0])
     counted = {}
     for cold_after in (300.0, 0.0):
         analyses, _, telemetry = analysed(max_bytes=bound, cold_after=cold_after)
