@@ -894,7 +894,7 @@ def _merge_snapshot(
         else:
             state.append(system)
     if body:
-        first = _first_new(state, split.fingerprints + fingerprints(answer))
+        first = _first_new_in(state, split.body, split.fingerprints + fingerprints(answer))
         if resumed:
             state.shared.share(reversed(split.body[first:]))
         messages = state.conversation.messages
@@ -1248,11 +1248,61 @@ def _united(spans: list[tuple[int, int]], start: int, end: int) -> list[tuple[in
     return sorted([*kept, (start, end)])
 
 
-def _first_new(state: ConversationState, snapshot: list[int]) -> int:
-    """Index of the first snapshot message the conversation does not hold yet."""
+def _first_new_in(state: ConversationState, body: list[Message], snapshot: list[int]) -> int:
+    """Index of the first snapshot message the conversation does not hold yet; ``snapshot`` holds
+    the fingerprints of the history's ``body`` and then of the answer.
+
+    An answer recorded as one message with its text and several tool calls may come back in the
+    next history as one assistant message per part (OpenAI's Responses API resends each output
+    item; openai-agents and others write one message per parallel call). When the history does not
+    line up with the conversation as read, it is read again with each run of consecutive assistant
+    messages as one, and that reading is taken when it lines up."""
+    first, aligned = _first_new(state, snapshot)
+    if aligned or not _has_assistant_run(body):
+        return first
+    units = _assistant_runs(body)
+    joined = [body[start] if end - start == 1 else _joined(body[start:end]) for start, end in units]
+    first_joined, aligned = _first_new(state, fingerprints(joined) + snapshot[len(body) :])
+    if not aligned:
+        return first
+    if first_joined < len(units):
+        return units[first_joined][0]
+    return len(body) + first_joined - len(units)
+
+
+def _has_assistant_run(body: list[Message]) -> bool:
+    return any(
+        earlier.role is Role.ASSISTANT and later.role is Role.ASSISTANT
+        for earlier, later in itertools.pairwise(body)
+    )
+
+
+def _assistant_runs(body: list[Message]) -> list[tuple[int, int]]:
+    """[start, end) of each message of ``body``, a run of consecutive assistant messages as one."""
+    units: list[tuple[int, int]] = []
+    for index, message in enumerate(body):
+        if units and message.role is Role.ASSISTANT and body[units[-1][0]].role is Role.ASSISTANT:
+            units[-1] = (units[-1][0], index + 1)
+        else:
+            units.append((index, index + 1))
+    return units
+
+
+def _joined(run: list[Message]) -> Message:
+    """One assistant message with the texts and tool calls of ``run``, in order (compared, never shown)."""
+    texts = [message.content for message in run if message.content]
+    calls = [call for message in run for call in message.tool_calls]
+    return Message(Role.ASSISTANT, " ".join(texts) if texts else None, tool_calls=calls)
+
+
+def _first_new(state: ConversationState, snapshot: list[int]) -> tuple[int, bool]:
+    """Index of the first snapshot message the conversation does not hold yet, and whether the
+    snapshot lined up with the conversation as it was read (whole, as an older snapshot, or as a
+    window of its latest messages) rather than by a looser reading (a condensed history) or not
+    at all."""
     held = state.body_fingerprints
     if not held:
-        return 0
+        return 0, True
     total = state.body_trimmed + len(held)
     # The whole history resent from its start (stateless chat APIs): the common case.
     if (
@@ -1260,12 +1310,12 @@ def _first_new(state: ConversationState, snapshot: list[int]) -> int:
         and len(snapshot) >= total
         and snapshot[total - len(held) : total] == held
     ):
-        return total
+        return total, True
     # An older snapshot, seen late: it is already inside the conversation.
     known = state.body_positions.get(snapshot[0], ())
     for start in reversed((known,) if isinstance(known, int) else known):
         if held[start : start + len(snapshot)] == snapshot:
-            return len(snapshot)
+            return len(snapshot), True
     # A window of recent history (or the latest messages again) followed by new ones: the earliest
     # place where the snapshot repeats the conversation's latest messages.
     latest = held[-1]
@@ -1273,7 +1323,7 @@ def _first_new(state: ConversationState, snapshot: list[int]) -> int:
         if fp == latest:
             overlap = min(len(held), index + 1)
             if snapshot[index + 1 - overlap : index + 1] == held[len(held) - overlap :]:
-                return index + 1
+                return index + 1, True
     # The app resends a condensed history: earlier turns without their tool steps (many agent
     # frameworks keep only the final answers). The snapshot then repeats, in order, a subset of the
     # conversation that ends with its latest user message or answer.
@@ -1287,9 +1337,9 @@ def _first_new(state: ConversationState, snapshot: list[int]) -> int:
                     matched < len(snapshot) and position < len(held) and snapshot[matched] == held[position]
                 ):
                     matched, position = matched + 1, position + 1
-                return matched
+                return matched, False
     # Nothing in common: an API that sends only the new turn.
-    return 0
+    return 0, False
 
 
 def _spoken(message: Message) -> bool:

@@ -682,6 +682,104 @@ def test_condensed_history_without_earlier_tool_steps_adds_only_the_new_turn():
     ]
 
 
+def _calls_and_texts(state: ConversationState) -> list[tuple[str, str | None, list[str | None]]]:
+    return [(m.role.value, m.content, [c.id for c in m.tool_calls]) for m in state.conversation.messages]
+
+
+PARIS = ToolCall("get_weather", {"city": "Paris"}, id="call_P")
+LONDON = ToolCall("get_weather", {"city": "London"}, id="call_L")
+
+
+@pytest.mark.parametrize(
+    "resent",
+    [
+        # OpenAI's Responses API resends each output item: the text, then one item per call.
+        [assistant("Let me look both up."), assistant(None, PARIS), assistant(None, LONDON)],
+        # One message per parallel call, the text with the first (openai-agents, OpenInference).
+        [assistant("Let me look both up.", PARIS), assistant(None, LONDON)],
+    ],
+    ids=["text-then-one-per-call", "one-per-call"],
+)
+def test_an_answer_resent_as_one_message_per_part_is_not_added_again(resent):
+    """The answer was read as one message (its text and both calls); the next history gives it back
+    split into several assistant messages. It lines up with the conversation once each run of
+    consecutive assistant messages is read as one, and only what is new is added."""
+    state = ConversationState.new("c")
+    question = [SYSTEM, user("Weather in Paris and London?")]
+    apply_trace(state, b"t1", [chat(1, question, [assistant("Let me look both up.", PARIS, LONDON)])])
+    history = [*question, *resent, tool("call_P", "sunny"), tool("call_L", "rainy")]
+    apply_trace(state, b"t1", [chat(2, history, [assistant("Paris is sunny, London is rainy.")])])
+    expected = [
+        ("system", SYSTEM.content, []),
+        ("user", "Weather in Paris and London?", []),
+        ("assistant", "Let me look both up.", ["call_P", "call_L"]),
+        ("tool", "sunny", []),
+        ("tool", "rainy", []),
+        ("assistant", "Paris is sunny, London is rainy.", []),
+    ]
+    assert _calls_and_texts(state) == expected
+    # The next turn resends it all split again, and lines up again.
+    later = [*history, assistant("Paris is sunny, London is rainy."), user("And Rome?")]
+    apply_trace(state, b"t2", [chat(3, later, [assistant("Rome is warm.")])])
+    assert _calls_and_texts(state) == [
+        *expected,
+        ("user", "And Rome?", []),
+        ("assistant", "Rome is warm.", []),
+    ]
+
+
+@pytest.mark.parametrize(
+    "resent",
+    [
+        # Another call than the one answered: the history is not the conversation's.
+        [
+            assistant("Let me look both up."),
+            assistant(None, PARIS),
+            assistant(None, ToolCall("get_weather", {"city": "Rome"}, id="call_R")),
+        ],
+        # Other words than the answer's.
+        [assistant("Looking both up now."), assistant(None, PARIS), assistant(None, LONDON)],
+    ],
+    ids=["another-call", "other-text"],
+)
+def test_assistant_messages_that_do_not_join_into_the_answer_are_kept_as_read(resent):
+    """Near misses: a run that, read as one, still differs from the recorded answer is new to the
+    conversation, and its messages are added one by one, as the history gives them."""
+    state = ConversationState.new("c")
+    question = [user("Weather in Paris and London?")]
+    apply_trace(state, b"t1", [chat(1, question, [assistant("Let me look both up.", PARIS, LONDON)])])
+    apply_trace(state, b"t1", [chat(2, [*question, *resent], [assistant("Done.")])])
+    assert _calls_and_texts(state)[-4:] == [
+        (m.role.value, m.content, [c.id for c in m.tool_calls]) for m in [*resent, assistant("Done.")]
+    ]
+
+
+def test_two_answers_in_a_row_stay_two_messages():
+    """Joining a run is for comparing only: an agent that spoke twice without a user turn between
+    keeps its two messages, however its histories resend them."""
+    state = ConversationState.new("c")
+    apply_trace(state, b"t1", [chat(1, [user("Hi")], [assistant("Hello!")])])
+    apply_trace(state, b"t1", [chat(2, [user("Hi"), assistant("Hello!")], [assistant("How can I help?")])])
+    apply_trace(
+        state,
+        b"t2",
+        [
+            chat(
+                3,
+                [user("Hi"), assistant("Hello!"), assistant("How can I help?"), user("Book a room")],
+                [assistant("Done.")],
+            )
+        ],
+    )
+    assert texts(state) == [
+        ("user", "Hi"),
+        ("assistant", "Hello!"),
+        ("assistant", "How can I help?"),
+        ("user", "Book a room"),
+        ("assistant", "Done."),
+    ]
+
+
 def test_a_resent_history_with_its_system_prompt_read_anew_is_split_for_its_new_part_only():
     """Readers build the system prompt anew from its own attribute on every call while the history
     after it comes from the history cache (the same objects): the merge still extends the previous
