@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from otelsignals.conversation import CONVERSATION_KEY_ATTRIBUTES
 from otelsignals.reputation import ReputationConfig
 from otelsignals.scoring import BUCKETS
 from otelsignals.signals.taxonomy import CATEGORIES, LEAF_TYPES
@@ -438,11 +439,24 @@ class SessionsConfig:
     # short conversation's state, and that trace takes longer. The results are the same (but for a
     # conversation trimmed to max_messages: README, "Cold conversations"). 0 = never.
     cold_after: Duration = Duration(300.0)
+    # The attributes that name a conversation, the first one set on any span of a trace winning
+    # (SPEC §2's order by default). An app whose framework writes a conversation id per run
+    # (Pydantic AI without a conversation_id given) and names its session itself puts session.id first.
+    key_attributes: tuple[str, ...] = CONVERSATION_KEY_ATTRIBUTES
 
     def validate(self) -> list[str]:
+        problems = []
         if self.max_messages < 10:
-            return [f"max_messages: must be at least 10, got {self.max_messages}"]
-        return []
+            problems.append(f"max_messages: must be at least 10, got {self.max_messages}")
+        if not self.key_attributes:
+            problems.append(
+                "key_attributes: name at least one attribute (without, every trace is a conversation)"
+            )
+        for name in self.key_attributes:
+            # Read from the span's bytes by a marker whose length is one varint byte (span_decoder).
+            if not name.strip() or len(name.encode()) > 127:
+                problems.append(f"key_attributes: {name!r} is not an attribute name of 1 to 127 bytes")
+        return problems
 
 
 @dataclass

@@ -80,9 +80,12 @@ AGENT_ID_ATTRIBUTES = ("gen_ai.agent.id", "gen_ai.agent.name")
 UNKNOWN_AGENT = "unknown"
 
 
-def conversation_key(spans: Iterable[SpanView], trace_id: bytes) -> str:
+def conversation_key(
+    spans: Iterable[SpanView], trace_id: bytes, attributes: Sequence[str] = CONVERSATION_KEY_ATTRIBUTES
+) -> str:
+    """The value of the first of ``attributes`` set on any of ``spans``; else the trace id."""
     spans = list(spans)
-    for attribute in CONVERSATION_KEY_ATTRIBUTES:
+    for attribute in attributes:
         for span in spans:
             value = span.attributes.get(attribute)
             if isinstance(value, str | int) and not isinstance(value, bool) and str(value).strip():

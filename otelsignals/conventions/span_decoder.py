@@ -66,9 +66,19 @@ class SpanDecoder:
     """Decodes and reads spans with ``readers`` (the registry by default), offered each span in
     order, the first that recognises it winning."""
 
-    def __init__(self, readers: tuple[Reader, ...] = READERS) -> None:
+    def __init__(
+        self,
+        readers: tuple[Reader, ...] = READERS,
+        key_attributes: Sequence[str] = CONVERSATION_KEY_ATTRIBUTES,
+    ) -> None:
         self.readers = readers
         self.markers = genai_markers(prefix for reader in readers for prefix in reader.key_prefixes)
+        self.key_attributes = tuple(key_attributes)
+        self._key_attribute_markers = tuple(_key_marker(name) for name in self.key_attributes)
+        # The spans that may name the conversation: by the usual words, and by any name configured.
+        self._naming_markers = KEY_MARKERS + tuple(
+            name.encode() for name in self.key_attributes if not carries_any(name.encode(), KEY_MARKERS)
+        )
 
     def might_carry_genai(self, span_bytes: bytes) -> bool:
         """The pre-filter: False when the span holds none of the readers' key prefixes."""
@@ -78,9 +88,8 @@ class SpanDecoder:
         """:meth:`might_carry_genai` of each span ``data[starts[i]:ends[i]]``, searched in ``data``."""
         return slices_carrying_any(data, starts, ends, self.markers)
 
-    @staticmethod
-    def might_name_conversation(span_bytes: bytes) -> bool:
-        return carries_any(span_bytes, KEY_MARKERS)
+    def might_name_conversation(self, span_bytes: bytes) -> bool:
+        return carries_any(span_bytes, self._naming_markers)
 
     def decode_trace(
         self,
@@ -92,13 +101,13 @@ class SpanDecoder:
         """A trace's ``genai`` spans decoded against the memory of the conversation they seem to
         belong to, and its ``others`` in full; ``memory_of(key)`` is the memory of a known
         conversation (None: not known)."""
-        hint = _guess_key([span.data for span in (*genai, *others)], trace_id)
+        hint = _guess_key([span.data for span in (*genai, *others)], trace_id, self._key_attribute_markers)
         guessed = memory_of(hint)
         if guessed is None:
             guessed = ConversationMemory()
         genai_views = self._views(genai, guessed)
         other_views = self._views(others, None)
-        key = conversation_key(genai_views + other_views, trace_id)
+        key = conversation_key(genai_views + other_views, trace_id, self.key_attributes)
         memory = memory_of(key)
         if memory is None:
             memory = guessed if key == hint else ConversationMemory()
@@ -169,11 +178,11 @@ def _view(
     )
 
 
-def _guess_key(spans: list[bytes], trace_id: bytes) -> str:
+def _guess_key(spans: list[bytes], trace_id: bytes, markers: tuple[bytes, ...]) -> str:
     """:func:`conversation.conversation_key` guessed from serialized spans without decoding them:
     the first key attribute found by its bytes. Only a guess (the bytes could sit inside another
     value)."""
-    for marker in _KEY_ATTRIBUTE_MARKERS:
+    for marker in markers:
         for data in spans:
             # Ids are set when a span starts or ends, so they sit before or after a resent history.
             at = data.find(marker, 0, HINT_SEARCH_BYTES)
@@ -192,8 +201,6 @@ def _guess_key(spans: list[bytes], trace_id: bytes) -> str:
 
 
 def _key_marker(name: str) -> bytes:
-    # A top-level KeyValue with this key, up to its value: field 1 (key), then field 2's tag.
-    return b"\n" + bytes([len(name)]) + name.encode() + b"\x12"
-
-
-_KEY_ATTRIBUTE_MARKERS = tuple(_key_marker(name) for name in CONVERSATION_KEY_ATTRIBUTES)
+    # A top-level KeyValue with this key, up to its value: field 1 (key), then field 2's tag. (The
+    # key's length is one varint byte: names are at most 127 bytes, SessionsConfig.validate.)
+    return b"\n" + bytes([len(name.encode())]) + name.encode() + b"\x12"

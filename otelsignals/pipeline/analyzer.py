@@ -86,7 +86,7 @@ class Analyzer:
         self.agent_baselines = AgentBaselines()
         # Decodes and reads the GenAI spans; used on the analysis thread only, like the sessions
         # (but for mark_spans, on the event loop, which only reads its markers).
-        self.decoder = SpanDecoder()
+        self.decoder = SpanDecoder(key_attributes=self.config.key_attributes)
         # A request's resource and scope, read once for every request that sends the same bytes (each
         # request has ScopeContext objects of its own, equal only to themselves: keyed by their bytes).
         self._contexts: dict[tuple[bytes | None, bytes | None], tuple[dict, str]] = {}
