@@ -326,7 +326,7 @@ def otel_message(
             builder.call(role, tool_call_of(part))
         elif kind == "tool_call_response":
             # "response" in the spec; "result" in an earlier draft and in Pydantic AI.
-            result = part["response"] if "response" in part else part.get("result")
+            result = tool_response_of(part["response"] if "response" in part else part.get("result"))
             builder.add(tool_message(span_id, id_of(part.get("id")), name_of(part.get("name")), result))
         # reasoning/thinking, media and unknown part types carry no visible text: skipped.
     messages = builder.done()
@@ -336,6 +336,42 @@ def otel_message(
         # Dropped, every such user turn vanished from the conversation.
         messages.append(Message(role, content=None, span_id=span_id, finish_reason=finish))
     return messages
+
+
+# Content blocks a tool result may hold besides text (Anthropic tool_result content: images,
+# documents, search results; the OTel GenAI media parts): named in the result's text, their data
+# left out.
+NON_TEXT_RESULT_BLOCKS = frozenset(
+    {"image", "document", "search_result", "audio", "file", "blob", "uri", "image_url", "input_image"}
+)
+
+
+def tool_response_of(response: Any) -> Any:
+    """A ``tool_call_response`` part's response as the tool result to show. A list of content blocks
+    (Anthropic tool_result content, which OpenLLMetry passes on as the response) is the text of its
+    text blocks joined with "\\n", each other block named ("[image]"); anything else is given back,
+    to be shown as it is (text) or as JSON. A list counts as content blocks only when every item is
+    a text block with its text or a known non-text block, and one is text: a tool's own records (a
+    list of objects with a "type" of their own, or none with text) are data and stay JSON."""
+    if not isinstance(response, list) or not response:
+        return response
+    pieces: list[str] = []
+    has_text = False
+    for block in response:
+        if not isinstance(block, Mapping):
+            return response
+        kind = block.get("type")
+        if is_text_part(kind):
+            text = block.get("text", block.get("content"))
+            if not isinstance(text, str):
+                return response
+            pieces.append(text)
+            has_text = True
+        elif isinstance(kind, str) and kind in NON_TEXT_RESULT_BLOCKS:
+            pieces.append(f"[{kind}]")
+        else:
+            return response
+    return "\n".join(pieces) if has_text else response
 
 
 def plain_message(

@@ -705,3 +705,90 @@ def test_messages_without_tool_calls_share_the_empty_list() -> None:
     user, call, result, answer, follow_up = reading.input_messages
     assert all(m.tool_calls is NO_TOOL_CALLS for m in (user, result, answer, follow_up))
     assert call.tool_calls is not NO_TOOL_CALLS and len(call.tool_calls) == 1
+
+
+# OpenLLMetry (opentelemetry-instrumentation-anthropic 0.62.4, span_utils.py _content_to_parts)
+# writes an Anthropic tool_result block as {"type": "tool_call_response", "id": tool_use_id,
+# "response": block["content"]}, and that content is often a list of content blocks.
+IMAGE_BLOCK = {
+    "type": "image",
+    "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+}
+
+
+@pytest.mark.parametrize(
+    ("response", "content"),
+    [
+        pytest.param(
+            [{"type": "text", "text": "Error: weather service timed out"}],
+            "Error: weather service timed out",
+            id="one-text-block",
+        ),
+        pytest.param(
+            [
+                {"type": "text", "text": "Paris: sunny"},
+                {"type": "text", "text": "Lyon: rainy", "citations": None},
+            ],
+            "Paris: sunny\nLyon: rainy",
+            id="text-blocks-joined",
+        ),
+        pytest.param(
+            [{"type": "text", "text": "Chart drawn."}, IMAGE_BLOCK],
+            "Chart drawn.\n[image]",  # the image named, its data left out
+            id="text-and-image-blocks",
+        ),
+        pytest.param([{"type": "text", "content": "OTel spelling"}], "OTel spelling", id="otel-text-part"),
+        # Near-misses: the response as the tool gave it, text as it is and data as JSON.
+        pytest.param("rainy, 57°F", "rainy, 57°F", id="plain-text"),
+        pytest.param(
+            '[{"type": "text", "text": "x"}]',
+            '[{"type": "text", "text": "x"}]',
+            id="text-that-looks-like-blocks",
+        ),
+        pytest.param(
+            {"type": "forecast", "text": "sunny"}, '{"type":"forecast","text":"sunny"}', id="a-typed-object"
+        ),
+        pytest.param(
+            [{"type": "user", "name": "x"}], '[{"type":"user","name":"x"}]', id="records-without-text"
+        ),
+        pytest.param(
+            [{"type": "forecast", "text": "sunny"}],
+            '[{"type":"forecast","text":"sunny"}]',
+            id="records-of-own-type",
+        ),
+        pytest.param(
+            [{"type": "text", "text": "a"}, {"type": "user", "name": "x"}],
+            '[{"type":"text","text":"a"},{"type":"user","name":"x"}]',
+            id="a-text-block-among-records",
+        ),
+        pytest.param(
+            [{"type": "text", "title": "no text key"}],
+            '[{"type":"text","title":"no text key"}]',
+            id="text-without-text",
+        ),
+        pytest.param([IMAGE_BLOCK], json.dumps([IMAGE_BLOCK], separators=(",", ":")), id="no-text-block"),
+        pytest.param(["x", "y"], '["x","y"]', id="strings"),
+        pytest.param([], "[]", id="empty-list"),
+    ],
+)
+def test_a_tool_result_of_content_blocks_reads_as_their_text(response, content) -> None:
+    history = [
+        {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]},
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "tool_call", "id": "toolu_1", "name": "get_weather", "arguments": {"city": "Paris"}}
+            ],
+        },
+        {"role": "user", "parts": [{"type": "tool_call_response", "id": "toolu_1", "response": response}]},
+    ]
+    reading = GENAI_READER.read(make_span({**CHAT, "gen_ai.input.messages": json.dumps(history)}))
+    assert reading is not None
+    result = reading.input_messages[-1]
+    assert result.role is Role.TOOL and result.content == content
+    assert result.tool_result is not None
+    assert (result.tool_result.call_id, result.tool_result.name, result.tool_result.content) == (
+        "toolu_1",
+        "get_weather",
+        content,
+    )
