@@ -272,6 +272,13 @@ RESULT_KEYS = frozenset(
         "answers", "list", "content", "response",
     }
 )  # fmt: skip
+# Keys that count what a result holds: {"slots": [], "count": 0} found nothing, whatever its list is called.
+COUNT_KEYS = frozenset(
+    {
+        "count", "total", "total_count", "totalcount", "total_results", "totalresults", "num_results",
+        "result_count", "resultcount", "size",
+    }
+)  # fmt: skip
 EMPTY_TEXT_MAX_CHARS = 300
 EMPTY_JSON_MAX_CHARS = 20_000
 _EMPTY_LITERALS = frozenset({"", "[]", "{}", "null", "None", '""', "''", "[ ]", "{ }"})
@@ -313,7 +320,23 @@ def _empty_json(stripped: str) -> str | None:
         counted = _result_lists(parsed)
         if counted is not None and counted[0] > 0 and counted[1] == 0:
             return "empty_results"
+        if counted is not None and counted[0] == 0 and _counted_nothing(parsed):
+            return "empty_results"
     return None
+
+
+def _counted_nothing(node: dict[str, Any]) -> bool:
+    """A list under a name of its own, empty, and a count of 0 beside it ({"slots": [], "count": 0}).
+    Every list must be empty and the count must be a number: {"count": 0} alone is an answer (no
+    unread messages), not a search that found nothing."""
+    lists = [value for value in node.values() if isinstance(value, list)]
+    counts = [value for key, value in node.items() if str(key).lower() in COUNT_KEYS]
+    return (
+        bool(lists)
+        and not any(lists)
+        and any(type(count) is int and count == 0 for count in counts)
+        and not any(type(count) is int and count != 0 for count in counts)
+    )
 
 
 def _empty_text(stripped: str) -> str | None:
