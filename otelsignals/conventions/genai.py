@@ -321,6 +321,8 @@ def otel_message(
         kind = part.get("type")
         if kind == "text" or kind == "refusal":  # a refusal is what the user sees (OpenLLMetry writes it so)
             text = part.get("content", part.get("text", part.get("refusal")))
+            if role is Role.ASSISTANT and echoes_tool_call(text, parts):
+                continue  # the call is read from its tool_call part
             builder.text(role, text if text is None or isinstance(text, str) else as_text(text))
         elif kind == "tool_call":
             builder.call(role, tool_call_of(part))
@@ -372,6 +374,29 @@ def tool_response_of(response: Any) -> Any:
         else:
             return response
     return "\n".join(pieces) if has_text else response
+
+
+# How the JSON of an Anthropic tool_use block names its type (json.dumps and orjson alike).
+_TOOL_USE_TYPE = '"tool_use"'
+
+
+def echoes_tool_call(text: Any, parts: list[Any]) -> bool:
+    """Whether a text part is the JSON of an Anthropic ``tool_use`` block that a ``tool_call`` part
+    of the same message gives too (the same id). OpenLLMetry's LangChain instrumentation writes a
+    content block it has no part type for as its JSON in a text part, and the message's tool calls
+    as tool_call parts as well: read as text, the block is words the assistant never said, and the
+    history no longer matches the answer it resends. JSON the assistant wrote itself has no such
+    part beside it. Texts that cannot be such JSON are told apart without parsing them."""
+    if not isinstance(text, str) or text[:1] != "{" or _TOOL_USE_TYPE not in text:
+        return False
+    block = parse_json(text)
+    if not isinstance(block, Mapping) or block.get("type") != "tool_use":
+        return False
+    block_id = id_of(block.get("id"))
+    return block_id is not None and any(
+        isinstance(part, Mapping) and part.get("type") == "tool_call" and id_of(part.get("id")) == block_id
+        for part in parts
+    )
 
 
 def plain_message(

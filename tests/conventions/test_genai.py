@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from otelsignals.conventions.genai import GENAI_READER
+from otelsignals.conversation import ConversationState, apply_trace
 from otelsignals.model import NO_TOOL_CALLS, Role
-from tests.conventions.spans import ERROR, SPAN_ID, make_span
+from tests.conventions.spans import ERROR, SPAN_ID, TRACE_ID, make_span
 
 # Shapes from open-telemetry/semantic-conventions docs/gen-ai/gen-ai-input-messages.json,
 # gen-ai-output-messages.json, gen-ai-events.md; instrumentations following
@@ -792,3 +794,159 @@ def test_a_tool_result_of_content_blocks_reads_as_their_text(response, content) 
         "get_weather",
         content,
     )
+
+
+# OpenLLMetry's LangChain instrumentation (opentelemetry-instrumentation-langchain 0.62.4,
+# span_utils.py _content_to_parts) writes a content block it has no part type for as a text part
+# holding json.dumps(block), and the message's tool calls as tool_call parts too. Anthropic's SDK
+# gives a tool_use block's keys in its model's field order (id, input, name, type).
+TOOL_USE = {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}}
+TOOL_USE_SDK_ORDER = {"id": "toolu_01", "input": {"city": "Paris"}, "name": "get_weather", "type": "tool_use"}
+TOOL_CALL_PART = {
+    "type": "tool_call",
+    "id": "toolu_01",
+    "name": "get_weather",
+    "arguments": {"city": "Paris"},
+}
+
+
+def _text(content: str) -> dict:
+    return {"type": "text", "content": content}
+
+
+@pytest.mark.parametrize(
+    ("role", "parts", "content", "calls"),
+    [
+        pytest.param(
+            "assistant",
+            [_text("Let me check the weather."), _text(json.dumps(TOOL_USE)), TOOL_CALL_PART],
+            "Let me check the weather.",
+            1,
+            id="echo-dropped",
+        ),
+        pytest.param(
+            "assistant",
+            [_text(json.dumps(TOOL_USE_SDK_ORDER)), TOOL_CALL_PART],
+            None,
+            1,
+            id="echo-in-sdk-key-order-alone",
+        ),
+        pytest.param(
+            "assistant",
+            [_text(json.dumps({**TOOL_USE, "id": " toolu_01"})), TOOL_CALL_PART],
+            None,
+            1,
+            id="ids-compared-as-ids-are-read",
+        ),
+        # Near-misses: the assistant's own words stay.
+        pytest.param(
+            "assistant",
+            [_text(json.dumps(TOOL_USE))],
+            json.dumps(TOOL_USE),
+            0,
+            id="no-tool-call-part",  # the assistant wrote this JSON (an example, a quote)
+        ),
+        pytest.param(
+            "assistant",
+            [_text(json.dumps({**TOOL_USE, "id": "toolu_99"})), TOOL_CALL_PART],
+            json.dumps({**TOOL_USE, "id": "toolu_99"}),
+            1,
+            id="another-id",
+        ),
+        pytest.param(
+            "assistant",
+            [_text(json.dumps({k: v for k, v in TOOL_USE.items() if k != "id"})), TOOL_CALL_PART],
+            json.dumps({k: v for k, v in TOOL_USE.items() if k != "id"}),
+            1,
+            id="no-id",
+        ),
+        pytest.param(
+            "assistant",
+            [_text('A "tool_use" block looks like {"type": "tool_use", "id": "toolu_01"}.'), TOOL_CALL_PART],
+            'A "tool_use" block looks like {"type": "tool_use", "id": "toolu_01"}.',
+            1,
+            id="text-mentioning-tool-use",
+        ),
+        pytest.param(
+            "assistant",
+            [_text('{"type": "tool_use", "id": "toolu_01", "input": {'), TOOL_CALL_PART],
+            '{"type": "tool_use", "id": "toolu_01", "input": {',
+            1,
+            id="not-json",
+        ),
+        pytest.param(
+            "assistant",
+            [_text(json.dumps({**TOOL_USE, "type": "server_tool_use"})), TOOL_CALL_PART],
+            json.dumps({**TOOL_USE, "type": "server_tool_use"}),
+            1,
+            id="another-block-type",
+        ),
+        pytest.param("user", [_text(json.dumps(TOOL_USE))], json.dumps(TOOL_USE), 0, id="user-text"),
+        pytest.param(
+            # Even beside a tool_call part: only an assistant's message echoes the calls it makes.
+            "user",
+            [_text(json.dumps(TOOL_USE)), TOOL_CALL_PART],
+            json.dumps(TOOL_USE),
+            1,
+            id="user-text-beside-a-call",
+        ),
+    ],
+)
+def test_the_json_of_a_tool_use_block_beside_its_tool_call_is_not_text(role, parts, content, calls) -> None:
+    history = [{"role": "user", "parts": [_text("Weather in Paris?")]}, {"role": role, "parts": parts}]
+    reading = GENAI_READER.read(make_span({**CHAT, "gen_ai.input.messages": json.dumps(history)}))
+    assert reading is not None
+    message = reading.input_messages[-1]
+    assert message.content == content
+    assert len(message.tool_calls) == calls
+
+
+def test_a_langchain_anthropic_turn_is_kept_once() -> None:
+    # One agent turn, two model calls (as the reviewer's run of the real instrumentation wrote them):
+    # the first call's answer is text + tool_call; the second call's history resends it with the
+    # tool_use block's JSON as a text part between them. Read as text, the history did not match the
+    # answer, and the whole history was appended again.
+    first_answer = [
+        {
+            "role": "assistant",
+            "parts": [_text("Let me check the weather."), TOOL_CALL_PART],
+            "finish_reason": "tool_call",
+        }
+    ]
+    question = {"role": "user", "parts": [_text("Weather in Paris?")]}
+    resent = {
+        "role": "assistant",
+        "parts": [_text("Let me check the weather."), _text(json.dumps(TOOL_USE)), TOOL_CALL_PART],
+    }
+    tool_result = {
+        "role": "tool",
+        "parts": [{"type": "tool_call_response", "id": "toolu_01", "response": "sunny, 21C"}],
+    }
+    second_answer = [
+        {"role": "assistant", "parts": [_text("It is sunny in Paris.")], "finish_reason": "stop"}
+    ]
+    calls = [
+        {"gen_ai.input.messages": json.dumps([question]), "gen_ai.output.messages": json.dumps(first_answer)},
+        {
+            "gen_ai.input.messages": json.dumps([question, resent, tool_result]),
+            "gen_ai.output.messages": json.dumps(second_answer),
+        },
+    ]
+    readings = []
+    for number, attributes in enumerate(calls, start=1):
+        span = dataclasses.replace(
+            make_span({**CHAT, **attributes}),
+            span_id=number.to_bytes(8, "big"),
+            start_time_unix_nano=1_700_000_000_000_000_000 + number * 1_000_000_000,
+        )
+        reading = GENAI_READER.read(span)
+        assert reading is not None
+        readings.append((span, reading))
+    state = ConversationState.new("s-1")
+    apply_trace(state, TRACE_ID, readings)
+    assert [(m.role, m.content) for m in state.conversation.messages] == [
+        (Role.USER, "Weather in Paris?"),
+        (Role.ASSISTANT, "Let me check the weather."),
+        (Role.TOOL, "sunny, 21C"),
+        (Role.ASSISTANT, "It is sunny in Paris."),
+    ]
