@@ -707,7 +707,10 @@ def apply_trace(
                     0 if held is None else definition_characters(held)
                 )
 
-    llm_calls = [r.llm_call for _, r in model_calls if r.llm_call is not None]
+    # A model-call span that encloses another is a library's view of the same request (LangChain's
+    # ChatOpenAI span over the OpenAI client's, both instrumented): the innermost one is the call.
+    wrappers = _ancestors([v for v, _ in model_calls], parents) if len(model_calls) > 1 else set()
+    llm_calls = [r.llm_call for v, r in model_calls if r.llm_call is not None and v.span_id not in wrappers]
     for call in llm_calls:
         # Kept as long as the conversation: the trace's id and the model's name held once, not once
         # per call (each span read them into objects of its own).

@@ -447,6 +447,30 @@ def test_an_agent_span_that_encloses_model_calls_does_not_repeat_them():
     assert update.analysed_span_id == inner_two[0].span_id
 
 
+def test_a_model_call_span_over_another_is_the_same_request_counted_once():
+    """Two instrumentations of one request (LangChain's ChatOpenAI span over the OpenAI client's,
+    both read as model calls): the enclosing one is a library's view of the inner call."""
+    outer = chat(0, [user("Hi")], [assistant("Hello!")])
+    inner = chat(1, [user("Hi")], [assistant("Hello!")], parent=outer[0].span_id)
+    state = ConversationState.new("c1")
+    update = apply_trace(state, b"t1", [outer, inner])
+    assert [call.span_id for call in update.llm_calls] == [inner[0].span_id]
+    assert [call.span_id for call in state.conversation.llm_calls] == [inner[0].span_id]
+    assert texts(state) == [("user", "Hi"), ("assistant", "Hello!")]
+
+
+def test_model_calls_side_by_side_under_an_agent_span_all_count():
+    """Near miss: calls that share a parent (an agent span, no model call itself) are calls of their own."""
+    agent = view(0)
+    first = chat(1, [user("Hi")], [assistant("Hello!")], parent=agent.span_id)
+    second = chat(
+        3, [user("Hi"), assistant("Hello!"), user("Bye")], [assistant("Bye!")], parent=agent.span_id
+    )
+    state = ConversationState.new("c1")
+    update = apply_trace(state, b"t1", [(agent, SpanReading("test", [], [])), first, second])
+    assert [call.span_id for call in update.llm_calls] == [first[0].span_id, second[0].span_id]
+
+
 def test_a_late_system_prompt_goes_first_and_indices_stay_right():
     state = ConversationState.new("c1")
     apply_trace(state, b"t1", [chat(2, [user("hi")], [assistant("hello")])])
