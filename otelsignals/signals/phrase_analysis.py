@@ -3,10 +3,11 @@
 The interaction layer (SPEC §3) has one module per category, each with its detectors and its phrase
 data: :mod:`~otelsignals.signals.misalignment` (with :mod:`~otelsignals.signals.rephrase`),
 :mod:`~otelsignals.signals.stagnation`, :mod:`~otelsignals.signals.disengagement`,
-:mod:`~otelsignals.signals.satisfaction`. Every detector is incremental: it looks at the messages from
-``ctx.new_from`` on and keeps what it must remember in ``ctx.memory`` (one dict per conversation).
-Only USER messages feed misalignment, disengagement and satisfaction; stagnation.repetition reads
-ASSISTANT messages and stagnation.dragging counts USER turns.
+:mod:`~otelsignals.signals.satisfaction`, and :mod:`~otelsignals.signals.outcome` (the user's report
+that the problem persists, beyond SPEC §3's leaves). Every detector is incremental: it looks at the
+messages from ``ctx.new_from`` on and keeps what it must remember in ``ctx.memory`` (one dict per
+conversation). Only USER messages feed misalignment, disengagement, satisfaction and outcome;
+stagnation.repetition reads ASSISTANT messages and stagnation.dragging counts USER turns.
 
 Phrases come from ``phrases/<category>.yaml`` (data, with positive and near-miss examples per group)
 and ``phrases/interaction.yaml`` (negators, spelling lists and context cues all groups share), matched
@@ -233,7 +234,7 @@ BAD_NEWS = "bad_news"  # an agent answer that refuses or gives bad news ("unfort
 _CUE_NAMES = frozenset([THIRD_PARTY, AGENT, BAD_NEWS])
 
 
-PHRASE_FILES = ("misalignment", "disengagement", "satisfaction")  # phrases/<name>.yaml: the groups
+PHRASE_FILES = ("misalignment", "disengagement", "satisfaction", "outcome")  # phrases/<name>.yaml: the groups
 
 
 def library_data() -> dict[str, Any]:

@@ -15,6 +15,12 @@ TAXONOMY: dict[str, dict[str, tuple[str, ...]]] = {
         # Not part of SPEC §3's twenty leaves: it is what the agent did, neither good nor bad by
         # itself, so the §8 quality score ignores it and the triage priority weighs it (triage.py).
         "handoff": ("transfer",),
+        # The user reports that the problem is still there after what the agent tried ("still no
+        # service", "nothing changed", "it didn't help"). Not one of SPEC §3's twenty either: a report
+        # about the task, not a stance toward the agent (a polite "still says offline" is no
+        # negative_stance nor correction in the labelled corpora), so the §8 quality score ignores it;
+        # the triage priority weighs the report the user's last word leaves standing (outcome.py).
+        "outcome": ("persists",),
     },
     "execution": {
         "failure": ("invalid_args", "bad_query", "tool_not_found", "auth_misuse", "state_error"),
@@ -42,10 +48,12 @@ LEAF_TYPES: tuple[str, ...] = tuple(
     for leaf in leaves
 )
 
-# The leaves the labelled corpora (tests/corpus*) annotate: SPEC §3's table. The hand-off is what
-# the agent did rather than a finding about the conversation; its own tests cover it.
+# The leaves the labelled corpora (tests/corpus*) annotate: SPEC §3's table. The hand-off (what the
+# agent did) and the user's report that the problem persists are not among its twenty; their own
+# tests cover them.
+BEYOND_SPEC_CATEGORIES: tuple[str, ...] = ("interaction.handoff", "interaction.outcome")
 LABELLED_LEAF_TYPES: tuple[str, ...] = tuple(
-    leaf for leaf in LEAF_TYPES if not leaf.startswith("interaction.handoff.")
+    leaf for leaf in LEAF_TYPES if leaf.rsplit(".", 1)[0] not in BEYOND_SPEC_CATEGORIES
 )
 
 
@@ -72,6 +80,7 @@ GRATITUDE = "interaction.satisfaction.gratitude"
 CONFIRMATION = "interaction.satisfaction.confirmation"
 SUCCESS = "interaction.satisfaction.success"
 HANDOFF = "interaction.handoff.transfer"
+PERSISTS = "interaction.outcome.persists"
 INVALID_ARGS = "execution.failure.invalid_args"
 BAD_QUERY = "execution.failure.bad_query"
 TOOL_NOT_FOUND = "execution.failure.tool_not_found"
@@ -92,6 +101,7 @@ STAGNATION = "interaction.stagnation"
 DISENGAGEMENT = "interaction.disengagement"
 SATISFACTION = "interaction.satisfaction"
 HANDOFF_CATEGORY = "interaction.handoff"
+OUTCOME = "interaction.outcome"
 FAILURE = "execution.failure"
 LOOPS = "execution.loops"
 EXHAUSTION = "environment.exhaustion"

@@ -10,6 +10,7 @@ from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.disengagement import detect_escalation, detect_negative_stance, detect_quit
 from otelsignals.signals.matching import phrase_tokens, split_wildcards
 from otelsignals.signals.misalignment import detect_clarification, detect_correction
+from otelsignals.signals.outcome import detect_persists
 from otelsignals.signals.phrase_analysis import analyse_text, library_data, parse_library, phrase_library
 from otelsignals.signals.rephrase import detect_rephrase
 from otelsignals.signals.satisfaction import detect_confirmation, detect_gratitude, detect_success
@@ -26,6 +27,7 @@ DETECTOR = {
     tx.GRATITUDE: detect_gratitude,
     tx.CONFIRMATION: detect_confirmation,
     tx.SUCCESS: detect_success,
+    tx.PERSISTS: detect_persists,
 }
 POSITIVES = [(name, text) for name, spec in LIBRARY.groups.items() for text in spec.positives]
 NEAR_MISSES = [(name, text) for name, spec in LIBRARY.groups.items() for text in spec.near_misses]
