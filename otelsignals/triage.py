@@ -18,6 +18,14 @@ Hard evidence (the agent or its tools demonstrably went wrong, or the user left)
     hand-off, unresolved     0.50        the hand-off says the problem outlasted what the agent tried
                                          ("despite the APN reset", "the issue persists": the
                                          hand-off's ``unresolved``): it gave up, not routed a case
+    problem persists         0.50        the user's last word says the problem is still there
+                                         ("it still failed", "nothing changed": an
+                                         interaction.outcome.persists report that no later user
+                                         message took back; signals/outcome.py, ``standing_report``
+                                         of the conversation's detector memory, passed as
+                                         ``persisting``; None leaves the term off). As heavy as
+                                         an unresolved hand-off: on the development half any
+                                         weight from 0.4 to 0.8 ranked alike (AUROC 0.904–0.906)
     turns cut off            1 − 0.40ⁿ   a whole agent turn (one trace) ended on a tool step: the
                                          tools its last assistant message asked for ran, and no
                                          model call or answer came after them (a step limit, a
@@ -79,6 +87,7 @@ EXHAUSTION_WEIGHT = 0.10
 DISENGAGED_WEIGHT = 0.40  # escalation and quit
 HANDOFF_WEIGHT = 0.30
 UNRESOLVED_HANDOFF_WEIGHT = 0.50  # the agent gave up on the problem (handoff.py, "unresolved")
+PERSISTS_WEIGHT = 0.50  # the user's last word: the problem persists (signals/outcome.py)
 CUT_OFF_WEIGHT = 0.60  # the user got no answer at all: stronger than asking for a person
 USUAL_CUT_OFF_SHARE = 0.5  # an agent whose conversations end turns on tools this often: its design
 NEGATIVE_STANCE_WEIGHT = 0.15
@@ -173,8 +182,18 @@ def handoff_weight(handoff: Mapping[str, Any] | None) -> float:
     return UNRESOLVED_HANDOFF_WEIGHT if handoff and handoff.get("unresolved") else HANDOFF_WEIGHT
 
 
-def priority(score: Score, shape: Shape, handoff: Mapping[str, Any] | None = None) -> Priority:
-    """The priority of a conversation as it stands (``score``: its signals so far)."""
+def persists_weight(score: Score, persisting: str | None) -> float:
+    """The problem-persists term: the user's report that the problem is still there, when their last
+    word leaves it standing (``persisting``: its library phrase, signals.outcome.standing_report)."""
+    return PERSISTS_WEIGHT if persisting and score.leaf_counts.get(tx.PERSISTS, 0) else 0.0
+
+
+def priority(
+    score: Score, shape: Shape, handoff: Mapping[str, Any] | None = None, persisting: str | None = None
+) -> Priority:
+    """The priority of a conversation as it stands (``score``: its signals so far; ``handoff``: the
+    latest hand-off's metadata; ``persisting``: the phrase of the report that the problem persists the
+    user's last word leaves standing, signals.outcome.standing_report)."""
     leaves, counts = score.leaf_counts, score.counts
     disengaged = leaves.get(tx.ESCALATION, 0) + leaves.get(tx.QUIT, 0)
     hard = {
@@ -183,6 +202,7 @@ def priority(score: Score, shape: Shape, handoff: Mapping[str, Any] | None = Non
         "environment_exhaustion": _per_instance(EXHAUSTION_WEIGHT, counts.get(tx.EXHAUSTION, 0)),
         "escalation_or_quit": _per_instance(DISENGAGED_WEIGHT, disengaged),
         "handoff": handoff_weight(handoff) if counts.get(tx.HANDOFF_CATEGORY, 0) else 0.0,
+        "problem_persists": persists_weight(score, persisting),
         "cut_off_turns": _per_instance(CUT_OFF_WEIGHT, counted_cut_off_turns(shape)),
     }
     soft = {
@@ -203,7 +223,8 @@ def priority(score: Score, shape: Shape, handoff: Mapping[str, Any] | None = Non
     for p in (*hard.values(), *soft.values()):
         untouched *= 1.0 - p
     terms = {name: round(p, 4) for name, p in (*hard.items(), *soft.items()) if p > 0}
-    return Priority(round(100.0 * (1.0 - untouched), 1), terms, _reasons(terms, score, shape, handoff))
+    reasons = _reasons(terms, score, shape, handoff, persisting)
+    return Priority(round(100.0 * (1.0 - untouched), 1), terms, reasons)
 
 
 def _named(leaves: Mapping[str, int], selected: Iterable[str]) -> str:
@@ -216,7 +237,11 @@ def _leaf_list(leaves: Mapping[str, int], category: str) -> str:
 
 
 def _reasons(
-    terms: dict[str, float], score: Score, shape: Shape, handoff: Mapping[str, Any] | None
+    terms: dict[str, float],
+    score: Score,
+    shape: Shape,
+    handoff: Mapping[str, Any] | None,
+    persisting: str | None = None,
 ) -> list[str]:
     leaves = score.leaf_counts
     out: list[tuple[float, str]] = []
@@ -237,6 +262,8 @@ def _reasons(
             text = f"user asked for a person or gave up: {named((tx.ESCALATION, tx.QUIT))}"
         elif name == "handoff":
             text = _handoff_reason(handoff)
+        elif name == "problem_persists":
+            text = f"the user's last word: the problem persists ({persisting!r})"
         elif name == "cut_off_turns":
             turns = counted_cut_off_turns(shape)
             text = "agent's turn ended on a tool step, unanswered" + (f" ({turns}×)" if turns > 1 else "")

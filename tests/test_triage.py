@@ -9,6 +9,9 @@ from hypothesis import strategies as st
 from otelsignals.model import Conversation, Message, Role
 from otelsignals.scoring import score
 from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.base import DetectionContext
+from otelsignals.signals.detect import DETECTORS
+from otelsignals.signals.outcome import standing_report
 from otelsignals.triage import (
     ABSOLUTE_TOOL_CALLS_BASE,
     ABSOLUTE_TOOL_CALLS_FULL,
@@ -60,6 +63,71 @@ def test_a_handoff_that_gave_up_outranks_one_that_routed_a_case() -> None:
     gave_up = priority(scored(transfer=1), QUIET, {"asked_by": "agent", "after": [], "unresolved": "despite"})
     assert routed.terms == {"handoff": 0.3} and gave_up.terms == {"handoff": 0.5}
     assert "unresolved ('despite')" in gave_up.reasons[0] and "unresolved" not in routed.reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("leaves", "persisting", "term"),
+    [
+        ({"persists": 1}, "still no", 0.5),  # the user's last word: the problem persists
+        ({"persists": 3}, None, None),  # reported, but a later message took it back
+        ({}, "still no", None),  # no report counted (the leaf switched off): nothing to stand
+        ({"persists": 2, "gratitude": 3, "success": 1}, "still slow", 0.5),  # thanks do not damp it
+    ],
+)
+def test_the_problem_persisting_counts_only_while_the_users_last_word_leaves_it_standing(
+    leaves: dict, persisting: str | None, term: float | None
+) -> None:
+    result = priority(scored(**leaves), QUIET, None, persisting)
+    assert result.terms.get("problem_persists") == term
+    if term:
+        assert result.value == 50.0 and result.reasons == [
+            f"the user's last word: the problem persists ({persisting!r})"
+        ]
+
+
+def _analysed(turns: list[tuple[str, str]]):
+    """(score, standing report) of ``turns`` run trace by trace (one per user message) through every
+    registered detector, as the pipeline does."""
+    conversation, memory, counts = Conversation("c"), {}, {}
+    starts = [i for i, (role, _) in enumerate(turns) if role == "user"] + [len(turns)]
+    for start, end in zip([0, *starts[1:-1]], starts[1:], strict=True):
+        conversation.messages.extend(Message(Role(role), text) for role, text in turns[start:end])
+        ctx = DetectionContext(conversation, new_from=start, memory=memory, prior_counts=dict(counts))
+        for entry in DETECTORS:
+            for signal in entry.detector(ctx):
+                counts[signal.type] = counts.get(signal.type, 0) + 1
+    return score(conversation, counts), standing_report(memory)
+
+
+TROUBLESHOOTING = [
+    ("assistant", "Hi! How can I help?"),
+    ("user", "My phone has no service since this morning."),
+    ("assistant", "Please turn airplane mode off and on, then tell me what the status bar shows."),
+    ("user", "Done, but it still says no service."),
+    ("assistant", "Let's reset the network settings. Tell me once it has restarted."),
+]
+
+
+@pytest.mark.parametrize(
+    ("last_word", "raised"),
+    [
+        ("Restarted. The status bar still shows no service, what should I try next?", True),
+        ("Restarted. Nothing changed.", True),
+        ("That didn't help either. Thanks anyway.", True),
+        ("Restarted, and it works now! Thank you.", False),  # the report earlier was taken back
+        ("Restarted. It says the SIM card is locked with a PIN.", False),  # a new finding, not the report
+    ],
+)
+def test_the_term_raises_the_priority_only_when_the_report_is_the_users_last_word(
+    last_word: str, raised: bool
+) -> None:
+    conversation_score, persisting = _analysed([*TROUBLESHOOTING, ("user", last_word)])
+    assert conversation_score.leaf_counts.get(tx.PERSISTS, 0) >= 1  # "it still says no service"
+    with_it = priority(conversation_score, QUIET, None, persisting)
+    without = priority(conversation_score, QUIET)
+    assert ("problem_persists" in with_it.terms) is raised
+    assert (with_it.value > without.value) is raised
+    assert with_it.value >= without.value
 
 
 def test_more_instances_rank_higher_but_saturate_below_100() -> None:
