@@ -16,6 +16,11 @@ opentelemetry-python-contrib ``util/opentelemetry-util-genai`` (``types.py``, ``
   OpenAI-shaped bodies (``content``, ``tool_calls: [{id, type, function: {name, arguments}}]``,
   ``id``/``tool_call_id``, ``message``, ``finish_reason``, ``index``), either spread over the event
   attributes or as JSON in one attribute (``gen_ai.event.content`` in the Azure AI Inference SDK).
+  Strands Agents (strands-agents/sdk-python ``telemetry/tracer.py``, without the
+  ``gen_ai_latest_experimental`` opt-in) writes these events' ``content`` and the choice's ``message``
+  as the JSON of a list of Bedrock Converse content blocks (``[{"text": ...}, {"toolUse": {toolUseId,
+  name, input}}, {"toolResult": {toolUseId, status, content}}]``), and names a message holding tool
+  results ``gen_ai.tool.message``; its event loop cycle's choice adds the tool results as ``tool.result``.
 
 The helpers below (roles, text, tool calls, :class:`MessageBuilder`) are shared by the OpenLLMetry
 and Pydantic AI readers, which reuse parts of these shapes.
@@ -23,6 +28,7 @@ and Pydantic AI readers, which reuse parts of these shapes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from itertools import compress
 from typing import Any
@@ -399,10 +405,170 @@ def echoes_tool_call(text: Any, parts: list[Any]) -> bool:
     )
 
 
+# -- Bedrock Converse content blocks -----------------------------------------------------------
+# A message's content as the Bedrock Converse API (and Strands Agents, which follows it) gives it: a
+# list of blocks, each an object with exactly one key, the block's kind, holding a value of this type.
+# The types tell such blocks from records a user or a tool wrote that happen to share a key name.
+BEDROCK_BLOCKS: dict[str, type] = {
+    "text": str,
+    "toolUse": dict,
+    "toolResult": dict,
+    "image": dict,
+    "document": dict,
+    "video": dict,
+    "audio": dict,
+    "searchResult": dict,
+    "reasoningContent": dict,
+    "citationsContent": dict,
+    "guardContent": dict,
+    "cachePoint": dict,
+}
+# The blocks of a toolResult's content (a json block holds any JSON value).
+BEDROCK_RESULT_BLOCKS: dict[str, type] = {
+    "text": str,
+    "json": object,
+    "image": dict,
+    "document": dict,
+    "video": dict,
+    "searchResult": dict,
+}
+# Blocks whose data is not text: named in a tool result's text ("[image]"), as tool_response_of does.
+BEDROCK_MEDIA_BLOCKS = frozenset({"image", "document", "video", "audio", "searchResult"})
+# Strands' event loop cycle span: its choice gives the tool results sent back after the answer.
+CYCLE_TOOL_RESULT = "tool.result"
+
+
+def _block_opening(kinds: Iterable[str]) -> re.Pattern[str]:
+    """How the JSON text of a list of such blocks starts (as JSON encoders write it): tested before
+    parsing, so that text merely starting with "[" is not parsed."""
+    return re.compile(r'\[\s*\{\s*"(?:' + "|".join(map(re.escape, kinds)) + r')"\s*:')
+
+
+_BEDROCK_OPENING = _block_opening(BEDROCK_BLOCKS)
+_BEDROCK_RESULT_OPENING = _block_opening(BEDROCK_RESULT_BLOCKS)
+
+
+def bedrock_blocks(
+    value: Any, kinds: Mapping[str, type] = BEDROCK_BLOCKS, opening: re.Pattern[str] = _BEDROCK_OPENING
+) -> list[dict[str, Any]] | None:
+    """The Bedrock content blocks ``value`` holds (a list, or the JSON text of one), or None. Only a
+    list whose every item is an object with one key, a block kind of ``kinds`` holding a value of
+    its type, counts: a JSON list a user typed ([{"text": "a"}, 3], records of their own, an object
+    with a block kind among other keys) stays text."""
+    if isinstance(value, str):
+        if value[:1] != "[" or opening.match(value) is None:
+            return None
+        value = parse_json(value)
+    if not isinstance(value, list) or not value:
+        return None
+    for block in value:
+        if not isinstance(block, dict) or len(block) != 1:
+            return None
+        for kind, inner in block.items():
+            expected = kinds.get(kind)
+            if expected is None or not isinstance(inner, expected):
+                return None
+    return value
+
+
+def bedrock_result_content(value: Any) -> Any:
+    """A tool result's content: its Bedrock blocks (a list, or the JSON text of one) as text, else
+    ``value`` as given (shown as it is, or as JSON)."""
+    blocks = bedrock_blocks(value, BEDROCK_RESULT_BLOCKS, _BEDROCK_RESULT_OPENING)
+    return value if blocks is None else _result_text(blocks)
+
+
+def _result_text(blocks: list[dict[str, Any]]) -> str:
+    """Text blocks as they are and json blocks as compact JSON, joined with "\\n"; media named."""
+    pieces: list[str] = []
+    for block in blocks:
+        for kind, inner in block.items():
+            if kind == "text":
+                pieces.append(inner)
+            elif kind == "json":
+                pieces.append(as_text(inner) or "null")
+            elif kind in BEDROCK_MEDIA_BLOCKS:
+                pieces.append(f"[{kind}]")
+    return "\n".join(pieces)
+
+
+def _bedrock_text(kind: str, inner: Any) -> str | None:
+    """The visible text of a message block: a text block's; the generated text of a citations block;
+    the text a guardrail was to check (sent to the model too). Media, reasoning and cache points
+    have none."""
+    if kind == "text":
+        return inner if isinstance(inner, str) else None
+    if kind == "citationsContent":
+        generated = inner.get("content")
+        return join_text(generated) if isinstance(generated, list) else None
+    if kind == "guardContent":
+        text = inner.get("text")
+        return text.get("text") if isinstance(text, dict) else None
+    return None
+
+
+def bedrock_tool_call(use: Mapping[str, Any]) -> ToolCall:
+    return ToolCall(
+        name=name_of(use.get("name")) or "",
+        arguments=arguments_of(use.get("input")),
+        id=id_of(use.get("toolUseId")),
+    )
+
+
+def bedrock_tool_result(result: Mapping[str, Any], span_id: bytes) -> Message:
+    content = result.get("content")
+    return tool_message(
+        span_id,
+        id_of(result.get("toolUseId")),
+        None,
+        None if content is None else bedrock_result_content(content),
+        is_error=result.get("status") == "error",
+    )
+
+
+def bedrock_messages(
+    blocks: list[dict[str, Any]],
+    role: Role,
+    span_id: bytes,
+    finish_reason: str | None = None,
+    call_id: str | None = None,
+) -> list[Message]:
+    """A message given as Bedrock content blocks: its text blocks' text joined with "\\n", its toolUse
+    blocks its tool calls, each toolResult block a TOOL message of its own (Bedrock sends tool
+    results in user messages, and Strands names such a message's event ``gen_ai.tool.message``). A
+    TOOL message without toolResult blocks is one result, the blocks its content and ``call_id``
+    the call it answers."""
+    if role is Role.TOOL:
+        if not any("toolResult" in block for block in blocks):
+            return [tool_message(span_id, call_id, None, _result_text(blocks))]
+        role = Role.USER  # any text beside the results is the user's
+    builder = MessageBuilder(span_id, finish_reason)
+    for block in blocks:
+        for kind, inner in block.items():
+            if kind == "toolUse":
+                builder.call(role, bedrock_tool_call(inner))
+            elif kind == "toolResult":
+                builder.add(bedrock_tool_result(inner, span_id))
+            else:
+                text = _bedrock_text(kind, inner)
+                if text is not None:
+                    builder.text(role, text)
+    messages = builder.done()
+    if not messages:
+        # An image or reasoning alone is still a turn (as otel_message keeps such messages).
+        messages.append(Message(role, content=None, span_id=span_id, finish_reason=finish_reason))
+    return messages
+
+
 def plain_message(
     body: Mapping[str, Any], role: Role, span_id: bytes, finish_reason: str | None = None
 ) -> list[Message]:
-    """An OpenAI-shaped message ``{content, tool_calls, id | tool_call_id, name}``."""
+    """An OpenAI-shaped message ``{content, tool_calls, id | tool_call_id, name}``; content given as
+    Bedrock blocks is read as those blocks say (:func:`bedrock_messages`)."""
+    blocks = bedrock_blocks(body.get("content"))
+    if blocks is not None:
+        call_id = id_of(body.get("tool_call_id", body.get("id"))) if role is Role.TOOL else None
+        return bedrock_messages(blocks, role, span_id, finish_reason, call_id)
     content = text_of(body.get("content"), json_parts=True)
     if role is Role.TOOL:
         call_id = id_of(body.get("tool_call_id", body.get("id")))
@@ -500,9 +666,19 @@ def messages_of_events(
 def _choice(body: Mapping[str, Any], span_id: bytes) -> tuple[int, list[Message]]:
     index = body.get("index")
     order = index if isinstance(index, int) and not isinstance(index, bool) else 0
+    blocks = bedrock_blocks(body.get("message"))
+    if blocks is not None:
+        # Strands: the answer's content blocks; an event loop cycle's choice adds the tool results.
+        answer = bedrock_messages(blocks, Role.ASSISTANT, span_id, name_of(body.get("finish_reason")))
+        results = bedrock_blocks(body.get(CYCLE_TOOL_RESULT))
+        return order, answer if results is None else answer + bedrock_messages(results, Role.USER, span_id)
     message = parse_json(body.get("message")) if "message" in body else body
     if isinstance(message, str):
         message = {"content": message}
+    elif isinstance(message, list):
+        # The answer's content given as a list (of parts, or an answer that is a JSON array): read
+        # as content, so that text which is no parts stays the text it came as.
+        message = {"content": body["message"]}
     if not isinstance(message, Mapping):
         message = {}
     if "tool_calls" not in message and "tool_calls" in body:

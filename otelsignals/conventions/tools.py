@@ -12,7 +12,12 @@ operation and tool name but the call in code attributes: each argument as
 as ``code.function.return.value`` with ``code.function.return.type``; no call id. A value is a
 primitive or a list of primitives of one type as given, anything else as JSON text (``null`` for
 None), or as its ``repr`` when it is no dict, list or object with fields; the values are recorded
-only with content capture on, the types always.
+only with content capture on, the types always. strands-agents/sdk-python ``telemetry/tracer.py``
+(without the ``gen_ai_latest_experimental`` opt-in): the call in span events, a
+``gen_ai.tool.message`` event whose ``content`` is the JSON of the tool's input and a closing
+``gen_ai.choice`` event whose ``message`` is the JSON of the result's Bedrock content blocks, each
+with the call id as ``id``; the result's status as ``gen_ai.tool.status`` (``success``/``error``),
+the span itself failing only when the tool raised.
 
 How the tool failed comes from the span itself (status, ``error.type``, exception events, HTTP
 status) via :func:`base.tool_result_of`.
@@ -24,8 +29,8 @@ from typing import Any
 
 import orjson
 
-from otelsignals.conventions.base import SpanReading, SpanView, ToolExecution, tool_result_of
-from otelsignals.conventions.genai import arguments_of, id_of
+from otelsignals.conventions.base import EventView, SpanReading, SpanView, ToolExecution, tool_result_of
+from otelsignals.conventions.genai import arguments_of, bedrock_result_content, id_of
 
 OPERATION = "gen_ai.operation.name"
 TOOL_NAME = "gen_ai.tool.name"
@@ -41,6 +46,13 @@ CODE_RETURN_VALUE = "code.function.return.value"
 CODE_RETURN_TYPE = "code.function.return.type"
 # The shortest parameter value key: the prefix, a one-character name, the suffix.
 _SHORTEST_PARAMETER_KEY = len(CODE_PARAMETER_PREFIX) + 1 + len(CODE_VALUE_SUFFIX)
+# The call as span events (Strands Agents), read when neither the GenAI nor the code attributes hold it.
+ARGUMENTS_EVENT = "gen_ai.tool.message"
+ARGUMENTS_EVENT_KEY = "content"
+RESULT_EVENT = "gen_ai.choice"
+RESULT_EVENT_KEY = "message"
+# The result's status as Strands writes it: "error" when the tool returned a failed result.
+TOOL_STATUS = "gen_ai.tool.status"
 
 
 def is_tool_span(span: SpanView) -> bool:
@@ -109,6 +121,17 @@ def code_result_of(attributes: dict[str, Any]) -> Any:
     return value
 
 
+def call_event_value(events: list[EventView], name: str, key: str, call_id: str | None) -> Any:
+    """``key`` of the latest event ``name`` that holds it and is of this call (its ``id`` absent or
+    the span's call id); None when there is none."""
+    for event in reversed(events):
+        if event.name == name and key in event.attributes:
+            event_id = id_of(event.attributes.get("id"))
+            if event_id is None or call_id is None or event_id == call_id:
+                return event.attributes[key]
+    return None
+
+
 class ToolsReader:
     name = "tools"
     key_prefixes: tuple[str, ...] = ("gen_ai.",)
@@ -121,23 +144,31 @@ class ToolsReader:
         call_id = id_of(attributes.get(CALL_ID))
         raw_arguments = attributes.get(CALL_ARGUMENTS)
         raw_result = attributes.get(CALL_RESULT)
-        # The GenAI attributes win; the code attributes stand in for each one that is absent.
+        # The GenAI attributes win; the code attributes, then the events, stand in for each one that
+        # is absent.
         if raw_arguments is not None:
             arguments = arguments_of(raw_arguments)
         else:
             arguments = code_arguments_of(attributes)
+            if arguments is None and span.events:
+                event_arguments = call_event_value(span.events, ARGUMENTS_EVENT, ARGUMENTS_EVENT_KEY, call_id)
+                arguments = None if event_arguments is None else arguments_of(event_arguments)
         if raw_result is not None:
             result = raw_result
             result_recorded = True
-        else:
+        elif CODE_RETURN_VALUE in attributes or not span.events:
             result = code_result_of(attributes)
             result_recorded = CODE_RETURN_VALUE in attributes
-        execution = ToolExecution(
-            name=name,
-            call_id=call_id,
-            arguments=arguments,
-            result=tool_result_of(span, result, call_id, name),
-        )
+        else:
+            result = call_event_value(span.events, RESULT_EVENT, RESULT_EVENT_KEY, call_id)
+            result_recorded = result is not None
+            result = bedrock_result_content(result)
+        tool_result = tool_result_of(span, result, call_id, name)
+        if not tool_result.is_error and attributes.get(TOOL_STATUS) == "error":
+            # The tool gave back a failed result without raising: the span's status says nothing.
+            tool_result.is_error = True
+            tool_result.error_message = tool_result.content
+        execution = ToolExecution(name=name, call_id=call_id, arguments=arguments, result=tool_result)
         return SpanReading(
             convention=self.name,
             tool_execution=execution,
