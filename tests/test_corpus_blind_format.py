@@ -1,11 +1,11 @@
-"""The three blind corpora (tests/corpus_heldout/, tests/corpus_blind/, tests/corpus_blind3/): schema,
-label placement and coverage.
+"""The four blind corpora (tests/corpus_heldout/, tests/corpus_blind/, tests/corpus_blind3/,
+tests/corpus_blind4/): schema, label placement and coverage.
 
 Same schema and label-placement checks as the main corpus (tests/corpus/checks.py, the labelling rules
 at the top of tests/corpus/support.yaml). Each set was written from the rules alone, without access to
 the detectors, and exists to measure how they generalise: the coverage minimums are each set's own,
 and no precision/recall is asserted here (`python -m tests.corpus_eval --heldout` / `--blind` /
-`--dir tests/corpus_blind3`).
+`--dir tests/corpus_blind3` / `--dir tests/corpus_blind4`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from otelsignals.model import Role
 from otelsignals.signals.taxonomy import LABELLED_LEAF_TYPES
 from tests.corpus import (
     BLIND3_DIR,
+    BLIND4_DIR,
     BLIND_DIR,
     CORPUS_DIR,
     HELDOUT_DIR,
@@ -88,7 +89,29 @@ THIRD = BlindSet(
     header_file="telecom.yaml",
     min_per_interaction_leaf=6,
 )
-SETS = {"heldout": HELDOUT, "blind": SECOND, "blind3": THIRD}
+FOURTH = BlindSet(
+    BLIND4_DIR,
+    "b4-",
+    ("FOURTH BLIND", "2026-12-02"),
+    frozenset(
+        {
+            "automotive_service",
+            "energy_utility",
+            "food_delivery",
+            "gaming_support",
+            "legal_intake",
+            "media_subscriptions",
+        }
+    ),
+    42,
+    6,
+    28,
+    75,
+    True,
+    header_file="automotive_service.yaml",
+    min_per_interaction_leaf=6,
+)
+SETS = {"heldout": HELDOUT, "blind": SECOND, "blind3": THIRD, "blind4": FOURTH}
 CONVERSATIONS = [(name, conv) for name, blind in SETS.items() for conv in load_corpus(blind.directory)]
 RAW_CONVERSATIONS = [(name, raw) for name, blind in SETS.items() for raw in blind.raw]
 
@@ -129,7 +152,7 @@ def test_ids_are_unique_prefixed_and_disjoint_from_the_other_corpora(blind: Blin
     assert all(i.startswith(blind.id_prefix) for i in ids), [
         i for i in ids if not i.startswith(blind.id_prefix)
     ]
-    others = [d for d in (CORPUS_DIR, HELDOUT_DIR, BLIND_DIR, BLIND3_DIR) if d != blind.directory]
+    others = [d for d in (CORPUS_DIR, HELDOUT_DIR, BLIND_DIR, BLIND3_DIR, BLIND4_DIR) if d != blind.directory]
     other_ids = {conv["id"] for d in others for convs in load_raw(d).values() for conv in convs}
     assert not other_ids & set(ids)
 

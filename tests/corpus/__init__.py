@@ -24,6 +24,9 @@ HELDOUT_DIR = CORPUS_DIR.parent / "corpus_heldout"
 BLIND_DIR = CORPUS_DIR.parent / "corpus_blind"
 # The third blind set (2026-12-02): new domains, written from the rules alone (see its telecom.yaml).
 BLIND3_DIR = CORPUS_DIR.parent / "corpus_blind3"
+# The fourth blind set (2026-12-02): six more new domains, written from the rules alone (see its
+# automotive_service.yaml).
+BLIND4_DIR = CORPUS_DIR.parent / "corpus_blind4"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
