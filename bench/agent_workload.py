@@ -12,7 +12,7 @@ shaped as OTel GenAI instrumentations write it (attributes as in tests/fixtures/
     └── INSERT agent_messages       db client span (save the turn)
 
 Every span carries ``gen_ai.conversation.id``. Message text (50–2,000 characters, log-uniform) is
-mixed from sentences of the repository's corpora (tests/corpus*/, otelsignals/demo/), tool calls
+mixed from sentences of the repository's corpora (WORKLOAD_CORPORA, otelsignals/demo/), tool calls
 and results from theirs. Conversations are interleaved: round-robin, in shuffled order, over
 ``--active`` open conversations, a new one starting when one ends. Every request (one whole trace,
 spans in the order an SDK exports them: children first, root last) is encoded before any timing,
@@ -117,6 +117,12 @@ def log(message: str) -> None:
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
+# The corpora the workload's text is drawn from, named: a corpus added later must not change the
+# workload (its figures compare across sessions, and tests/pipeline/test_cold_sessions.py's byte
+# bounds are set on it; the fourth blind corpus, taken in by a glob, changed both).
+WORKLOAD_CORPORA = ("tests/corpus", "tests/corpus_blind", "tests/corpus_blind3", "tests/corpus_heldout")
+
+
 @dataclass
 class TextPool:
     user: list[str] = field(default_factory=list)
@@ -132,7 +138,7 @@ class TextPool:
         user: list[str] = []
         assistant: list[str] = []
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        for path in sorted(ROOT.glob("tests/corpus*/*.yaml")):
+        for path in sorted(path for corpus in WORKLOAD_CORPORA for path in (ROOT / corpus).glob("*.yaml")):
             for conversation in yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or []:
                 for message in conversation.get("messages") or []:
                     role, content = message.get("role"), message.get("content")
