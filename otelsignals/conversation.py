@@ -18,7 +18,7 @@ import itertools
 import operator
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -387,6 +387,14 @@ class ConversationState:
     # Since it went cold, no history has been merged: the next one is read whole (its copies are
     # paired with the held messages by value). Kept past a trace that merges no history.
     resume_pending: bool = False
+    # Held assistant messages a history resent as a run of several (one per part), by position in
+    # the history index counted from the conversation's start: the run's messages, from the history
+    # cache, so that the next history's same run is not joined again (_walk_joining_runs). None
+    # until a conversation has one.
+    joined_runs: dict[int, tuple[Message, ...]] | None = None
+    # Where the latest such walk ended: (history index position from the conversation's start,
+    # history position, the history's message before it).
+    walk_resume: tuple[int, int, Message] | None = None
 
     @classmethod
     def new(cls, key: str) -> ConversationState:
@@ -403,6 +411,7 @@ class ConversationState:
         self.last_inputs = None
         self.shared = SharedValues()
         self.body_positions = {}
+        self.joined_runs = self.walk_resume = None
         # A dict keeps its table's size when keys are deleted: a new one holds only what is left.
         self.detector_memory = {
             key: value for key, value in self.detector_memory.items() if key not in detector_keys
@@ -1261,19 +1270,164 @@ def _first_new_in(state: ConversationState, body: list[Message], snapshot: list[
     An answer recorded as one message with its text and several tool calls may come back in the
     next history as one assistant message per part (OpenAI's Responses API resends each output
     item; openai-agents and others write one message per parallel call). When the history does not
-    line up with the conversation as read, it is read again with each run of consecutive assistant
-    messages as one, and that reading is taken when it lines up."""
+    line up with the conversation as read, it is walked again beside the conversation, where a run
+    of consecutive assistant messages may stand for one held message (:func:`_walk_joining_runs`),
+    and that reading is taken when it reaches the conversation's end."""
     first, aligned = _first_new(state, snapshot)
-    if aligned or not _has_assistant_run(body):
+    if aligned or not body:
         return first
-    units = _assistant_runs(body)
-    joined = [body[start] if end - start == 1 else _joined(body[start:end]) for start, end in units]
-    first_joined, aligned = _first_new(state, fingerprints(joined) + snapshot[len(body) :])
-    if not aligned:
+    starts_with_calls = body[0].role is Role.ASSISTANT and bool(body[0].tool_calls)
+    if not (starts_with_calls or _has_assistant_run(body)):
         return first
-    if first_joined < len(units):
-        return units[first_joined][0]
-    return len(body) + first_joined - len(units)
+    for index, position in _walk_starts(state, body, snapshot, starts_with_calls):
+        walked = _walk_joining_runs(state, body, snapshot, index, position)
+        if walked is not None:
+            return walked
+    return first
+
+
+def _walk_starts(
+    state: ConversationState, body: list[Message], snapshot: list[int], starts_with_calls: bool
+) -> Iterator[tuple[int, int]]:
+    """Where to walk a history beside the history index from, (history index, held position), in
+    order: where the previous walk ended, when this history resends the same messages up to it
+    (the history cache hands back the same objects for a resent prefix only); the start, for a whole
+    history; after a run's last parts a window kept; from where a message the conversation holds
+    comes again (the history's earlier messages being what was trimmed, or part of a run)."""
+    held = state.body_fingerprints
+    resume = state.walk_resume
+    if resume is not None:
+        position, index, last = resume[0] - state.body_trimmed, resume[1], resume[2]
+        if 0 <= position <= len(held) and 0 < index <= len(body) and body[index - 1] is last:
+            yield index, position
+    if not state.body_trimmed and snapshot[0] == state.first_body_fingerprint:
+        yield 0, 0
+    if starts_with_calls:
+        after_tail = _after_tail_of_held_answer(state, body)
+        if after_tail is not None:
+            yield after_tail
+    tried = 0
+    for index in range(min(len(body), _JOINED_START_SCAN)):
+        for position in _held_positions_of(state, body, snapshot, index):
+            if (position == 0 and state.body_trimmed > 0) or all(
+                message.role is Role.ASSISTANT for message in body[:index]
+            ):
+                yield index, position
+            tried += 1
+            if tried >= _JOINED_STARTS_TRIED:
+                return
+
+
+def _after_tail_of_held_answer(state: ConversationState, body: list[Message]) -> tuple[int, int] | None:
+    """A history cut inside the run that stands for a held answer starts with that run's last parts:
+    calls without text, the last calls of one of the conversation's latest answers. Where the
+    history and the history index go on after them; None when the history starts otherwise."""
+    end = 1
+    while end < len(body) and body[end].role is Role.ASSISTANT:
+        end += 1
+    if any(message.content for message in body[:end]):
+        return None
+    tail = [_call_key(call) for message in body[:end] for call in message.tool_calls]
+    if not tail:
+        return None
+    for held in reversed(state.conversation.messages[-_COUNTERPART_WINDOW:]):
+        keys = [_call_key(call) for call in held.tool_calls]
+        whole = len(keys) == len(tail) and not held.content  # not a part: the window holds it all
+        if (
+            held.role is Role.ASSISTANT
+            and len(keys) >= len(tail)
+            and keys[-len(tail) :] == tail
+            and not whole
+        ):
+            known = state.body_positions.get(fingerprint(held))
+            if known is None:
+                return None
+            return end, (known if isinstance(known, int) else known[-1]) + 1
+    return None
+
+
+def _call_key(call: ToolCall) -> object:
+    return call.id or (call.name, _canonical(call.arguments))
+
+
+def _held_positions_of(
+    state: ConversationState, body: list[Message], snapshot: list[int], index: int
+) -> list[int]:
+    """Where the history index holds ``body[index]``, latest first; for the first message of a run of
+    assistant messages, where it holds the run (or its start) read as one."""
+    positions = state.body_positions
+    if body[index].role is Role.ASSISTANT:
+        if index and body[index - 1].role is Role.ASSISTANT:
+            return []  # inside a run: the run is looked for from its first message
+        found: list[int] = []
+        end = index + 1
+        while end < len(body) and body[end].role is Role.ASSISTANT:
+            end += 1
+            known = positions.get(_fingerprint(_joined(body[index:end])))
+            if known is not None:
+                found += reversed((known,) if isinstance(known, int) else known)
+        return found
+    known = positions.get(snapshot[index])
+    if known is None:
+        return []
+    return list(reversed((known,) if isinstance(known, int) else known))
+
+
+_JOINED_START_SCAN = 32  # the history's first messages looked at for one the conversation holds
+_JOINED_STARTS_TRIED = 2  # where a windowed history may start again with a held message
+
+
+def _walk_joining_runs(
+    state: ConversationState, body: list[Message], snapshot: list[int], index: int, position: int
+) -> int | None:
+    """Walk ``snapshot`` from ``index`` beside the conversation's history index from ``position``:
+    equal fingerprints advance both; a held assistant message may also match a run of the body's
+    consecutive assistant messages read as one. The snapshot index where the conversation ends,
+    or None where they part (or the snapshot ends first: an older snapshot, left to the rules
+    before)."""
+    held = state.body_fingerprints
+    joined = state.joined_runs
+    while position < len(held):
+        if index >= len(snapshot):
+            return None
+        if snapshot[index] == held[position]:
+            index, position = index + 1, position + 1
+            continue
+        if index >= len(body) or body[index].role is not Role.ASSISTANT:
+            return None
+        # Matched before: the history cache hands back the same messages for the part resent.
+        run = joined.get(state.body_trimmed + position) if joined is not None else None
+        if run is not None and all(
+            offset + index < len(body) and body[index + offset] is member for offset, member in enumerate(run)
+        ):
+            index, position = index + len(run), position + 1
+            continue
+        end = _run_matching(body, index, held[position])
+        if end is None:
+            return None
+        if joined is None:
+            joined = state.joined_runs = {}
+        joined[state.body_trimmed + position] = tuple(body[index:end])
+        if len(joined) > _JOINED_RUNS_KEPT:
+            del joined[next(iter(joined))]
+        index, position = end, position + 1
+    if 0 < index <= len(body):
+        state.walk_resume = (state.body_trimmed + position, index, body[index - 1])
+    return index
+
+
+_JOINED_RUNS_KEPT = 512  # runs remembered per conversation (their messages are the history cache's)
+
+
+def _run_matching(body: list[Message], start: int, held_fingerprint: int) -> int | None:
+    """The end of the run of assistant messages from ``start`` that, read as one message, has
+    ``held_fingerprint``; None when no prefix of at least two of them does."""
+    end = start + 1
+    while end < len(body) and body[end].role is Role.ASSISTANT:
+        end += 1
+        if _fingerprint(_joined(body[start:end])) == held_fingerprint:
+            return end
+    return None
 
 
 def _has_assistant_run(body: list[Message]) -> bool:
@@ -1281,17 +1435,6 @@ def _has_assistant_run(body: list[Message]) -> bool:
         earlier.role is Role.ASSISTANT and later.role is Role.ASSISTANT
         for earlier, later in itertools.pairwise(body)
     )
-
-
-def _assistant_runs(body: list[Message]) -> list[tuple[int, int]]:
-    """[start, end) of each message of ``body``, a run of consecutive assistant messages as one."""
-    units: list[tuple[int, int]] = []
-    for index, message in enumerate(body):
-        if units and message.role is Role.ASSISTANT and body[units[-1][0]].role is Role.ASSISTANT:
-            units[-1] = (units[-1][0], index + 1)
-        else:
-            units.append((index, index + 1))
-    return units
 
 
 def _joined(run: list[Message]) -> Message:

@@ -778,30 +778,83 @@ def test_assistant_messages_that_do_not_join_into_the_answer_are_kept_as_read(re
     ]
 
 
-def test_two_answers_in_a_row_stay_two_messages():
-    """Joining a run is for comparing only: an agent that spoke twice without a user turn between
-    keeps its two messages, however its histories resend them."""
+def test_two_answers_in_a_row_stay_two_messages_and_a_later_answer_resent_per_part_lines_up():
+    """Joining a run is for comparing only, and run by run: an agent that spoke twice without a user
+    turn between (a hand-off's second agent greeting) keeps its two messages, and a later answer
+    that the next history resends one message per part is still recognised."""
     state = ConversationState.new("c")
-    apply_trace(state, b"t1", [chat(1, [user("Hi")], [assistant("Hello!")])])
-    apply_trace(state, b"t1", [chat(2, [user("Hi"), assistant("Hello!")], [assistant("How can I help?")])])
-    apply_trace(
-        state,
-        b"t2",
-        [
-            chat(
-                3,
-                [user("Hi"), assistant("Hello!"), assistant("How can I help?"), user("Book a room")],
-                [assistant("Done.")],
-            )
-        ],
-    )
-    assert texts(state) == [
-        ("user", "Hi"),
-        ("assistant", "Hello!"),
-        ("assistant", "How can I help?"),
-        ("user", "Book a room"),
-        ("assistant", "Done."),
+    history = [user("Hi")]
+    apply_trace(state, b"t1", [chat(1, history, [assistant("Hello!")])])
+    history.append(assistant("Hello!"))
+    apply_trace(state, b"t1", [chat(2, history, [assistant("How can I help?")])])
+    history += [assistant("How can I help?"), user("Weather in Paris and London?")]
+    apply_trace(state, b"t2", [chat(3, history, [assistant("Let me look both up.", PARIS, LONDON)])])
+    history += [
+        assistant("Let me look both up."),
+        assistant(None, PARIS),
+        assistant(None, LONDON),
+        tool("call_P", "sunny"),
+        tool("call_L", "rainy"),
     ]
+    apply_trace(state, b"t2", [chat(4, history, [assistant("Paris sunny, London rainy.")])])
+    assert _calls_and_texts(state) == [
+        ("user", "Hi", []),
+        ("assistant", "Hello!", []),
+        ("assistant", "How can I help?", []),
+        ("user", "Weather in Paris and London?", []),
+        ("assistant", "Let me look both up.", ["call_P", "call_L"]),
+        ("tool", "sunny", []),
+        ("tool", "rainy", []),
+        ("assistant", "Paris sunny, London rainy.", []),
+    ]
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2], ids=["at-the-run", "inside-the-run", "at-its-last-part"])
+def test_a_window_cut_inside_a_resent_run_adds_only_what_is_new(cut):
+    """A history cut to its latest messages (analyzer.max_messages_per_span) may start inside the
+    run that stands for the held answer: the part of the run it keeps is the answer's."""
+    state = ConversationState.new("c")
+    question = [user("Weather in Paris and London?")]
+    apply_trace(state, b"t1", [chat(1, question, [assistant("Let me look both up.", PARIS, LONDON)])])
+    resent = [
+        assistant("Let me look both up."),
+        assistant(None, PARIS),
+        assistant(None, LONDON),
+        tool("call_P", "sunny"),
+        tool("call_L", "rainy"),
+    ]
+    apply_trace(state, b"t1", [chat(2, resent[cut:], [assistant("Paris sunny, London rainy.")])])
+    assert [m.content for m in state.conversation.messages] == [
+        "Weather in Paris and London?",
+        "Let me look both up.",
+        "sunny",
+        "rainy",
+        "Paris sunny, London rainy.",
+    ]
+
+
+def test_a_run_lined_up_once_is_not_joined_again_when_the_same_messages_come_back(monkeypatch):
+    """The history cache hands back the same message objects for the part of a history resent: a
+    run already paired with its held answer is taken as it is, and the walk resumes where the
+    previous one ended, so a long conversation resent per part is not joined again run by run."""
+    state = ConversationState.new("c")
+    history: list[Message] = []
+    for turn in range(6):
+        history.append(user(f"Weather, round {turn}?"))
+        calls = [ToolCall("get_weather", {"city": c, "round": turn}, id=f"c{turn}{c}") for c in "PL"]
+        apply_trace(state, b"t", [chat(10 * turn, list(history), [assistant("Looking.", *calls)])])
+        history += [assistant("Looking."), *(assistant(None, c) for c in calls)]
+        history += [tool(c.id, "ok") for c in calls]
+        apply_trace(state, b"t", [chat(10 * turn + 1, list(history), [assistant(f"Done {turn}.")])])
+        history.append(assistant(f"Done {turn}."))
+    joins = []
+    monkeypatch.setattr(
+        conversation_module, "_joined", lambda run: joins.append(run) or Message(Role.ASSISTANT)
+    )
+    apply_trace(state, b"u", [chat(100, [*history, user("Thanks!")], [assistant("Bye.")])])
+    assert joins == []
+    assert len(state.conversation.messages) == 6 * 5 + 2
+    assert sum(len(m.tool_calls) for m in state.conversation.messages) == 12
 
 
 def test_a_resent_history_with_its_system_prompt_read_anew_is_split_for_its_new_part_only():

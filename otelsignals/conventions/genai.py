@@ -738,10 +738,28 @@ class GenAiReader:
             convention=self.name,
             input_messages=inputs,
             output_messages=outputs,
-            llm_call=None if operation in AGENT_OPERATIONS else llm_call_of(span),
+            llm_call=llm_call_of(span) if _is_model_call(span, operation) else None,
             content_captured=has_content(inputs) or has_content(outputs),
             tool_definitions=tool_definitions(span.attributes.get(TOOL_DEFINITIONS)),
         )
+
+
+def _is_model_call(span: SpanView, operation: str | None) -> bool:
+    """A span with messages is a model call unless it is an agent's, or it names neither an
+    operation nor a model: a record of the conversation (Strands Agents' event-loop cycle spans
+    carry its messages and enclose its chat spans, which arrive in another part of the trace when
+    the cycle ran tools for seconds)."""
+    if operation in AGENT_OPERATIONS:
+        return False
+    return operation is not None or any(span.attributes.get(key) is not None for key in _MODEL_EVIDENCE)
+
+
+_MODEL_EVIDENCE = (
+    "gen_ai.request.model",
+    "gen_ai.response.model",
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens",
+)
 
 
 GENAI_READER = GenAiReader()

@@ -950,3 +950,33 @@ def test_a_langchain_anthropic_turn_is_kept_once() -> None:
         (Role.TOOL, "sunny, 21C"),
         (Role.ASSISTANT, "It is sunny in Paris."),
     ]
+
+
+_HELLO_EVENTS = [
+    ("gen_ai.user.message", {"content": "hi"}),
+    ("gen_ai.choice", {"message": json.dumps({"role": "assistant", "content": "hello"})}),
+]
+
+
+@pytest.mark.parametrize(
+    ("attributes", "is_model_call"),
+    [
+        ({"gen_ai.operation.name": "chat"}, True),
+        ({"gen_ai.operation.name": "text_completion", "gen_ai.request.model": "gpt-4o"}, True),
+        # No operation named, but a model or its usage: an instrumentation that leaves the name out.
+        ({"gen_ai.request.model": "claude-3-5-sonnet"}, True),
+        ({"gen_ai.usage.input_tokens": 120}, True),
+        # Agents' spans, and spans that name neither an operation nor a model (Strands Agents' event
+        # loop cycles, which carry the conversation and enclose the model calls): no model call.
+        ({"gen_ai.operation.name": "invoke_agent"}, False),
+        ({"gen_ai.system": "strands-agents", "event_loop.cycle_id": "1"}, False),
+        ({}, False),
+    ],
+)
+def test_a_span_with_messages_is_a_model_call_when_it_names_an_operation_or_a_model(
+    attributes, is_model_call
+):
+    reading = GENAI_READER.read(make_span(attributes, _HELLO_EVENTS, name="span"))
+    assert reading is not None
+    assert [m.content for m in reading.input_messages + reading.output_messages] == ["hi", "hello"]
+    assert (reading.llm_call is not None) is is_model_call
