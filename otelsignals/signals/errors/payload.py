@@ -276,7 +276,14 @@ RESULT_KEYS = frozenset(
 COUNT_KEYS = frozenset(
     {
         "count", "total", "total_count", "totalcount", "total_results", "totalresults", "num_results",
-        "result_count", "resultcount", "size",
+        "result_count", "resultcount",
+    }
+)  # fmt: skip
+# Lists whose emptiness is good news, not a search that found nothing: {"conflicts": [], "count": 0}.
+PROBLEM_LIST_KEYS = frozenset(
+    {
+        "errors", "conflicts", "violations", "vulnerabilities", "warnings", "failures", "alerts",
+        "incidents", "problems", "findings", "defects", "outages",
     }
 )  # fmt: skip
 EMPTY_TEXT_MAX_CHARS = 300
@@ -328,11 +335,14 @@ def _empty_json(stripped: str) -> str | None:
 def _counted_nothing(node: dict[str, Any]) -> bool:
     """A list under a name of its own, empty, and a count of 0 beside it ({"slots": [], "count": 0}).
     Every list must be empty and the count must be a number: {"count": 0} alone is an answer (no
-    unread messages), not a search that found nothing."""
+    unread messages), not a search that found nothing; and so is an empty list of problems
+    ({"conflicts": [], "count": 0}: none found is good news). A page size is no count."""
     lists = [value for value in node.values() if isinstance(value, list)]
     counts = [value for key, value in node.items() if str(key).lower() in COUNT_KEYS]
+    listed = [str(key).lower() for key, value in node.items() if isinstance(value, list)]
     return (
         bool(lists)
+        and not all(key in PROBLEM_LIST_KEYS for key in listed)
         and not any(lists)
         and any(type(count) is int and count == 0 for count in counts)
         and not any(type(count) is int and count != 0 for count in counts)
