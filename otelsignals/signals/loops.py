@@ -3,9 +3,12 @@
 Loops look at the sequence of tool calls: the ASSISTANT messages'
 ``tool_calls``, or, for a call no assistant message carried (content not captured), the TOOL
 message's ``tool_result.name`` / ``arguments``. A USER message ends every run — a call the user asks
-for again after a good answer is not the agent looping — unless the last result failed or came back
-empty ("yes, try again please" continues the loop). The open runs (and the previous call's
-arguments as shown) live in ``ctx.memory``, so detection is incremental across traces.
+for again after a good answer, or after doing something themselves ("I restarted the router, check
+again"), is not the agent looping — unless it says the last attempt did not do it: the last result
+failed or came back empty ("yes, try again please"), or the user's words report the problem still
+there, complain, correct or restate the request ("still nothing. send it again?", "you've checked
+the server 3 times", :data:`_STILL_UNRESOLVED`). The open runs (and the previous call's arguments as
+shown) live in ``ctx.memory``, so detection is incremental across traces.
 
 - ``retry``: the same tool with identical canonical arguments (JSON, keys sorted) ≥ 3 times in a
   row. Unknown arguments (not captured) never count as identical.
@@ -54,6 +57,7 @@ from otelsignals.signals.errors import (
     content_is_error,
     result_failed,
 )
+from otelsignals.signals.phrase_analysis import analysis_of
 from otelsignals.signals.taxonomy import (
     OSCILLATION,
     PARAMETER_DRIFT,
@@ -189,8 +193,7 @@ def _emit(found: dict[int, SignalInstance], instance: SignalInstance) -> None:
 
 def _loop_detector(leaf: str, step: Any) -> Detector:
     """Run ``step(ctx, state, index, call, after_unsatisfying)`` over the call sequence; ``call`` None
-    ends the runs. A USER message ends them unless the last result failed or was empty (the user
-    saying "try again" continues the loop)."""
+    ends the runs. A USER message ends them only when the user moved on (:func:`_moves_on`)."""
     key = memory_key(leaf, "state")
     next_key = memory_key(leaf, PROGRESS)
 
@@ -204,7 +207,7 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
                     state["unsatisfied"] = bool(payload)
                     continue
                 if kind == "user":
-                    if state.get("unsatisfied"):
+                    if not _moves_on(ctx, index, bool(state.get("unsatisfied"))):
                         continue
                     instance = step(ctx, state, index, None, False)
                 else:
@@ -224,6 +227,22 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
                 ctx.memory[key] = state
 
     return detect
+
+
+def _moves_on(ctx: DetectionContext, index: int, after_unsatisfying: bool) -> bool:
+    """Whether the user message ``ctx.messages[index]`` ends the loops under way: the last result was
+    a good one and the user's words (when captured) do not say the attempt failed them."""
+    if after_unsatisfying:
+        return False
+    text = ctx.messages[index].content
+    if not isinstance(text, str):
+        return True
+    hits = analysis_of(ctx, text).hits
+    return not any(hits.get(signal) for signal in _STILL_UNRESOLVED)
+
+
+# What a user turn says when the agent's last attempt did not do it.
+_STILL_UNRESOLVED = (tx.NEGATIVE_STANCE, tx.CORRECTION, tx.REPHRASE, tx.ESCALATION, tx.PERSISTS)
 
 
 def _snippet(name: str, canonical: str | None) -> str:

@@ -33,6 +33,12 @@ from tests.signals.tool_conversations import (
 # --- loops.retry ---------------------------------------------------------------------------------------
 
 
+def moved_on(messages: list[Message]) -> list[Message]:
+    """``messages`` with a first user message that says the user is satisfied and moves on (a turn
+    that does not complain ends the loops under way)."""
+    return [user("Thanks, that's what I needed."), *messages[1:]]
+
+
 RETRY_POSITIVES: list[tuple[list[Message], int]] = [
     (repeated("get_weather", [{"city": "Paris"}] * 3), 5),
     (
@@ -76,8 +82,8 @@ RETRY_NEAR_MISSES: list[list[Message]] = [
     repeated("get_weather", [{"city": "Paris"}, {"city": "Paris"}, {"city": "Paris", "units": "F"}]),
     [
         *repeated("get_weather", [{"city": "Paris"}] * 2),
-        *repeated("get_weather", [{"city": "Paris"}]),
-    ],  # user between
+        *moved_on(repeated("get_weather", [{"city": "Paris"}])),
+    ],  # the user moved on between
     [*repeated("a", [{"x": 1}] * 2), *exchange("b", {"x": 1}, "ok"), *exchange("a", {"x": 1}, "ok")],
     repeated("get_weather", [None] * 3),  # arguments not captured: unknown is not identical
     [user(), *(tool("ok", name="fetch", arguments=None, call_id=f"t{i}") for i in range(3))],
@@ -112,26 +118,41 @@ def test_retry_near_misses(messages: list[Message]) -> None:
     assert not of_type(run(messages, EXECUTION_DETECTORS), tx.RETRY)
 
 
-def test_a_retry_continues_across_try_again_after_failures_but_not_after_success() -> None:
+def _inventory_checks(between: str | None, is_error: bool) -> list[Message]:
+    """Two identical calls (failed, or answered well), a user message, and a third identical call."""
     args = {"sku": "DY-V15", "store": "Austin"}
-    failing = [
+    result = None if is_error else '{"qty": 3}'
+    return [
         user("in stock?"),
-        *exchange("check_inventory", args, None, is_error=True, error_type="JSONDecodeError"),
-        *exchange("check_inventory", args, None, is_error=True, error_type="TimeoutError"),
-        Message(Role.ASSISTANT, "The inventory system is having trouble. Try again?"),
-        user("yes try again please"),
+        *exchange("check_inventory", args, result, is_error=is_error),
+        *exchange("check_inventory", args, result, is_error=is_error),
+        Message(Role.ASSISTANT, "Checked twice."),
+        Message(Role.USER, between),
         *exchange("check_inventory", args, '{"qty": 3}'),
     ]
-    assert [(i.type, i.message_index) for i in of_type(run(failing), tx.RETRY)] == [(tx.RETRY, 7)]
-    succeeding = [
-        user("in stock?"),
-        *exchange("check_inventory", args, '{"qty": 3}'),
-        *exchange("check_inventory", args, '{"qty": 3}'),
-        Message(Role.ASSISTANT, "3 in stock."),
-        user("and now?"),
-        *exchange("check_inventory", args, '{"qty": 2}'),
-    ]
-    assert not of_type(run(succeeding), tx.RETRY)
+
+
+@pytest.mark.parametrize(
+    ("between", "is_error", "fires"),
+    [
+        # The user's turn says the last attempt did not do it: the loop goes on through it.
+        ("yes try again please", True, True),
+        ("still nothing. send it again?", False, True),
+        ("that's wrong, I said the Austin store", False, True),
+        ("this is useless, same answer again", False, True),
+        # After a good answer, a turn that does not complain is a request of its own, even for the
+        # same call: asked again, re-checked after the user acted, or the user moved on satisfied.
+        ("and now?", False, False),
+        ("I restarted the router, can you check again?", False, False),
+        ("great, thanks! and now?", False, False),
+        # Text not captured: a good last result ends the run, a failed one does not.
+        (None, False, False),
+        (None, True, True),
+    ],
+)
+def test_a_user_turn_continues_a_loop_when_the_last_attempt_did_not_do_it(between, is_error, fires) -> None:
+    found = [(i.type, i.message_index) for i in of_type(run(_inventory_checks(between, is_error)), tx.RETRY)]
+    assert found == ([(tx.RETRY, 7)] if fires else [])
 
 
 def test_two_identical_calls_are_not_a_retry_three_are() -> None:
@@ -309,7 +330,7 @@ DRIFT_NEAR_MISSES: list[list[Message]] = [
     repeated("web_search", ["cheap flights paris", "cheap flights to paris"]),  # only two
     [
         *repeated("s", ["cheap flights paris", "cheap flights to paris"]),
-        *repeated("s", ["cheap flights to paris june"]),
+        *moved_on(repeated("s", ["cheap flights to paris june"])),
     ],
     repeated("web_search", ["how to reset password", "how to change email", "how to delete account"]),
     repeated("lookup", [{"email": "alice@x.com"}, {"email": "bob@x.com"}, {"email": "carol@x.com"}]),
@@ -484,7 +505,7 @@ OSCILLATION_NEAR_MISSES: list[list[Message]] = [
     alternating("ABCABC"),
     alternating("AAAAAA"),
     alternating("ABACAB"),
-    [*alternating("ABAB"), *alternating("ABAB")],  # a user message between
+    [*alternating("ABAB"), *moved_on(alternating("ABAB"))],  # the user moved on between
     alternating("ABABCBCB"),
     [user(), *(tool("ok", name=None, call_id=f"t{i}") for i in range(6))],
 ]
@@ -546,7 +567,7 @@ SIGNATURE_OSCILLATION_NEAR_MISSES: list[list[Message]] = [
     lookups("123123"),  # three signatures in turn
     lookups("112233"),
     lookups("111111"),  # identical: a retry
-    [*lookups("121"), *lookups("212")],  # a user message between
+    [*lookups("121"), *moved_on(lookups("212"))],  # the user moved on between
     # known only from tool spans without arguments: unknown arguments are never alike
     [user(), *(tool("ok", name="get_details_by_id", call_id=f"t{i}") for i in range(6))],
 ]
