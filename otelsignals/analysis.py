@@ -18,6 +18,7 @@ from otelsignals.signals.base import (
     moved_numbers,
 )
 from otelsignals.signals.detect import detect, renumber_memory
+from otelsignals.signals.outcome import standing_report
 from otelsignals.triage import NO_PRIORITY, AgentBaselines, Priority, Shape, priority
 
 SNIPPET_LIMIT = 200
@@ -173,7 +174,7 @@ def rank(state: ConversationState, conversation_score: Score, baselines: AgentBa
     if baselines is not None:
         baselines.record(conversation.agent_id, conversation.key, shape)
     handoff = next((s.metadata for s in reversed(state.recent_signals) if s.type == tx.HANDOFF), None)
-    state.priority = priority(conversation_score, shape, handoff)
+    state.priority = priority(conversation_score, shape, handoff, standing_report(state.detector_memory))
     return state.priority
 
 

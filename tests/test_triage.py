@@ -241,3 +241,43 @@ def test_an_agent_whose_turns_usually_end_on_tools_gets_no_cut_off_term(
 ) -> None:
     shape = Shape(3, 2, 4, 3, cut_off_turns=1, usual_cut_off_share=usual_share)
     assert ("cut_off_turns" in priority(scored(), shape).terms) is counted
+
+
+@pytest.mark.parametrize(
+    ("last_word", "raised"),
+    [("Restarted. Nothing changed.", True), ("Restarted, and it works now! Thank you.", False)],
+)
+def test_the_pipeline_ranks_with_the_report_the_users_last_word_leaves_standing(last_word, raised) -> None:
+    """Through the analyzer, as the sidecar runs it: one trace per turn, each model call resending
+    the history (analysis.rank hands the standing report to the priority)."""
+    import json
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from otelsignals.offline import traces_in_time_order
+    from otelsignals.pipeline.analyzer import Analyzer
+    from otelsignals.telemetry import Telemetry
+    from tests.pipeline.test_conversation_key import _span
+
+    said = [*TROUBLESHOOTING, ("user", last_word)]
+    request = ExportTraceServiceRequest()
+    spans = request.resource_spans.add().scope_spans.add().spans
+    user_turns = [index for index, (role, _) in enumerate(said) if role == "user"]
+    for trace, at in enumerate(user_turns, start=1):
+        history = [
+            {"role": role, "parts": [{"type": "text", "content": text}]} for role, text in said[: at + 1]
+        ]
+        attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.conversation.id": "phone-1",
+            "gen_ai.input.messages": json.dumps(history),
+            "gen_ai.output.messages": json.dumps(
+                [{"role": "assistant", "parts": [{"type": "text", "content": "Let me look into it."}]}]
+            ),
+        }
+        spans.append(_span(trace, trace * 100, "chat", attributes))
+    analyzer = Analyzer(Telemetry(60))
+    for trace in traces_in_time_order([request]):
+        analyzer.process(trace)
+    (state,) = list(analyzer.sessions)
+    assert ("problem_persists" in state.priority.terms) is raised
