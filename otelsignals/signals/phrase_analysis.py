@@ -113,6 +113,9 @@ class GroupSpec:
     # a bare acknowledgement ("got it", "I see"): confirmation only when the agent's last answer did
     # not refuse or give bad news (see detect_confirmation)
     acknowledgement: bool = False
+    # an irony marker ("🙃"): it counts (as its signal) only beside thanks or praise and no success,
+    # and then takes their place ("thanks so much for all your help 🙃" is no gratitude)
+    ironic: bool = False
     opening_positives: tuple[str, ...] = ()  # sent as the first message: must fire the group
     opening_near_misses: tuple[str, ...] = ()  # sent as the first message: must fire nothing of it
 
@@ -127,6 +130,9 @@ class PhraseLibrary:
     # context cues (the YAML's ``cues``): third_party, agent (in user text), bad_news (in the agent's)
     cues: PhraseMatcher | None = None
     cue_examples: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    # characters that mark a message as ironic ("🙃"): its thanks and praise are then no satisfaction
+    # (the ``ironic`` groups, see _ironic); looked for as plain substrings, only when such a group hit
+    irony_markers: tuple[str, ...] = ()
 
     def signal_of(self, group: str) -> str:
         return self.groups[group].signal
@@ -184,6 +190,7 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             bool(entry.get("unless_plain_question", False)),
             bool(entry.get("unless_asking", False)),
             bool(entry.get("acknowledgement", False)),
+            bool(entry.get("ironic", False)),
             tuple(entry.get("opening_positives", ())),
             tuple(entry.get("opening_near_misses", ())),
         )
@@ -225,7 +232,8 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
         if cue_groups
         else None
     )
-    return PhraseLibrary(matcher, specs, praise, cues, examples)
+    irony_markers = strings(data.get("irony_markers"), "irony_markers")
+    return PhraseLibrary(matcher, specs, praise, cues, examples, irony_markers)
 
 
 THIRD_PARTY = "third_party"  # someone or something else caused the trouble ("the courier", "got delayed")
@@ -299,6 +307,9 @@ def analyse_text(text: str) -> TextAnalysis:
         accepted = [m for m in accepted if not groups[m.group].with_praise]
         if _sarcastic(text, accepted, library):
             accepted += [m for m in trouble if not asked(text, m.start, m.end)]
+    irony = [m for m in accepted if groups[m.group].ironic]
+    if irony:
+        accepted = _ironic(text, accepted, irony, library)
     if any(_complains(groups[m.group]) for m in accepted):
         accepted = [m for m in accepted if not groups[m.group].unless_complaining]
     if any(groups[m.group].signal in SATISFACTION for m in accepted):
@@ -331,6 +342,19 @@ def analysis_of(ctx: DetectionContext, text: str) -> TextAnalysis:
 
 
 _ANALYSES = "interaction.analyses"
+
+
+def _ironic(text: str, accepted: list[Match], irony: list[Match], library: PhraseLibrary) -> list[Match]:
+    """The hits of a message with thanks or praise that an ``ironic`` group also matched: with an irony
+    marker in the message and no success, the thanks and praise are irony and the ironic hits count
+    in their place ("thanks so much for all your help 🙃"); else the ironic hits count for nothing."""
+    groups = library.groups
+    rest = [m for m in accepted if not groups[m.group].ironic]
+    if not any(marker in text for marker in library.irony_markers) or any(
+        groups[m.group].signal == tx.SUCCESS for m in rest
+    ):
+        return rest
+    return [m for m in rest if groups[m.group].signal not in (tx.GRATITUDE, tx.CONFIRMATION)] + irony
 
 
 def _sarcastic(text: str, accepted: list[Match], library: PhraseLibrary) -> bool:

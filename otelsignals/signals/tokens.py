@@ -32,6 +32,7 @@ EMOJI_WORDS = {
     "\U0001f44c": "okhand",
     "\U0001f64f": "foldedhands",  # 🙏 thanks
     "\U0001f64c": "raisedhands",  # 🙌 hooray
+    "\U0001f643": "upsidedownface",  # 🙃 irony (phrases/disengagement.yaml, group irony)
 }
 
 
