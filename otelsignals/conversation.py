@@ -716,9 +716,9 @@ def apply_trace(
                     0 if held is None else definition_characters(held)
                 )
 
-    # A model-call span that encloses another is a library's view of the same request (LangChain's
-    # ChatOpenAI span over the OpenAI client's, both instrumented): the innermost one is the call.
-    wrappers = _ancestors([v for v, _ in model_calls], parents) if len(model_calls) > 1 else set()
+    # A model-call span that is the parent of another is a library's view of the same request
+    # (LangChain's ChatOpenAI span over the OpenAI client's, both instrumented): the inner one is the call.
+    wrappers = {v.parent_span_id for v, _ in model_calls} if len(model_calls) > 1 else set()
     llm_calls = [r.llm_call for v, r in model_calls if r.llm_call is not None and v.span_id not in wrappers]
     for call in llm_calls:
         # Kept as long as the conversation: the trace's id and the model's name held once, not once
