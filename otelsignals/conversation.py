@@ -1273,6 +1273,9 @@ def _first_new_in(state: ConversationState, body: list[Message], snapshot: list[
     line up with the conversation as read, it is walked again beside the conversation, where a run
     of consecutive assistant messages may stand for one held message (:func:`_walk_joining_runs`),
     and that reading is taken when it reaches the conversation's end."""
+    resumed = _resumed_walk(state, body, snapshot)
+    if resumed is not None:
+        return resumed
     first, aligned = _first_new(state, snapshot)
     if aligned or not body:
         return first
@@ -1295,13 +1298,13 @@ def _walk_starts(
     history; after a run's last parts a window kept; from where a message the conversation holds
     comes again (the history's earlier messages being what was trimmed, or part of a run)."""
     held = state.body_fingerprints
-    resume = state.walk_resume
-    if resume is not None:
-        position, index, last = resume[0] - state.body_trimmed, resume[1], resume[2]
-        if 0 <= position <= len(held) and 0 < index <= len(body) and body[index - 1] is last:
-            yield index, position
     if not state.body_trimmed and snapshot[0] == state.first_body_fingerprint:
         yield 0, 0
+    if state.body_trimmed:
+        # A whole history of a conversation trimmed to its latest messages: where the kept part starts.
+        start = _start_of_kept(body, snapshot, held[0])
+        if start is not None:
+            yield start, 0
     if starts_with_calls:
         after_tail = _after_tail_of_held_answer(state, body)
         if after_tail is not None:
@@ -1316,6 +1319,36 @@ def _walk_starts(
             tried += 1
             if tried >= _JOINED_STARTS_TRIED:
                 return
+
+
+def _resumed_walk(state: ConversationState, body: list[Message], snapshot: list[int]) -> int | None:
+    """The previous walk's end, when this history resends the same messages up to it (the history
+    cache hands back the same objects for a resent prefix only): the rest walked from there. Tried
+    before the other rules, which would fail on a history resent per part after a linear search."""
+    resume = state.walk_resume
+    if resume is None:
+        return None
+    position, index, last = resume[0] - state.body_trimmed, resume[1], resume[2]
+    if 0 <= position <= len(state.body_fingerprints) and 0 < index <= len(body) and body[index - 1] is last:
+        return _walk_joining_runs(state, body, snapshot, index, position)
+    return None
+
+
+def _start_of_kept(body: list[Message], snapshot: list[int], first_kept: int) -> int | None:
+    """Where in the history the conversation's first kept message comes (trim() dropped the ones
+    before): by its fingerprint, else as the start of a run of assistant messages read as one."""
+    try:
+        return snapshot.index(first_kept, 0, len(body))
+    except ValueError:
+        pass
+    for index, message in enumerate(body):
+        if (
+            message.role is Role.ASSISTANT
+            and (index == 0 or body[index - 1].role is not Role.ASSISTANT)
+            and _run_matching(body, index, first_kept) is not None
+        ):
+            return index
+    return None
 
 
 def _after_tail_of_held_answer(state: ConversationState, body: list[Message]) -> tuple[int, int] | None:

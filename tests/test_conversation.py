@@ -833,6 +833,31 @@ def test_a_window_cut_inside_a_resent_run_adds_only_what_is_new(cut):
     ]
 
 
+@pytest.mark.parametrize("cold", [False, True], ids=["warm", "gone-cold-once"])
+def test_a_trimmed_conversation_resent_per_part_stays_one_copy(cold):
+    """Trimmed to its latest messages (sessions.max_messages), a conversation whose histories resend
+    each answer per part still lines up: the walk starts where the kept part starts in the history,
+    also after going cold (when the previous walk's end is forgotten). Before, every call from the
+    first trim on appended the whole history again."""
+    state = ConversationState.new("c")
+    history: list[Message] = []
+    for turn in range(30):
+        history.append(user(f"Weather, round {turn}?"))
+        calls = [ToolCall("get_weather", {"city": c, "round": turn}, id=f"c{turn}{c}") for c in "PL"]
+        apply_trace(state, b"t", [chat(10 * turn, list(history), [assistant("Looking.", *calls)])])
+        history += [assistant("Looking."), *(assistant(None, c) for c in calls)]
+        history += [tool(c.id, "ok") for c in calls]
+        apply_trace(state, b"t", [chat(10 * turn + 1, list(history), [assistant(f"Done {turn}.")])])
+        history.append(assistant(f"Done {turn}."))
+        state.trim(40)
+        if cold and turn == 20:
+            state.go_cold(())
+    conversation = state.conversation
+    assert conversation.message_offset + len(conversation.messages) == 30 * 5
+    users = [m.content for m in conversation.messages if m.role is Role.USER]
+    assert len(users) == len(set(users))
+
+
 def test_a_run_lined_up_once_is_not_joined_again_when_the_same_messages_come_back(monkeypatch):
     """The history cache hands back the same message objects for the part of a history resent: a
     run already paired with its held answer is taken as it is, and the walk resumes where the
