@@ -5,10 +5,12 @@ Loops look at the sequence of tool calls: the ASSISTANT messages'
 message's ``tool_result.name`` / ``arguments``. A USER message ends every run — a call the user asks
 for again after a good answer, or after doing something themselves ("I restarted the router, check
 again"), is not the agent looping — unless it says the last attempt did not do it: the last result
-failed or came back empty ("yes, try again please"), or the user's words report the problem still
-there, complain, correct or restate the request ("still nothing. send it again?", "you've checked
-the server 3 times", :data:`_STILL_UNRESOLVED`). The open runs (and the previous call's arguments as
-shown) live in ``ctx.memory``, so detection is incremental across traces.
+failed or came back empty ("yes, try again please"), or the user's words complain, correct or
+restate the request ("that's wrong, I said the Austin store", "you've checked the server 3 times",
+:data:`_STILL_UNRESOLVED`). A report that the problem persists alone does not: "I restarted the
+phone. Still no signal." reports the user's own step, and the agent rightly checks again. The open
+runs (and the previous call's arguments as shown) live in ``ctx.memory``, so detection is
+incremental across traces.
 
 - ``retry``: the same tool with identical canonical arguments (JSON, keys sorted) ≥ 3 times in a
   row. Unknown arguments (not captured) never count as identical.
@@ -241,8 +243,10 @@ def _moves_on(ctx: DetectionContext, index: int, after_unsatisfying: bool) -> bo
     return not any(hits.get(signal) for signal in _STILL_UNRESOLVED)
 
 
-# What a user turn says when the agent's last attempt did not do it.
-_STILL_UNRESOLVED = (tx.NEGATIVE_STANCE, tx.CORRECTION, tx.REPHRASE, tx.ESCALATION, tx.PERSISTS)
+# What a user turn says when the agent's last attempt did not do it. Not a report that the problem
+# persists: in a troubleshooting script the user reports each step of their own ("I restarted the
+# phone. Still no signal.") and the agent rightly checks the line again.
+_STILL_UNRESOLVED = (tx.NEGATIVE_STANCE, tx.CORRECTION, tx.REPHRASE, tx.ESCALATION)
 
 
 def _snippet(name: str, canonical: str | None) -> str:

@@ -137,13 +137,13 @@ def _inventory_checks(between: str | None, is_error: bool) -> list[Message]:
     [
         # The user's turn says the last attempt did not do it: the loop goes on through it.
         ("yes try again please", True, True),
-        ("still nothing. send it again?", False, True),
         ("that's wrong, I said the Austin store", False, True),
         ("this is useless, same answer again", False, True),
         # After a good answer, a turn that does not complain is a request of its own, even for the
         # same call: asked again, re-checked after the user acted, or the user moved on satisfied.
         ("and now?", False, False),
         ("I restarted the router, can you check again?", False, False),
+        ("I restarted the phone. Still no signal.", False, False),  # the user's own step reported
         ("great, thanks! and now?", False, False),
         # Text not captured: a good last result ends the run, a failed one does not.
         (None, False, False),
