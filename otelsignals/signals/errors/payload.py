@@ -4,6 +4,7 @@ unmistakably an error, and whether a successful result found nothing."""
 from __future__ import annotations
 
 import ast
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -279,11 +280,16 @@ COUNT_KEYS = frozenset(
         "result_count", "resultcount",
     }
 )  # fmt: skip
-# Lists whose emptiness is good news, not a search that found nothing: {"conflicts": [], "count": 0}.
-PROBLEM_LIST_KEYS = frozenset(
+# Words of a list's name that make its emptiness good news, not a search that found nothing
+# ({"conflicts": [], "count": 0}, {"fraud_alerts": []}, {"failed_jobs": []}): any word of the name.
+PROBLEM_LIST_WORDS = frozenset(
     {
-        "errors", "conflicts", "violations", "vulnerabilities", "warnings", "failures", "alerts",
-        "incidents", "problems", "findings", "defects", "outages",
+        "error", "errors", "conflict", "conflicts", "violation", "violations", "vulnerabilities",
+        "warning", "warnings", "failure", "failures", "failing", "failed", "alert", "alerts", "incident",
+        "incidents", "problem", "problems", "finding", "findings", "defect", "defects", "outage",
+        "outages", "hold", "holds", "delay", "delays", "bug", "bugs", "issue", "issues", "overdue",
+        "pending", "blocked", "blockers", "dispute", "disputes", "chargebacks", "exceptions", "flags",
+        "flagged", "unpaid", "missing", "risks", "complaints", "cancellations",
     }
 )  # fmt: skip
 EMPTY_TEXT_MAX_CHARS = 300
@@ -332,6 +338,11 @@ def _empty_json(stripped: str) -> str | None:
     return None
 
 
+def _key_words(key: str) -> list[str]:
+    """The words of a JSON key: snake_case, kebab-case and camelCase split (fraudAlerts → fraud, alerts)."""
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).lower().replace("-", "_").split("_")
+
+
 def _counted_nothing(node: dict[str, Any]) -> bool:
     """A list under a name of its own, empty, and a count of 0 beside it ({"slots": [], "count": 0}).
     Every list must be empty and the count must be a number: {"count": 0} alone is an answer (no
@@ -339,10 +350,10 @@ def _counted_nothing(node: dict[str, Any]) -> bool:
     ({"conflicts": [], "count": 0}: none found is good news). A page size is no count."""
     lists = [value for value in node.values() if isinstance(value, list)]
     counts = [value for key, value in node.items() if str(key).lower() in COUNT_KEYS]
-    listed = [str(key).lower() for key, value in node.items() if isinstance(value, list)]
+    listed = [str(key) for key, value in node.items() if isinstance(value, list)]
     return (
         bool(lists)
-        and not all(key in PROBLEM_LIST_KEYS for key in listed)
+        and not any(PROBLEM_LIST_WORDS.intersection(_key_words(key)) for key in listed)
         and not any(lists)
         and any(type(count) is int and count == 0 for count in counts)
         and not any(type(count) is int and count != 0 for count in counts)
