@@ -100,7 +100,8 @@ def best_report(text: str, analysis: TextAnalysis) -> tuple[float, Match] | None
     hits = analysis.hits.get(tx.PERSISTS)
     if not hits:
         return None
-    successes = analysis.hits.get(tx.SUCCESS)
+    # A success or a confirmation after it takes it back ("the flight still shows on time, perfect").
+    successes = [*analysis.hits.get(tx.SUCCESS, ()), *analysis.hits.get(tx.CONFIRMATION, ())]
     last_success = max(m.start for m in successes) if successes else -1
     kept = [
         m

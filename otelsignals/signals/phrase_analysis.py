@@ -133,6 +133,7 @@ class PhraseLibrary:
     # characters that mark a message as ironic ("🙃"): its thanks and praise are then no satisfaction
     # (the ``ironic`` groups, see _ironic); looked for as plain substrings, only when such a group hit
     irony_markers: tuple[str, ...] = ()
+    irony_cancelled_by: tuple[str, ...] = ()  # words of a user laughing at themself: no irony then
 
     def signal_of(self, group: str) -> str:
         return self.groups[group].signal
@@ -233,7 +234,8 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
         else None
     )
     irony_markers = strings(data.get("irony_markers"), "irony_markers")
-    return PhraseLibrary(matcher, specs, praise, cues, examples, irony_markers)
+    irony_cancelled_by = strings(data.get("irony_cancelled_by"), "irony_cancelled_by")
+    return PhraseLibrary(matcher, specs, praise, cues, examples, irony_markers, irony_cancelled_by)
 
 
 THIRD_PARTY = "third_party"  # someone or something else caused the trouble ("the courier", "got delayed")
@@ -345,14 +347,18 @@ _ANALYSES = "interaction.analyses"
 
 
 def _ironic(text: str, accepted: list[Match], irony: list[Match], library: PhraseLibrary) -> list[Match]:
-    """The hits of a message with thanks or praise that an ``ironic`` group also matched: with an irony
-    marker in the message and no success, the thanks and praise are irony and the ironic hits count
-    in their place ("thanks so much for all your help 🙃"); else the ironic hits count for nothing."""
+    """The hits of a message with praise of the help that an ``ironic`` group matched: with an irony
+    marker in the message, no success and no word of the user laughing at themself, the thanks and
+    praise are irony and the ironic hits count in their place ("thanks so much for all your help
+    🙃"); else the ironic hits count for nothing."""
     groups = library.groups
     rest = [m for m in accepted if not groups[m.group].ironic]
     if not any(marker in text for marker in library.irony_markers) or any(
         groups[m.group].signal == tx.SUCCESS for m in rest
     ):
+        return rest
+    lowered = text.lower()
+    if any(word in lowered for word in library.irony_cancelled_by):
         return rest
     return [m for m in rest if groups[m.group].signal not in (tx.GRATITUDE, tx.CONFIRMATION)] + irony
 
