@@ -833,6 +833,18 @@ def test_a_window_cut_inside_a_resent_run_adds_only_what_is_new(cut):
     ]
 
 
+def _turn_resent_per_part(state: ConversationState, history: list[Message], turn: int) -> None:
+    """One user turn of two model calls: the first answers with a text and two calls, the second's
+    history resends that answer one message per part (as the Responses API does); ``history`` grows."""
+    history.append(user(f"Weather, round {turn}?"))
+    calls = [ToolCall("get_weather", {"city": c, "round": turn}, id=f"c{turn}{c}") for c in "PL"]
+    apply_trace(state, b"t", [chat(10 * turn, list(history), [assistant("Looking.", *calls)])])
+    history += [assistant("Looking."), *(assistant(None, c) for c in calls)]
+    history += [tool(c.id, "ok") for c in calls]
+    apply_trace(state, b"t", [chat(10 * turn + 1, list(history), [assistant(f"Done {turn}.")])])
+    history.append(assistant(f"Done {turn}."))
+
+
 @pytest.mark.parametrize("cold", [False, True], ids=["warm", "gone-cold-once"])
 def test_a_trimmed_conversation_resent_per_part_stays_one_copy(cold):
     """Trimmed to its latest messages (sessions.max_messages), a conversation whose histories resend
@@ -842,13 +854,7 @@ def test_a_trimmed_conversation_resent_per_part_stays_one_copy(cold):
     state = ConversationState.new("c")
     history: list[Message] = []
     for turn in range(30):
-        history.append(user(f"Weather, round {turn}?"))
-        calls = [ToolCall("get_weather", {"city": c, "round": turn}, id=f"c{turn}{c}") for c in "PL"]
-        apply_trace(state, b"t", [chat(10 * turn, list(history), [assistant("Looking.", *calls)])])
-        history += [assistant("Looking."), *(assistant(None, c) for c in calls)]
-        history += [tool(c.id, "ok") for c in calls]
-        apply_trace(state, b"t", [chat(10 * turn + 1, list(history), [assistant(f"Done {turn}.")])])
-        history.append(assistant(f"Done {turn}."))
+        _turn_resent_per_part(state, history, turn)
         state.trim(40)
         if cold and turn == 20:
             state.go_cold(())
@@ -865,13 +871,7 @@ def test_a_run_lined_up_once_is_not_joined_again_when_the_same_messages_come_bac
     state = ConversationState.new("c")
     history: list[Message] = []
     for turn in range(6):
-        history.append(user(f"Weather, round {turn}?"))
-        calls = [ToolCall("get_weather", {"city": c, "round": turn}, id=f"c{turn}{c}") for c in "PL"]
-        apply_trace(state, b"t", [chat(10 * turn, list(history), [assistant("Looking.", *calls)])])
-        history += [assistant("Looking."), *(assistant(None, c) for c in calls)]
-        history += [tool(c.id, "ok") for c in calls]
-        apply_trace(state, b"t", [chat(10 * turn + 1, list(history), [assistant(f"Done {turn}.")])])
-        history.append(assistant(f"Done {turn}."))
+        _turn_resent_per_part(state, history, turn)
     joins = []
     monkeypatch.setattr(
         conversation_module, "_joined", lambda run: joins.append(run) or Message(Role.ASSISTANT)
