@@ -1293,10 +1293,9 @@ def _walk_starts(
     state: ConversationState, body: list[Message], snapshot: list[int], starts_with_calls: bool
 ) -> Iterator[tuple[int, int]]:
     """Where to walk a history beside the history index from, (history index, held position), in
-    order: where the previous walk ended, when this history resends the same messages up to it
-    (the history cache hands back the same objects for a resent prefix only); the start, for a whole
-    history; after a run's last parts a window kept; from where a message the conversation holds
-    comes again (the history's earlier messages being what was trimmed, or part of a run)."""
+    order: the start, for a whole history; where the first message kept comes, for a conversation
+    trimmed; after a run's last parts a window kept; from where a message the conversation holds
+    comes again (the history's earlier messages being part of a run a window cut)."""
     held = state.body_fingerprints
     if not state.body_trimmed and snapshot[0] == state.first_body_fingerprint:
         yield 0, 0
@@ -1365,7 +1364,8 @@ def _after_tail_of_held_answer(state: ConversationState, body: list[Message]) ->
         return None
     for held in reversed(state.conversation.messages[-_COUNTERPART_WINDOW:]):
         keys = [_call_key(call) for call in held.tool_calls]
-        whole = len(keys) == len(tail) and not held.content  # not a part: the window holds it all
+        # not a part: the window holds it all (the stored text: a compacted one is not expanded)
+        whole = len(keys) == len(tail) and not stored_message_text(held)
         if (
             held.role is Role.ASSISTANT
             and len(keys) >= len(tail)
