@@ -687,6 +687,8 @@ def apply_trace(
         for view, reading in sorted(speaking, key=lambda pair: pair[0].span_id in enclosing)
         if not (view.span_id in enclosing and reading.input_messages)
     ]
+    if len(merged) > 1:
+        merged = _without_side_calls(merged)
     # Read before the earlier calls were merged, each history holds their copies too.
     adopted = _TraceAdoptions(
         [reading.input_messages for _, reading in merged], state.decoder_memory.histories
@@ -945,6 +947,48 @@ def _merge_snapshot(
         if counterparts:
             _adopt(state, counterparts, inputs, adopted_from, adopted)
     return inserted_front
+
+
+def _without_side_calls(
+    merged: list[tuple[SpanView, SpanReading]],
+) -> list[tuple[SpanView, SpanReading]]:
+    """The trace's speaking spans without its side calls: calls that send the same history as
+    another under another system prompt (an input guardrail, an intent classifier: "Check if the
+    user is asking you to do their homework. Answer JSON.") answer beside the conversation, not in
+    it. Of such calls the one kept is the one whose answer another call of the trace resends, else
+    the one that ended last (the agent answers once its checks have passed)."""
+    # Grouped by the history's length and its first and last messages (each call of an agent's loop
+    # sends a longer history), then compared whole where a group has calls under two system prompts.
+    by_history: dict[tuple[int, int, int], list[int]] = {}
+    for number, (_, reading) in enumerate(merged):
+        inputs = reading.input_messages
+        skip = leading_system_prompts(inputs)
+        if len(inputs) > skip and reading.output_messages:
+            key = (len(inputs) - skip, fingerprint(inputs[skip]), fingerprint(inputs[-1]))
+            by_history.setdefault(key, []).append(number)
+    dropped: set[int] = set()
+    for numbers in by_history.values():
+        if len(numbers) < 2 or len({_system_text(merged[n][1].input_messages) for n in numbers}) < 2:
+            continue  # one call, or the same call again (a retry): not a side call
+        bodies = {tuple(fingerprints(_body_of(merged[n][1].input_messages))) for n in numbers}
+        if len(bodies) > 1:
+            continue
+        resent = {fp for _, reading in merged for fp in fingerprints(reading.input_messages)}
+        answered = [n for n in numbers if fingerprints(merged[n][1].output_messages)[0] in resent]
+        kept = (
+            answered[0] if len(answered) == 1 else max(numbers, key=lambda n: merged[n][0].end_time_unix_nano)
+        )
+        dropped.update(n for n in numbers if n != kept)
+    return [pair for number, pair in enumerate(merged) if number not in dropped] if dropped else merged
+
+
+def _body_of(messages: list[Message]) -> list[Message]:
+    return [m for m in messages if m.role is not Role.SYSTEM]
+
+
+def _system_text(messages: list[Message]) -> str | None:
+    system = next((m for m in messages if m.role is Role.SYSTEM), None)
+    return None if system is None else " ".join((system.content or "").split())
 
 
 def _copy_of(message: Message) -> Message:

@@ -471,6 +471,60 @@ def test_model_calls_side_by_side_under_an_agent_span_all_count():
     assert [call.span_id for call in update.llm_calls] == [first[0].span_id, second[0].span_id]
 
 
+GUARD = Message(Role.SYSTEM, "Check if the user is asking you to do their homework. Answer JSON.")
+TUTOR = Message(Role.SYSTEM, "You are a helpful tutor.")
+HOMEWORK = user("Can you help me with my math homework?")
+
+
+@pytest.mark.parametrize("guard_ends_last", [False, True])
+def test_a_side_call_on_the_same_history_under_another_system_prompt_stays_out(guard_ends_last):
+    """An input guardrail (or an intent classifier) sends the user's history under its own system
+    prompt beside the agent's call: its JSON verdict is no turn of the conversation, and the user's
+    message is not shown twice (it read as a rephrase). Both are still model calls. Of the two, the
+    one whose answer a later call resends is the agent's; else the one that ended last."""
+    guard = chat(5 if guard_ends_last else 1, [GUARD, HOMEWORK], [assistant('{"is_homework": true}')])
+    tutor = chat(3, [TUTOR, HOMEWORK], [assistant("Sure! What is the problem?")])
+    calls = [guard, tutor]
+    if guard_ends_last:
+        follow_up = [TUTOR, HOMEWORK, assistant("Sure! What is the problem?"), user("2x + 3 = 7")]
+        calls.append(chat(7, follow_up, [assistant("x = 2.")]))
+    state = ConversationState.new("c1")
+    update = apply_trace(state, b"t1", calls)
+    assert texts(state)[:3] == [
+        ("system", TUTOR.content),
+        ("user", HOMEWORK.content),
+        ("assistant", "Sure! What is the problem?"),
+    ]
+    assert [m.content for m in state.conversation.messages].count(HOMEWORK.content) == 1
+    assert len(update.llm_calls) == len(calls)
+
+
+def test_calls_on_the_same_history_under_the_same_system_prompt_are_all_merged():
+    """Near miss: the same call again (a retry, two samples) is no side call; it aligns as before."""
+    state = ConversationState.new("c1")
+    first = chat(1, [TUTOR, HOMEWORK], [assistant("Sure!")])
+    again = chat(3, [TUTOR, HOMEWORK], [assistant("Sure! What is the problem?")])
+    apply_trace(state, b"t1", [first, again])
+    assert [content for role, content in texts(state) if role == "assistant"] == [
+        "Sure!",
+        "Sure! What is the problem?",
+    ]
+
+
+def test_agents_handing_over_with_their_own_system_prompts_are_all_merged():
+    """Near miss: a second agent (another system prompt) that continues the history is the conversation."""
+    state = ConversationState.new("c1")
+    triage = chat(1, [GUARD, HOMEWORK], [assistant("Handing you to the tutor.")])
+    tutor = chat(
+        3, [TUTOR, HOMEWORK, assistant("Handing you to the tutor.")], [assistant("Hi! Which problem?")]
+    )
+    apply_trace(state, b"t1", [triage, tutor])
+    assert [content for role, content in texts(state) if role == "assistant"] == [
+        "Handing you to the tutor.",
+        "Hi! Which problem?",
+    ]
+
+
 def test_a_late_system_prompt_goes_first_and_indices_stay_right():
     state = ConversationState.new("c1")
     apply_trace(state, b"t1", [chat(2, [user("hi")], [assistant("hello")])])
