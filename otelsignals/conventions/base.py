@@ -24,7 +24,7 @@ import xxhash
 
 from otelsignals.conventions.decoding import AttributeOrigin, EventView, Utf8Text
 from otelsignals.conventions.indexed import Fill, Locate, indexed_groups
-from otelsignals.model import LlmCall, Message, ToolResult
+from otelsignals.model import LlmCall, Message, Role, ToolCall, ToolResult
 
 STATUS_UNSET, STATUS_ERROR = 0, 2  # OTLP Status.code values read here (1 is OK)
 _TOOL_RESULT = attrgetter("tool_result")
@@ -409,3 +409,43 @@ def link_tool_names(messages: list[Message], start: int = 0) -> None:
             break
     for result in unnamed:
         result.name = names.get(result.call_id)
+    if len(names) < len(wanted):
+        _name_by_order(messages, start)
+
+
+def _name_by_order(messages: list[Message], start: int) -> None:
+    """Results whose call ids match no call of the history, named after the calls just before them
+    that no result's id names, in order, when there are as many of each: an instrumentation that
+    writes the calls' item ids and the results' call ids (OpenLLMetry's Responses API wrapper: calls
+    ``fc_…``, results ``call_…``). Anything else (a call cut off by a window, results and calls of
+    different counts) stays unnamed."""
+    answered = {
+        m.tool_result.call_id for m in messages if m.tool_result is not None and m.tool_result.call_id
+    }
+    called = {call.id for m in messages for call in m.tool_calls if call.id}
+    index = max(start, 0)
+    while index < len(messages):
+        if messages[index].role is not Role.TOOL:
+            index += 1
+            continue
+        end = index
+        while end < len(messages) and messages[end].role is Role.TOOL:
+            end += 1
+        orphans = [
+            result
+            for m in messages[index:end]
+            if (result := m.tool_result) is not None
+            and result.name is None
+            and result.call_id
+            and result.call_id not in called
+        ]
+        calls: list[ToolCall] = []
+        before = index - 1
+        while before >= 0 and messages[before].role is Role.ASSISTANT:
+            calls[:0] = messages[before].tool_calls
+            before -= 1
+        unanswered = [call for call in calls if call.id not in answered]
+        if orphans and len(orphans) == len(unanswered):
+            for result, call in zip(orphans, unanswered, strict=True):
+                result.name = call.name
+        index = end
