@@ -1555,17 +1555,39 @@ def _first_new(state: ConversationState, snapshot: list[int]) -> tuple[int, bool
     # conversation that ends with its latest user message or answer.
     spoken = state.last_spoken
     if spoken >= 0:
-        for index in range(len(snapshot) - 1, -1, -1):
-            if snapshot[index] == held[spoken] and _is_subsequence(snapshot[:index], held[:spoken]):
-                # What follows the latest message may be held too (the tool steps of this turn).
-                matched, position = index + 1, spoken + 1
-                while (
-                    matched < len(snapshot) and position < len(held) and snapshot[matched] == held[position]
-                ):
-                    matched, position = matched + 1, position + 1
-                return matched, False
+        found = _resent_as_subset(held, snapshot, spoken)
+        if found is not None:
+            return found, False
+    # The same, the history leaving out the conversation's latest messages: a side call's answer the
+    # conversation took in (a title, a summary), which the agent's next history does not carry.
+    # (At least one earlier message must come with it: a new turn alone that repeats a recent message,
+    # "yes" again, is new.)
+    for position in range(len(held) - 2, max(-1, len(held) - 1 - _OMITTED_LATEST), -1):
+        if position != spoken:
+            found = _resent_as_subset(held, snapshot, position, with_earlier=True)
+            if found is not None:
+                return found, False
     # Nothing in common: an API that sends only the new turn.
     return 0, False
+
+
+_OMITTED_LATEST = 4  # of the conversation's latest messages, how many a resent history may leave out
+
+
+def _resent_as_subset(
+    held: list[int], snapshot: list[int], position: int, with_earlier: bool = False
+) -> int | None:
+    """Where the snapshot's new messages start when it repeats, in order, a subset of the
+    conversation up to ``held[position]`` ending with that message (``with_earlier``: and at least
+    one message before it); None when it does not."""
+    for index in range(len(snapshot) - 1, 0 if with_earlier else -1, -1):
+        if snapshot[index] == held[position] and _is_subsequence(snapshot[:index], held[:position]):
+            # What follows that message may be held too (the tool steps of this turn).
+            matched, position = index + 1, position + 1
+            while matched < len(snapshot) and position < len(held) and snapshot[matched] == held[position]:
+                matched, position = matched + 1, position + 1
+            return matched
+    return None
 
 
 def _spoken(message: Message) -> bool:

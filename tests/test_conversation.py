@@ -499,6 +499,53 @@ def test_a_side_call_on_the_same_history_under_another_system_prompt_stays_out(g
     assert len(update.llm_calls) == len(calls)
 
 
+def test_a_history_that_leaves_out_a_side_answer_the_conversation_took_in_adds_only_its_new_turn():
+    """A title call continues the history under its own prompt, so its answer joins the conversation;
+    the agent's next history does not carry it. That history still lines up (a subset of the
+    conversation, in order, ending with one of its latest messages): before, the whole history was
+    appended again, the user's question shown twice (a rephrase) and the answer too (repetition)."""
+    title = Message(Role.SYSTEM, "Write a 3-word title for this chat.")
+    answer = "Sure! What is the problem?"
+    state = ConversationState.new("c1")
+    apply_trace(
+        state,
+        b"t1",
+        [
+            chat(1, [TUTOR, HOMEWORK], [assistant(answer)]),
+            chat(3, [title, HOMEWORK, assistant(answer)], [assistant("Math homework help")]),
+        ],
+    )
+    apply_trace(
+        state,
+        b"t2",
+        [chat(5, [TUTOR, HOMEWORK, assistant(answer), user("2x + 3 = 7")], [assistant("x = 2.")])],
+    )
+    assert texts(state) == [
+        ("system", TUTOR.content),
+        ("user", HOMEWORK.content),
+        ("assistant", answer),
+        ("assistant", "Math homework help"),
+        ("user", "2x + 3 = 7"),
+        ("assistant", "x = 2."),
+    ]
+
+
+def test_a_new_turn_alone_that_repeats_a_recent_message_is_new():
+    """Near miss: an API that sends only the new turn, the user saying "yes" again: no earlier
+    message comes with it, so it is not taken for a resent one."""
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", [chat(1, [user("Shall I book it?")], [assistant("Book the 9:40?")])])
+    apply_trace(state, b"t2", [chat(2, [user("yes")], [assistant("Which seat?")])])
+    apply_trace(state, b"t3", [chat(3, [user("window")], [assistant("Pay now?")])])
+    apply_trace(state, b"t4", [chat(4, [user("yes")], [assistant("Booked.")])])
+    assert [content for role, content in texts(state) if role == "user"] == [
+        "Shall I book it?",
+        "yes",
+        "window",
+        "yes",
+    ]
+
+
 def test_calls_on_the_same_history_under_the_same_system_prompt_are_all_merged():
     """Near miss: the same call again (a retry, two samples) is no side call; it aligns as before."""
     state = ConversationState.new("c1")

@@ -94,23 +94,25 @@ def test_an_answer_repeated_word_for_word_is_adopted_at_its_own_position():
 
 
 def test_a_history_that_no_longer_aligns_does_not_show_a_message_twice():
-    """Another agent's history in the same conversation breaks the alignment: the first agent's next
-    history is shown again whole, and the messages the cache hands back are copied, not reused."""
+    """Another agent's exchange in the same conversation, longer than the latest messages a resent
+    history may leave out (conversation._OMITTED_LATEST), breaks the alignment: the first agent's
+    next history is shown again whole, and the messages the cache hands back are copied, not reused."""
     state = ConversationState.new("c")
     first = [user("plan the trip to Lisbon")]
     apply_trace(state, b"t1", [chat(state, first, "Day one" + DETAILS)])
     first += [assistant("Day one" + DETAILS), user("add a day in Sintra")]
     apply_trace(state, b"t2", [chat(state, first, "Day two" + DETAILS)])
-    apply_trace(state, b"t3", [chat(state, [user("book the hotel in Lisbon")], "Booked" + DETAILS)])
+    other = [user("book the hotel in Lisbon"), assistant("Which dates?"), user("May 3 to 5")]
+    apply_trace(state, b"t3", [chat(state, other, "Booked" + DETAILS)])
     first += [assistant("Day two" + DETAILS), user("and a day in Porto")]
     apply_trace(state, b"t4", [chat(state, first, "Day three" + DETAILS)])
     messages = state.conversation.messages
-    assert len(messages) == 12
+    assert len(messages) == 14
     assert len({id(message) for message in messages}) == len(messages)
     # The first answer shown again is a copy with a text of its own: one string held by both messages
     # would keep either from being compacted.
-    assert messages[7].content == messages[1].content
-    assert stored_message_text(messages[7]) is not stored_message_text(messages[1])
+    assert messages[9].content == messages[1].content
+    assert stored_message_text(messages[9]) is not stored_message_text(messages[1])
 
 
 def test_a_system_prompt_put_in_front_keeps_the_retries_on_the_right_messages():
