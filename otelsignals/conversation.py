@@ -955,8 +955,9 @@ def _without_side_calls(
     """The trace's speaking spans without its side calls: calls that send the same history as
     another under another system prompt (an input guardrail, an intent classifier: "Check if the
     user is asking you to do their homework. Answer JSON.") answer beside the conversation, not in
-    it. Of such calls the one kept is the one whose answer another call of the trace resends, else
-    the one that ended last (the agent answers once its checks have passed)."""
+    it, when the agent's call among them is known: the one whose answer another call of the trace
+    resends (its tool step, the next call of its loop). Otherwise all are merged: which call ends
+    last, or which prompt came first, tells nothing (guardrails run beside the agent's call)."""
     # Grouped by the history's length and its first and last messages (each call of an agent's loop
     # sends a longer history), then compared whole where a group has calls under two system prompts.
     by_history: dict[tuple[int, int, int], list[int]] = {}
@@ -975,10 +976,8 @@ def _without_side_calls(
             continue
         resent = {fp for _, reading in merged for fp in fingerprints(reading.input_messages)}
         answered = [n for n in numbers if fingerprints(merged[n][1].output_messages)[0] in resent]
-        kept = (
-            answered[0] if len(answered) == 1 else max(numbers, key=lambda n: merged[n][0].end_time_unix_nano)
-        )
-        dropped.update(n for n in numbers if n != kept)
+        if len(answered) == 1:  # else nothing tells which is the agent's: all are merged, as read
+            dropped.update(n for n in numbers if n != answered[0])
     return [pair for number, pair in enumerate(merged) if number not in dropped] if dropped else merged
 
 
@@ -1320,7 +1319,7 @@ def _first_new_in(state: ConversationState, body: list[Message], snapshot: list[
     resumed = _resumed_walk(state, body, snapshot)
     if resumed is not None:
         return resumed
-    first, aligned = _first_new(state, snapshot)
+    first, aligned = _first_new(state, snapshot, body)
     if aligned or not body:
         return first
     starts_with_calls = body[0].role is Role.ASSISTANT and bool(body[0].tool_calls)
@@ -1521,7 +1520,7 @@ def _joined(run: list[Message]) -> Message:
     return Message(Role.ASSISTANT, " ".join(texts) if texts else None, tool_calls=calls)
 
 
-def _first_new(state: ConversationState, snapshot: list[int]) -> tuple[int, bool]:
+def _first_new(state: ConversationState, snapshot: list[int], body: list[Message]) -> tuple[int, bool]:
     """Index of the first snapshot message the conversation does not hold yet, and whether the
     snapshot lined up with the conversation as it was read (whole, as an older snapshot, or as a
     window of its latest messages) rather than by a looser reading (a condensed history) or not
@@ -1560,11 +1559,13 @@ def _first_new(state: ConversationState, snapshot: list[int]) -> tuple[int, bool
             return found, False
     # The same, the history leaving out the conversation's latest messages: a side call's answer the
     # conversation took in (a title, a summary), which the agent's next history does not carry.
-    # (At least one earlier message must come with it: a new turn alone that repeats a recent message,
-    # "yes" again, is new.)
+    # Only the history before its latest user message is looked in, and at least one earlier message
+    # must come with the one found: the new turn (a repeated "yes", an answer that repeats an earlier
+    # failure) is new, whatever it repeats.
+    resent = snapshot[: max((i for i, m in enumerate(body) if m.role is Role.USER), default=0)]
     for position in range(len(held) - 2, max(-1, len(held) - 1 - _OMITTED_LATEST), -1):
         if position != spoken:
-            found = _resent_as_subset(held, snapshot, position, with_earlier=True)
+            found = _resent_as_subset(held, resent, position, with_earlier=True)
             if found is not None:
                 return found, False
     # Nothing in common: an API that sends only the new turn.

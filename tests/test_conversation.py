@@ -479,24 +479,35 @@ HOMEWORK = user("Can you help me with my math homework?")
 @pytest.mark.parametrize("guard_ends_last", [False, True])
 def test_a_side_call_on_the_same_history_under_another_system_prompt_stays_out(guard_ends_last):
     """An input guardrail (or an intent classifier) sends the user's history under its own system
-    prompt beside the agent's call: its JSON verdict is no turn of the conversation, and the user's
-    message is not shown twice (it read as a rephrase). Both are still model calls. Of the two, the
-    one whose answer a later call resends is the agent's; else the one that ended last."""
+    prompt beside the agent's call: when a later call of the trace resends the agent's answer (the
+    next call of its loop), the guardrail's JSON verdict is no turn of the conversation and the
+    user's message is not shown twice (it read as a rephrase), however the calls are ordered in
+    time. Both are still model calls."""
     guard = chat(5 if guard_ends_last else 1, [GUARD, HOMEWORK], [assistant('{"is_homework": true}')])
     tutor = chat(3, [TUTOR, HOMEWORK], [assistant("Sure! What is the problem?")])
-    calls = [guard, tutor]
-    if guard_ends_last:
-        follow_up = [TUTOR, HOMEWORK, assistant("Sure! What is the problem?"), user("2x + 3 = 7")]
-        calls.append(chat(7, follow_up, [assistant("x = 2.")]))
+    follow_up = [TUTOR, HOMEWORK, assistant("Sure! What is the problem?"), user("2x + 3 = 7")]
+    calls = [guard, tutor, chat(7, follow_up, [assistant("x = 2.")])]
     state = ConversationState.new("c1")
     update = apply_trace(state, b"t1", calls)
-    assert texts(state)[:3] == [
+    assert texts(state) == [
         ("system", TUTOR.content),
         ("user", HOMEWORK.content),
         ("assistant", "Sure! What is the problem?"),
+        ("user", "2x + 3 = 7"),
+        ("assistant", "x = 2."),
     ]
-    assert [m.content for m in state.conversation.messages].count(HOMEWORK.content) == 1
-    assert len(update.llm_calls) == len(calls)
+    assert len(update.llm_calls) == 3
+
+
+def test_side_calls_whose_agent_call_is_not_known_are_all_merged():
+    """Near miss: no later call resends either answer (a turn answered in text): which call ended
+    last tells nothing (guardrails run beside the agent's first call and often end after it), so
+    both answers are kept rather than the agent's lost."""
+    guard = chat(5, [GUARD, HOMEWORK], [assistant('{"is_homework": true}')])
+    tutor = chat(3, [TUTOR, HOMEWORK], [assistant("Sure! What is the problem?")])
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", [tutor, guard])
+    assert ("assistant", "Sure! What is the problem?") in texts(state)
 
 
 def test_a_history_that_leaves_out_a_side_answer_the_conversation_took_in_adds_only_its_new_turn():
@@ -544,6 +555,22 @@ def test_a_new_turn_alone_that_repeats_a_recent_message_is_new():
         "window",
         "yes",
     ]
+
+
+def test_a_new_turn_whose_answer_repeats_an_earlier_failure_is_new():
+    """An API that sends only the new turn; the user asks again and the agent fails again in the
+    same words: the repeated request and the repeated failure are the turn, not a resent history (a
+    reviewer's regression of the subset rule, which took the answer for a resent message)."""
+    state = ConversationState.new("c1")
+    turns = [
+        ("cancel my order", "Which order?"),
+        ("1182", "Sorry, something went wrong."),
+        ("what happened?", "The order service timed out."),
+        ("cancel my order", "Sorry, something went wrong."),
+    ]
+    for number, (said, answer) in enumerate(turns):
+        apply_trace(state, b"t%d" % number, [chat(number, [TUTOR, user(said)], [assistant(answer)])])
+    assert [content for role, content in texts(state) if role != "system"] == [m for t in turns for m in t]
 
 
 def test_calls_on_the_same_history_under_the_same_system_prompt_are_all_merged():
