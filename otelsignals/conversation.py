@@ -395,6 +395,8 @@ class ConversationState:
     # Where the latest such walk ended: (history index position from the conversation's start,
     # history position, the history's message before it).
     walk_resume: tuple[int, int, Message] | None = None
+    # When the latest span whose messages were merged ended (its end time, ns): see _merge_snapshot.
+    merged_until: int = 0
 
     @classmethod
     def new(cls, key: str) -> ConversationState:
@@ -693,12 +695,16 @@ def apply_trace(
     adopted = _TraceAdoptions(
         [reading.input_messages for _, reading in merged], state.decoder_memory.histories
     )
-    for number, (_, reading) in enumerate(merged):
+    for number, (view, reading) in enumerate(merged):
         adopted.catch_up(number)
         has_history = bool(reading.input_messages)
+        # A call that starts after the latest merged one ended is a new call, whatever it repeats
+        # (one that overlaps it, or started before, may be a copy or a late one).
+        new_call = 0 < state.merged_until <= view.start_time_unix_nano
         inserted_front += _merge_snapshot(
-            state, reading.input_messages, reading.output_messages, adopted, resumed and has_history
+            state, reading.input_messages, reading.output_messages, adopted, resumed and has_history, new_call
         )
+        state.merged_until = max(state.merged_until, view.end_time_unix_nano)
         if has_history:  # read with the history cache from now on
             resumed = state.resume_pending = False
     start += inserted_front
@@ -888,11 +894,15 @@ def _merge_snapshot(
     outputs: list[Message],
     adopted: _TraceAdoptions,
     resumed: bool = False,
+    new_call: bool = False,
 ) -> int:
     """Append the part of a snapshot (a call's history and answer) the conversation does not hold
     yet; ``adopted`` gathers the trace's adoptions for the histories merged after it. ``resumed``:
-    the first merge since the conversation went cold, whose history was read whole. Returns 1 when a
-    system prompt was put in front of messages already held (their indices moved by one), else 0."""
+    the first merge since the conversation went cold, whose history was read whole. ``new_call``:
+    the call started after the conversation's latest one ended, so its turn is new even when the
+    conversation holds its every message already (a user's "yes" answered "Done." again, in an API
+    that sends only the new turn). Returns 1 when a system prompt was put in front of messages
+    already held (their indices moved by one), else 0."""
     # Resumed, the history was read whole: the copies of what the conversation holds are paired by
     # value below and give way, so only what is new to it is shared (once its start is known).
     split, read_from = _split_inputs(state, inputs, share=not resumed)
@@ -911,7 +921,7 @@ def _merge_snapshot(
         else:
             state.append(system)
     if body:
-        first = _first_new_in(state, split.body, split.fingerprints + fingerprints(answer))
+        first = _first_new_of_call(state, split.body, split.fingerprints + fingerprints(answer), new_call)
         if resumed:
             state.shared.share(reversed(split.body[first:]))
         messages = state.conversation.messages
@@ -947,6 +957,18 @@ def _merge_snapshot(
         if counterparts:
             _adopt(state, counterparts, inputs, adopted_from, adopted)
     return inserted_front
+
+
+def _first_new_of_call(
+    state: ConversationState, body: list[Message], snapshot: list[int], new_call: bool
+) -> int:
+    """:func:`_first_new_in`; but a new call whose every message the conversation holds already
+    says its turn again: from the history's latest user message (the user said it again), else from
+    its answer."""
+    first = _first_new_in(state, body, snapshot)
+    if new_call and first >= len(snapshot):
+        return next((i for i in range(len(body) - 1, -1, -1) if body[i].role is Role.USER), len(body))
+    return first
 
 
 def _without_side_calls(

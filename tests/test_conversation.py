@@ -573,6 +573,20 @@ def test_a_new_turn_whose_answer_repeats_an_earlier_failure_is_new():
     assert [content for role, content in texts(state) if role != "system"] == [m for t in turns for m in t]
 
 
+def test_a_new_turn_identical_to_the_one_before_counts_again():
+    """An API that sends only the new turn: the user says "yes" again and the agent answers "Done."
+    again. The call started after the previous one ended, so it is a new turn, not an older snapshot
+    seen late; a copy of a call (overlapping it in time) still adds nothing."""
+    state = ConversationState.new("c1")
+    for number in range(3):
+        span, reading = chat(number * 100, [TUTOR, user("yes")], [assistant("Done.")])
+        apply_trace(state, b"t%d" % number, [(span, reading)])
+    assert [content for role, content in texts(state) if role != "system"] == ["yes", "Done."] * 3
+    copy_span, copy_reading = chat(205, [TUTOR, user("yes")], [assistant("Done.")])  # overlaps the last
+    apply_trace(state, b"t2", [(copy_span, copy_reading)])
+    assert len(state.conversation.messages) == 1 + 6
+
+
 def test_calls_on_the_same_history_under_the_same_system_prompt_are_all_merged():
     """Near miss: the same call again (a retry, two samples) is no side call; it aligns as before."""
     state = ConversationState.new("c1")
