@@ -27,9 +27,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from otelsignals.conventions.base import EventView, SpanReading, SpanView, ToolExecution, tool_result_of
+from otelsignals.conventions.base import (
+    EventView,
+    SpanReading,
+    SpanView,
+    ToolExecution,
+    parse_json,
+    tool_result_of,
+)
 from otelsignals.conventions.genai import arguments_of, bedrock_result_content, id_of
 
 OPERATION = "gen_ai.operation.name"
@@ -85,12 +90,7 @@ def code_argument_of(value: Any, type_name: Any) -> Any:
         return value
     if type_name == "NoneType" and value == "null":
         return None
-    if value[:1] in ("{", "["):
-        try:
-            return orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return value
-    return value
+    return parse_json(value) if value[:1] in ("{", "[") else value
 
 
 def code_arguments_of(attributes: dict[str, Any]) -> dict[str, Any] | None:

@@ -42,14 +42,8 @@ from typing import Any
 from otelsignals.model import SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, DetectorSpec, memory_key
-from otelsignals.signals.matching import Match, clause_snippet
-from otelsignals.signals.phrase_analysis import (
-    TextAnalysis,
-    analysis_of,
-    phrase_confidence,
-    phrase_library,
-    user_texts,
-)
+from otelsignals.signals.matching import Match
+from otelsignals.signals.phrase_analysis import TextAnalysis, analysis_of, best_of, instance_of, user_texts
 from otelsignals.signals.tokens import Token
 from otelsignals.signals.word_lists import phrase_file, strings
 
@@ -81,7 +75,7 @@ def detect_persists(ctx: DetectionContext) -> list[SignalInstance]:
         report = best_report(text, analysis) if follows and stated else None
         stated = True
         if report is not None:
-            found.append(_instance(ctx.absolute_index(i), text, analysis, *report))
+            found.append(instance_of(tx.PERSISTS, ctx.absolute_index(i), text, analysis, *report))
             standing = report[1].phrase
         elif standing is not None and not is_closing(text, analysis):
             standing = None
@@ -111,12 +105,7 @@ def best_report(text: str, analysis: TextAnalysis) -> tuple[float, Match] | None
         and not _reads_a_good_state(analysis.scan.tokens, m)
         and not _yes_no_question(text, analysis.scan.tokens, m)
     ]
-    if not kept:
-        return None
-    groups = phrase_library().groups
-    tokens = len(analysis.scan.tokens)
-    scored = [(phrase_confidence(groups[m.group].group.confidence, m, tokens), m) for m in kept]
-    return max(scored, key=lambda item: (item[0], -item[1].start))
+    return best_of(kept, analysis) if kept else None
 
 
 def _reads_a_good_state(tokens: list[Token], match: Match) -> bool:
@@ -169,21 +158,6 @@ def standing_report(memory: Mapping[str, Any]) -> str | None:
     standing in this conversation (its detector memory), or None."""
     phrase = memory.get(_STANDING)
     return phrase if isinstance(phrase, str) else None
-
-
-def _instance(
-    index: int, text: str, analysis: TextAnalysis, confidence: float, match: Match
-) -> SignalInstance:
-    metadata = {
-        "pattern_type": tx.leaf_name(tx.PERSISTS),
-        "pattern": match.group,
-        "phrase": match.phrase,
-        "matches": len(analysis.hits[tx.PERSISTS]),
-        "fuzzy": match.fuzzy,
-    }
-    return SignalInstance(
-        tx.PERSISTS, index, confidence, clause_snippet(text, match.start, match.end), metadata
-    )
 
 
 DETECTORS: tuple[DetectorSpec, ...] = (DetectorSpec((tx.PERSISTS,), detect_persists),)

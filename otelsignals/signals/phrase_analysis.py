@@ -502,11 +502,16 @@ def best_match(signal: str, analysis: TextAnalysis, *, opening: bool = False) ->
     """The highest-confidence accepted hit of ``signal`` (the earliest among equals); with ``opening``,
     of the ``first_message`` groups only (a message with no assistant turn before it)."""
     matches = analysis.hits.get(signal)
-    groups = phrase_library().groups
     if matches and opening:
+        groups = phrase_library().groups
         matches = [m for m in matches if groups[m.group].first_message]
-    if not matches:
-        return None
+    return best_of(matches, analysis) if matches else None
+
+
+def best_of(matches: list[Match], analysis: TextAnalysis) -> tuple[float, Match]:
+    """(confidence, hit) of the highest-confidence of ``matches`` (hits of ``analysis``; the earliest
+    among equals)."""
+    groups = phrase_library().groups
     tokens = len(analysis.scan.tokens)
     scored = [(phrase_confidence(groups[m.group].group.confidence, m, tokens), m) for m in matches]
     return max(scored, key=lambda item: (item[0], -item[1].start))
@@ -516,9 +521,13 @@ def phrase_instance(
     signal: str, index: int, text: str, analysis: TextAnalysis, *, opening: bool = False
 ) -> SignalInstance | None:
     best = best_match(signal, analysis, opening=opening)
-    if best is None:
-        return None
-    confidence, match = best
+    return None if best is None else instance_of(signal, index, text, analysis, *best)
+
+
+def instance_of(
+    signal: str, index: int, text: str, analysis: TextAnalysis, confidence: float, match: Match
+) -> SignalInstance:
+    """The instance of ``signal`` for its hit ``match`` in ``text`` (message ``index``)."""
     metadata = {
         "pattern_type": tx.leaf_name(signal),  # the reference's key: the kind of pattern that matched
         "pattern": match.group,
