@@ -1265,7 +1265,9 @@ STAGES = (
 )
 
 
-def profile(workload: Workload, top: int, compression: str, cold: bool = False) -> dict[str, Any]:
+def profile(
+    workload: Workload, top: int, compression: str, cold: bool = False, sort: str = "cumulative"
+) -> dict[str, Any]:
     """``cold``: every conversation goes cold before each turn (sessions.cold_after: each turn comes
     after an idle pause), the sweep timed as the stage "cool"."""
     import otelsignals.analysis as analysis_module
@@ -1408,7 +1410,7 @@ def profile(workload: Workload, top: int, compression: str, cold: bool = False) 
     profiler = cProfile.Profile()
     run(profiler)
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(top)
+    pstats.Stats(profiler, stream=text).sort_stats(sort).print_stats(top)
     return {"turns": len(turns), "elapsed_s": elapsed, "us_per_turn": per_turn, "cprofile": text.getvalue()}
 
 
@@ -1459,6 +1461,12 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="the sidecar's stages in-process instead")
     parser.add_argument("--top", type=int, default=25, help="--profile: functions listed")
     parser.add_argument(
+        "--sort",
+        choices=("cumulative", "tottime"),
+        default="cumulative",
+        help="--profile: the functions' order (tottime: by their own time)",
+    )
+    parser.add_argument(
         "--cold",
         action="store_true",
         help="--profile: every conversation goes cold before each turn (sessions.cold_after)",
@@ -1490,7 +1498,7 @@ def main() -> None:
     if args.profile and overrides:
         parser.error("--set changes the running sidecar; --profile runs the stages with the defaults")
     if args.profile:
-        result = profile(workload, args.top, args.compression, args.cold)
+        result = profile(workload, args.top, args.compression, args.cold, args.sort)
         print_profile(result, line)
         if args.json:
             args.json.write_text(json.dumps({"workload": line, **result}, indent=2))

@@ -397,6 +397,9 @@ class ConversationState:
     walk_resume: tuple[int, int, Message] | None = None
     # When the latest span whose messages were merged ended (its end time, ns): see _merge_snapshot.
     merged_until: int = 0
+    # The latest trace's id and the parents of the model calls read in it: a later part of that
+    # trace (an exporter's next batch) may bring a span that wraps one of them (apply_trace).
+    model_call_parents: tuple[bytes, frozenset[bytes]] | None = None
 
     @classmethod
     def new(cls, key: str) -> ConversationState:
@@ -677,12 +680,13 @@ def apply_trace(
         del conversation.trace_ids[:-RECENT_TRACE_IDS]
 
     model_calls = [(v, r) for v, r in fresh if r.llm_call is not None]
+    wrappers, wrapping_earlier = _wrapping_calls(state, trace_id, model_calls)
     speaking = [(v, r) for v, r in fresh if r.input_messages or r.output_messages]
     # An agent or workflow span that encloses model calls repeats what they said, in fewer words
     # (its output is the last call's answer): the innermost speaking spans are the conversation.
     # One exception: an enclosing span that reports only an answer (no history) goes last, through
     # alignment: some libraries attach a streamed answer to the enclosing span instead of the call.
-    enclosing = _ancestors([v for v, _ in speaking], parents)
+    enclosing = _ancestors([v for v, _ in speaking], parents) | wrapping_earlier
     inserted_front = 0
     merged = [
         (view, reading)
@@ -724,9 +728,6 @@ def apply_trace(
                     0 if held is None else definition_characters(held)
                 )
 
-    # A model-call span that is the parent of another is a library's view of the same request
-    # (LangChain's ChatOpenAI span over the OpenAI client's, both instrumented): the inner one is the call.
-    wrappers = {v.parent_span_id for v, _ in model_calls} if len(model_calls) > 1 else set()
     llm_calls = [r.llm_call for v, r in model_calls if r.llm_call is not None and v.span_id not in wrappers]
     for call in llm_calls:
         # Kept as long as the conversation: the trace's id and the model's name held once, not once
@@ -753,6 +754,24 @@ def apply_trace(
         turn_end=_turn_end(conversation.messages, start, model_calls, with_content, parents, first_part),
         put_in_front=inserted_front,
     )
+
+
+def _wrapping_calls(
+    state: ConversationState, trace_id: bytes, model_calls: Sequence[tuple[SpanView, SpanReading]]
+) -> tuple[frozenset[bytes], frozenset[bytes]]:
+    """(The span ids of ``model_calls`` that wrap another model call, those of them whose inner
+    call came in an earlier part of the trace.) A model-call span that is the parent of another is
+    a library's view of the same request (LangChain's ChatOpenAI span over the OpenAI client's,
+    both instrumented): the inner one is the call. The inner one ends first, so an exporter's batch
+    may carry it alone and the wrapper in the trace's next part: the parents of the calls read in
+    the trace's earlier parts are kept (``state.model_call_parents``)."""
+    earlier = state.model_call_parents
+    wrapped_before = earlier[1] if earlier is not None and earlier[0] == trace_id else frozenset()
+    call_parents = frozenset(view.parent_span_id for view, _ in model_calls)
+    wrapping_earlier = frozenset(view.span_id for view, _ in model_calls if view.span_id in wrapped_before)
+    if model_calls:
+        state.model_call_parents = (trace_id, wrapped_before | call_parents)
+    return (call_parents if len(model_calls) > 1 else frozenset()) | wrapping_earlier, wrapping_earlier
 
 
 def _turn_end(

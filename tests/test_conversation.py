@@ -459,6 +459,41 @@ def test_a_model_call_span_over_another_is_the_same_request_counted_once():
     assert texts(state) == [("user", "Hi"), ("assistant", "Hello!")]
 
 
+def test_a_model_call_span_over_another_counts_once_when_it_comes_in_the_traces_next_part():
+    """The inner call ends first, so an exporter's batch can carry it alone and the wrapper in the
+    trace's next part (BatchSpanProcessor's timer firing between the two ends): the wrapper still
+    counts as no call of its own and adds no message."""
+    outer_view = dataclasses.replace(view(0), end_time_unix_nano=20)
+    outer = (
+        outer_view,
+        SpanReading("test", [user("Hi")], [assistant("Hello!")], llm_call=LlmCall(outer_view.span_id)),
+    )
+    inner = chat(1, [user("Hi")], [assistant("Hello!")], parent=outer_view.span_id)
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", [inner], {inner[0].span_id: outer_view.span_id})
+    later = apply_trace(state, b"t1", [outer], {outer_view.span_id: b""})
+    assert later.llm_calls == [] and later.new_messages == 0
+    assert [call.span_id for call in state.conversation.llm_calls] == [inner[0].span_id]
+    assert texts(state) == [("user", "Hi"), ("assistant", "Hello!")]
+
+
+@pytest.mark.parametrize("same_trace", [True, False])
+def test_a_model_call_in_a_later_part_that_wraps_nothing_read_counts(same_trace):
+    """Near misses: the agent's next call exported in the trace's next batch (its parent the agent
+    span, like the first's), and a next trace's first call whose span id is no parent seen: calls
+    of their own."""
+    agent = view(0)
+    first = chat(1, [user("Hi")], [assistant("Hello!")], parent=agent.span_id)
+    second = chat(
+        30, [user("Hi"), assistant("Hello!"), user("Bye")], [assistant("Bye!")], parent=agent.span_id
+    )
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", [first], {first[0].span_id: agent.span_id})
+    later = apply_trace(state, b"t1" if same_trace else b"t2", [second], {second[0].span_id: agent.span_id})
+    assert [call.span_id for call in later.llm_calls] == [second[0].span_id]
+    assert texts(state)[-1] == ("assistant", "Bye!")
+
+
 def test_model_calls_side_by_side_under_an_agent_span_all_count():
     """Near miss: calls that share a parent (an agent span, no model call itself) are calls of their own."""
     agent = view(0)
