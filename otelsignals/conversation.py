@@ -1570,13 +1570,13 @@ def _first_new(state: ConversationState, snapshot: list[int], body: list[Message
     if not held:
         return 0, True
     total = state.body_trimmed + len(held)
-    # The whole history resent from its start (stateless chat APIs): the common case.
-    if (
-        snapshot[0] == state.first_body_fingerprint
-        and len(snapshot) >= total
-        and snapshot[total - len(held) : total] == held
-    ):
-        return total, True
+    # The whole history resent from its start (stateless chat APIs): the common case. Parallel
+    # calls' results may come back in another order than the conversation took them in (the order
+    # they finished, then the order they were asked in): the same history still.
+    if snapshot[0] == state.first_body_fingerprint and len(snapshot) >= total:
+        offset = total - len(held)
+        if snapshot[offset:total] == held or _same_but_results_reordered(snapshot, body, held, offset):
+            return total, True
     # An older snapshot, seen late: it is already inside the conversation.
     known = state.body_positions.get(snapshot[0], ())
     for start in reversed((known,) if isinstance(known, int) else known):
@@ -1611,6 +1611,28 @@ def _first_new(state: ConversationState, snapshot: list[int], body: list[Message
                 return found, False
     # Nothing in common: an API that sends only the new turn.
     return 0, False
+
+
+def _same_but_results_reordered(
+    snapshot: list[int], body: list[Message], held: list[int], offset: int
+) -> bool:
+    """Whether ``snapshot[offset:]`` begins with ``held`` but for the order of tool results within
+    runs of consecutive ones (``body``: the snapshot's history, its messages' roles)."""
+    end = offset + len(held)
+    index = offset
+    while index < end:
+        if index < len(body) and body[index].role is Role.TOOL:
+            run_end = index + 1
+            while run_end < min(end, len(body)) and body[run_end].role is Role.TOOL:
+                run_end += 1
+            if sorted(snapshot[index:run_end]) != sorted(held[index - offset : run_end - offset]):
+                return False
+            index = run_end
+        elif snapshot[index] != held[index - offset]:
+            return False
+        else:
+            index += 1
+    return True
 
 
 _OMITTED_LATEST = 4  # of the conversation's latest messages, how many a resent history may leave out

@@ -1998,3 +1998,65 @@ def test_traces_of_tool_spans_merge_as_with_the_search_from_the_end(seed):
     finally:
         conversation_module._ToolResults.find = lookup
     assert found == searched
+
+
+PARALLEL = [ToolCall("weather", {"city": city}, id=city[:3].lower()) for city in ("Paris", "Rome", "Oslo")]
+WEATHER = {"par": "18C sunny", "rom": "22C cloudy", "osl": "4C snow"}
+
+
+def _parallel_turn(result_order: list[str]) -> tuple[list[Message], list[Message]]:
+    """(A history asking three weather calls at once with their results in ``result_order``, the answer.)"""
+    asked = assistant(None, *PARALLEL)
+    results = [tool(call_id, WEATHER[call_id]) for call_id in result_order]
+    return [user("Weather in Paris, Rome and Oslo?"), asked, *results], [
+        assistant("Paris 18C, Rome 22C, Oslo 4C.")
+    ]
+
+
+@pytest.mark.parametrize("first_order", [["rom", "par", "osl"], ["osl", "rom", "par"], ["par", "rom", "osl"]])
+def test_parallel_results_resent_in_another_order_line_up(first_order):
+    """The results of parallel calls taken in the order they finished, then resent in the order the
+    calls were asked (or the other way round): the same history, not a new one to append again
+    (which showed the results and the answer twice: a false repetition)."""
+    history, answer = _parallel_turn(first_order)
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", [chat(1, [history[0]], [history[1]]), chat(30, history, answer)])
+    resent, _ = _parallel_turn(["par", "rom", "osl"])
+    update = apply_trace(
+        state, b"t2", [chat(60, [*resent, *answer, user("Thanks")], [assistant("You're welcome!")])]
+    )
+    assert update.new_messages == 2
+    assert [m.role.value for m in state.conversation.messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+
+
+@pytest.mark.parametrize(
+    "changed",
+    ["a result of another call", "a result left out", "an answer moved among the results"],
+)
+def test_a_history_that_differs_beyond_the_results_order_is_not_taken_for_the_same(changed):
+    """Near misses: only the order of consecutive results may differ; a result of another call, a
+    result missing, or another kind of message moved into the run is no reordering."""
+    history, answer = _parallel_turn(["par", "rom", "osl"])
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", [chat(1, [history[0]], [history[1]]), chat(30, history, answer)])
+    resent = list(history)
+    if changed == "a result of another call":
+        resent[3] = tool("ber", "12C rain")
+    elif changed == "a result left out":
+        del resent[4]
+    else:
+        resent = [*resent[:3], *answer, *resent[3:]]
+    resent += [] if changed == "an answer moved among the results" else answer
+    fingerprints_held = list(state.body_fingerprints)
+    assert not conversation_module._same_but_results_reordered(
+        conversation_module.fingerprints(resent), resent, fingerprints_held, 0
+    )
