@@ -693,8 +693,7 @@ def apply_trace(
         for view, reading in sorted(speaking, key=lambda pair: pair[0].span_id in enclosing)
         if not (view.span_id in enclosing and reading.input_messages)
     ]
-    if len(merged) > 1:
-        merged = _without_side_calls(merged)
+    merged = _without_side_calls(state, merged)
     # Read before the earlier calls were merged, each history holds their copies too.
     adopted = _TraceAdoptions(
         [reading.input_messages for _, reading in merged], state.decoder_memory.histories
@@ -991,10 +990,21 @@ def _first_new_of_call(
 
 
 def _without_side_calls(
+    state: ConversationState, merged: list[tuple[SpanView, SpanReading]]
+) -> list[tuple[SpanView, SpanReading]]:
+    """The trace's speaking spans without its side calls: those that quote the conversation in a
+    history of their own (:func:`_quotes_the_conversation`), and those that send the same history
+    as another (:func:`_without_beside_calls`)."""
+    if state.body_positions:
+        merged = [pair for pair in merged if not _quotes_the_conversation(state, pair[1].input_messages)]
+    return _without_beside_calls(merged) if len(merged) > 1 else merged
+
+
+def _without_beside_calls(
     merged: list[tuple[SpanView, SpanReading]],
 ) -> list[tuple[SpanView, SpanReading]]:
-    """The trace's speaking spans without its side calls: calls that send the same history as
-    another under another system prompt (an input guardrail, an intent classifier: "Check if the
+    """The trace's speaking spans without the calls that send the same history as another under
+    another system prompt (an input guardrail, an intent classifier: "Check if the
     user is asking you to do their homework. Answer JSON.") answer beside the conversation, not in
     it, when the agent's call among them is known: the one whose answer another call of the trace
     resends (its tool step, the next call of its loop). Otherwise all are merged: which call ends
@@ -1020,6 +1030,42 @@ def _without_side_calls(
         if len(answered) == 1:  # else nothing tells which is the agent's: all are merged, as read
             dropped.update(n for n in numbers if n != answered[0])
     return [pair for number, pair in enumerate(merged) if number not in dropped] if dropped else merged
+
+
+# A side call with a history of its own: a prompt that quotes a user message and an answer among the
+# conversation's latest QUOTED_LOOKBACK, each at least QUOTED_MIN_CHARACTERS long.
+QUOTED_LOOKBACK = 8
+QUOTED_MIN_CHARACTERS = 16
+
+
+def _quotes_the_conversation(state: ConversationState, inputs: list[Message]) -> bool:
+    """Whether ``inputs`` is a side call's history of its own that quotes the conversation: a chat
+    title asked for with the transcript pasted into one prompt, LangChain's condense-question step
+    ("Given the following conversation and a follow up question, rephrase ..."). Its prompt is no
+    user turn (the transcript in it would be read again: every complaint counted twice) and its
+    answer no turn of the agent's. Only a history that holds none of the conversation's messages,
+    and only when it quotes both what the user said and what the agent answered: a user who quotes
+    the agent's answer back ("you said ... but") is heard."""
+    body = _body_of(inputs)
+    if not body or any(fingerprint(message) in state.body_positions for message in body):
+        return False
+    prompt = " ".join(" ".join(m.content.split()) for m in body if m.role is Role.USER and m.content)
+    if not prompt:
+        return False
+    quoted: set[Role] = set()
+    looked = 0
+    for message in reversed(state.conversation.messages):
+        if looked >= QUOTED_LOOKBACK:
+            break
+        if not _spoken(message) or not message.content or message.role in quoted:
+            continue
+        looked += 1
+        text = " ".join(message.content.split())
+        if len(text) >= QUOTED_MIN_CHARACTERS and text in prompt:
+            quoted.add(message.role)
+            if len(quoted) == 2:
+                return True
+    return False
 
 
 def _body_of(messages: list[Message]) -> list[Message]:

@@ -2060,3 +2060,92 @@ def test_a_history_that_differs_beyond_the_results_order_is_not_taken_for_the_sa
     assert not conversation_module._same_but_results_reordered(
         conversation_module.fingerprints(resent), resent, fingerprints_held, 0
     )
+
+
+def _condense_prompt(transcript: list[tuple[str, str]], follow_up: str) -> Message:
+    """LangChain's condense-question step (ConversationalRetrievalChain, create_history_aware_retriever):
+    the chat history pasted into one prompt."""
+    history = "\n".join(f"{'Human' if role == 'user' else 'Assistant'}: {text}" for role, text in transcript)
+    return user(
+        "Given the following conversation and a follow up question, rephrase the follow up question "
+        f"to be a standalone question.\n\nChat History:\n{history}\nFollow Up Input: {follow_up}\n"
+        "Standalone question:"
+    )
+
+
+def test_a_side_call_that_pastes_the_transcript_into_its_prompt_is_no_turn():
+    """Turn after turn, the condense step's prompt quotes what the user said and what the agent
+    answered: neither the prompt (read again, every complaint in it would count twice) nor its
+    answer joins the conversation; the question the agent answered does, and every call counts."""
+    qa_system = Message(Role.SYSTEM, "Answer from the context. Context: shipping policy ...")
+    state = ConversationState.new("c1")
+    apply_trace(
+        state,
+        b"t1",
+        [
+            chat(
+                1,
+                [qa_system, user("My order 1234 never arrived, this is ridiculous!")],
+                [assistant("Order 1234 is delayed at the depot, arriving Friday.")],
+            )
+        ],
+    )
+    follow_ups = ["Can you send it faster?", "And what does express cost?"]
+    standalone = ["Can order 1234 be shipped faster?", "What does express shipping cost for order 1234?"]
+    answers = ["Yes, express is possible.", "Express costs $9.90."]
+    for turn, (follow_up, question, answer) in enumerate(zip(follow_ups, standalone, answers, strict=True)):
+        transcript = texts(state)[1:]
+        condense = chat(30 + 40 * turn, [_condense_prompt(transcript, follow_up)], [assistant(question)])
+        qa = chat(50 + 40 * turn, [qa_system, user(question)], [assistant(answer)])
+        update = apply_trace(state, f"t{turn + 2}".encode(), [condense, qa])
+        assert len(update.llm_calls) == 2
+    assert texts(state)[1:] == [
+        ("user", "My order 1234 never arrived, this is ridiculous!"),
+        ("assistant", "Order 1234 is delayed at the depot, arriving Friday."),
+        ("user", standalone[0]),
+        ("assistant", answers[0]),
+        ("user", standalone[1]),
+        ("assistant", answers[1]),
+    ]
+
+
+def test_a_chat_title_asked_with_the_transcript_in_its_prompt_is_no_turn():
+    state = ConversationState.new("c1")
+    question, answer = (
+        user("My order 1234 never arrived, can you check?"),
+        assistant("Order 1234 is delayed, arriving Friday."),
+    )
+    apply_trace(state, b"t1", [chat(1, [SYSTEM, question], [answer])])
+    transcript = f"USER: {question.content}\nASSISTANT: {answer.content}"
+    title = user(f"Create a concise 3-5 word title for this chat.\n\n{transcript}")
+    update = apply_trace(state, b"t2", [chat(30, [title], [assistant("Delayed Order Inquiry")])])
+    assert update.new_messages == 0 and len(update.llm_calls) == 1
+    assert texts(state)[-1] == ("assistant", answer.content)
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # the agent's answer quoted back (an API that sends only the new turn)
+        "You said 'Order 1234 is delayed, arriving Friday.' but it is Saturday and nothing came.",
+        # the user's own question again, in a longer message
+        "Again: My order 1234 never arrived, can you check? I need it for Monday.",
+        # quoting only short messages
+        "ok. yes. Please check again.",
+        # a new message quoting nothing
+        "Where is my refund for order 999?",
+    ],
+)
+def test_a_new_turn_that_quotes_one_side_of_the_conversation_is_heard(said):
+    """Near misses: a user's new message (an API that sends only the new turn) that quotes the
+    agent, or themself, or nothing: a turn of the conversation."""
+    state = ConversationState.new("c1")
+    question, answer = (
+        user("My order 1234 never arrived, can you check?"),
+        assistant("Order 1234 is delayed, arriving Friday."),
+    )
+    apply_trace(state, b"t1", [chat(1, [question], [answer])])
+    apply_trace(state, b"t2", [chat(30, [user("ok")], [assistant("Anything else?")])])
+    apply_trace(state, b"t3", [chat(60, [user("yes")], [assistant("Go ahead.")])])
+    apply_trace(state, b"t4", [chat(90, [user(said)], [assistant("Let me look.")])])
+    assert texts(state)[-2:] == [("user", said), ("assistant", "Let me look.")]
