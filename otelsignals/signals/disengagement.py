@@ -6,11 +6,11 @@
   counts them (``metadata.pattern_type``): ``complaint`` (a phrase of the complaint, exasperation,
   sarcasm… groups), ``all_caps`` (shouting: ALL CAPS, or a run of capitalised words that are not names
   or keywords), ``rhetorical_question`` ("are you even listening?"), ``excessive_punctuation`` (a run of
-  "!"/"?" in a complaining sentence). "THIS IS RIDICULOUS!!!" is three instances; the snippet is the
-  words each cue matched. Dropped when the message blames a third party or the world and nothing
-  in it points at the agent (``cues`` in ``phrases/interaction.yaml``). The word lists of the shouting,
-  punctuation and rhetorical-question cues are data, with their examples: ``rules`` in
-  ``phrases/disengagement.yaml``.
+  "!"/"?" in a complaining sentence), ``annoyed_emoji`` (🙄, 😒, 😠, 😡, 🤬). "THIS IS RIDICULOUS!!!"
+  is three instances; the snippet is the words each cue matched. Dropped when the message blames a
+  third party or the world and nothing in it points at the agent (``cues`` in
+  ``phrases/interaction.yaml``). The word lists of the shouting, punctuation, rhetorical-question and
+  emoji cues are data, with their examples: ``rules`` in ``phrases/disengagement.yaml``.
 """
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ PUNCTUATION_CONFIDENCE = 0.55
 BANG_ANGER_WORDS = DEFAULT_NEGATORS | word_set("disengagement", "excessive_punctuation", "anger_words")
 
 _PUNCTUATION_RUNS = tuple(a + b + c for a in "!?" for b in "!?" for c in "!?")
+# Emoji that roll their eyes or fume at the other side ("yes I can read the list 🙄"); not those of
+# triumph or of a user laughing at themself (😤, 🤦, 😅).
+ANNOYED_EMOJI = tuple(sorted(word_set("disengagement", "annoyed_emoji", "characters")))
+EMOJI_CONFIDENCE = 0.6
 
 
 # --- disengagement ---------------------------------------------------------------------------------
@@ -86,6 +90,7 @@ def detect_negative_stance(ctx: DetectionContext) -> list[SignalInstance]:
             caps,
             _punctuation_cue(text, analysis),
             _rhetorical_cue(text, analysis),
+            _emoji_cue(text, analysis),
         ]
         cues = [cue for cue in candidates if cue is not None]
         if cues and not analysis.aimed_elsewhere:
@@ -208,6 +213,18 @@ def _rhetorical_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
                 metadata,
             )
     return None
+
+
+def _emoji_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
+    """The first unquoted ANNOYED_EMOJI of a message that is not satisfied."""
+    if analysis.satisfied:
+        return None
+    found = [at for at in (_unquoted_find(text, emoji, analysis.scan) for emoji in ANNOYED_EMOJI) if at >= 0]
+    if not found:
+        return None
+    at = min(found)
+    end = at + 1
+    return _Cue("annoyed_emoji", EMOJI_CONFIDENCE, at, end, {"emoji": text[at:end]})
 
 
 def _punctuation_cue(text: str, analysis: TextAnalysis) -> _Cue | None:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import operator
 import re
 from collections.abc import Callable
@@ -156,9 +157,41 @@ def _groups_hit(matches: list[Match]) -> frozenset[str]:
     return frozenset(m.group for m in matches if not (m.quoted or m.negated))
 
 
+_SLOT = re.compile(r"\{([a-z_]+)\}")
+MAX_EXPANSIONS = 2000  # phrases one templated phrase may stand for
+
+
+def expand_slots(phrases: tuple[str, ...], slots: dict[str, tuple[str, ...]], where: str) -> tuple[str, ...]:
+    """``phrases`` with each ``{name}`` replaced by every alternative of the slot ``name``, in every
+    combination ("{reach} {a_human}": each way of asking to reach each kind of person), each phrase
+    once, in order."""
+    expanded: dict[str, None] = {}
+    for phrase in phrases:
+        names = _SLOT.findall(phrase)
+        unknown = sorted(set(names) - slots.keys())
+        if unknown:
+            raise ValueError(f"{where}: {phrase!r} names no slot {', '.join(unknown)}")
+        if math.prod(len(slots[name]) for name in names) > MAX_EXPANSIONS:
+            raise ValueError(f"{where}: {phrase!r} stands for more than {MAX_EXPANSIONS} phrases")
+        parts = _SLOT.split(phrase)  # literal, name, literal, name, …, literal
+        choices = [(part,) if at % 2 == 0 else slots[part] for at, part in enumerate(parts)]
+        for combination in itertools.product(*choices):
+            expanded[" ".join("".join(combination).split())] = None
+    return tuple(expanded)
+
+
+def _slots(value: Any) -> dict[str, tuple[str, ...]]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"slots must be a mapping of slot names to lists of phrases; got {value!r}")
+    return {name: strings(options, f"slot {name!r}") for name, options in value.items()}
+
+
 def parse_library(data: dict[str, Any]) -> PhraseLibrary:
     """Build the library from the YAML's parsed content; rejects unknown leaves and bad values."""
     specs: dict[str, GroupSpec] = {}
+    slots = _slots(data.get("slots"))
     for name, entry in data["groups"].items():
         signal = entry["signal"]
         if signal not in tx.LEAF_TYPES:
@@ -170,7 +203,11 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             raise ValueError(f"phrase group {name!r}: confidence {confidence} outside [0, 1]")
         group = PhraseGroup(
             name=name,
-            phrases=strings(entry.get("phrases"), f"phrase group {name!r}: phrases"),
+            phrases=expand_slots(
+                strings(entry.get("phrases"), f"phrase group {name!r}: phrases"),
+                slots,
+                f"phrase group {name!r}",
+            ),
             negation=entry.get("negation", "respect") == "respect",
             unless_wanted=bool(entry.get("unless_wanted", False)),
             confidence=confidence,
@@ -251,11 +288,17 @@ def library_data() -> dict[str, Any]:
     """phrases/interaction.yaml (what all groups share) with the groups of every category file."""
     data: dict[str, Any] = phrase_file("interaction")
     data["groups"] = {}
+    data["slots"] = dict(data.get("slots") or {})
     for name in PHRASE_FILES:
-        for group, entry in phrase_file(name)["groups"].items():
+        category = phrase_file(name)
+        for group, entry in category["groups"].items():
             if group in data["groups"]:
                 raise ValueError(f"phrase group {group!r} is defined twice (phrases/{name}.yaml)")
             data["groups"][group] = entry
+        for slot, options in (category.get("slots") or {}).items():
+            if slot in data["slots"]:
+                raise ValueError(f"slot {slot!r} is defined twice (phrases/{name}.yaml)")
+            data["slots"][slot] = options
     return data
 
 

@@ -11,7 +11,13 @@ from otelsignals.signals.disengagement import detect_escalation, detect_negative
 from otelsignals.signals.matching import phrase_tokens, split_wildcards
 from otelsignals.signals.misalignment import detect_clarification, detect_correction
 from otelsignals.signals.outcome import detect_persists
-from otelsignals.signals.phrase_analysis import analyse_text, library_data, parse_library, phrase_library
+from otelsignals.signals.phrase_analysis import (
+    analyse_text,
+    expand_slots,
+    library_data,
+    parse_library,
+    phrase_library,
+)
 from otelsignals.signals.rephrase import detect_rephrase
 from otelsignals.signals.satisfaction import detect_confirmation, detect_gratitude, detect_success
 from tests.signals.conversations import OPENING, of_type, run_incrementally
@@ -204,3 +210,26 @@ def test_unknown_cue_list_is_rejected() -> None:
     data["cues"]["weather"] = {"phrases": ["rain"]}
     with pytest.raises(ValueError, match="cue list 'weather'"):
         parse_library(data)
+
+
+def test_a_phrase_with_slots_stands_for_every_combination_once() -> None:
+
+    slots = {"reach": ("talk to", "call"), "a_human": ("a human", "a real  person")}
+    assert expand_slots(("{reach} {a_human}", "call a human", "agent please"), slots, "test") == (
+        "talk to a human",
+        "talk to a real person",
+        "call a human",
+        "call a real person",
+        "agent please",
+    )
+
+
+@pytest.mark.parametrize(
+    ("phrase", "message"),
+    [("{reach} {nobody}", "names no slot nobody"), ("{many} {many}", "more than 2000 phrases")],
+)
+def test_a_phrase_naming_an_unknown_slot_or_too_many_phrases_is_refused(phrase: str, message: str) -> None:
+
+    slots = {"reach": ("call",), "many": tuple(f"word{n}" for n in range(50))}
+    with pytest.raises(ValueError, match=message):
+        expand_slots((phrase,), slots, "test")
