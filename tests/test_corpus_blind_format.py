@@ -1,11 +1,11 @@
-"""The four blind corpora (tests/corpus_heldout/, tests/corpus_blind/, tests/corpus_blind3/,
-tests/corpus_blind4/): schema, label placement and coverage.
+"""The five blind corpora (tests/corpus_heldout/, tests/corpus_blind/, tests/corpus_blind3/,
+tests/corpus_blind4/, tests/corpus_blind5/): schema, label placement and coverage.
 
 Same schema and label-placement checks as the main corpus (tests/corpus/checks.py, the labelling rules
 at the top of tests/corpus/support.yaml). Each set was written from the rules alone, without access to
 the detectors, and exists to measure how they generalise: the coverage minimums are each set's own,
 and no precision/recall is asserted here (`python -m tests.corpus_eval --heldout` / `--blind` /
-`--dir tests/corpus_blind3` / `--dir tests/corpus_blind4`).
+`--dir tests/corpus_blind3` / `--dir tests/corpus_blind4` / `--dir tests/corpus_blind5`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from otelsignals.signals.taxonomy import LABELLED_LEAF_TYPES
 from tests.corpus import (
     BLIND3_DIR,
     BLIND4_DIR,
+    BLIND5_DIR,
     BLIND_DIR,
     CORPUS_DIR,
     HELDOUT_DIR,
@@ -111,7 +112,29 @@ FOURTH = BlindSet(
     header_file="automotive_service.yaml",
     min_per_interaction_leaf=6,
 )
-SETS = {"heldout": HELDOUT, "blind": SECOND, "blind3": THIRD, "blind4": FOURTH}
+FIFTH = BlindSet(
+    BLIND5_DIR,
+    "b5-",
+    ("FIFTH BLIND", "2026-12-02"),
+    frozenset(
+        {
+            "cloud_billing",
+            "event_ticketing",
+            "fitness_app",
+            "home_services",
+            "pet_care",
+            "pharmacy",
+        }
+    ),
+    42,
+    6,
+    28,
+    85,
+    True,
+    header_file="cloud_billing.yaml",
+    min_per_interaction_leaf=8,
+)
+SETS = {"heldout": HELDOUT, "blind": SECOND, "blind3": THIRD, "blind4": FOURTH, "blind5": FIFTH}
 CONVERSATIONS = [(name, conv) for name, blind in SETS.items() for conv in load_corpus(blind.directory)]
 RAW_CONVERSATIONS = [(name, raw) for name, blind in SETS.items() for raw in blind.raw]
 
@@ -152,7 +175,11 @@ def test_ids_are_unique_prefixed_and_disjoint_from_the_other_corpora(blind: Blin
     assert all(i.startswith(blind.id_prefix) for i in ids), [
         i for i in ids if not i.startswith(blind.id_prefix)
     ]
-    others = [d for d in (CORPUS_DIR, HELDOUT_DIR, BLIND_DIR, BLIND3_DIR, BLIND4_DIR) if d != blind.directory]
+    others = [
+        d
+        for d in (CORPUS_DIR, HELDOUT_DIR, BLIND_DIR, BLIND3_DIR, BLIND4_DIR, BLIND5_DIR)
+        if d != blind.directory
+    ]
     other_ids = {conv["id"] for d in others for convs in load_raw(d).values() for conv in convs}
     assert not other_ids & set(ids)
 

@@ -27,6 +27,9 @@ BLIND3_DIR = CORPUS_DIR.parent / "corpus_blind3"
 # The fourth blind set (2026-12-02): six more new domains, written from the rules alone (see its
 # automotive_service.yaml).
 BLIND4_DIR = CORPUS_DIR.parent / "corpus_blind4"
+# The fifth blind set (2026-12-02): six more new domains, written from the rules alone (see its
+# cloud_billing.yaml).
+BLIND5_DIR = CORPUS_DIR.parent / "corpus_blind5"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
