@@ -1033,9 +1033,11 @@ def _without_beside_calls(
 
 
 # A side call with a history of its own: a prompt that quotes a user message and an answer among the
-# conversation's latest QUOTED_LOOKBACK, each at least QUOTED_MIN_CHARACTERS long.
+# conversation's latest QUOTED_LOOKBACK and its first user message, one of them at least
+# QUOTED_MIN_CHARACTERS long, the other at least QUOTED_SHORTEST (an answer "Done.").
 QUOTED_LOOKBACK = 8
 QUOTED_MIN_CHARACTERS = 16
+QUOTED_SHORTEST = 4
 
 
 def _quotes_the_conversation(state: ConversationState, inputs: list[Message]) -> bool:
@@ -1045,26 +1047,39 @@ def _quotes_the_conversation(state: ConversationState, inputs: list[Message]) ->
     user turn (the transcript in it would be read again: every complaint counted twice) and its
     answer no turn of the agent's. Only a history that holds none of the conversation's messages,
     and only when it quotes both what the user said and what the agent answered: a user who quotes
-    the agent's answer back ("you said ... but") is heard."""
+    the agent's answer back ("you said ... but") is heard. The first user message is looked for
+    however long ago it was: the condense step pastes the user's own words, while the conversation
+    holds the standalone questions it wrote from them."""
     body = _body_of(inputs)
     if not body or any(fingerprint(message) in state.body_positions for message in body):
         return False
     prompt = " ".join(" ".join(m.content.split()) for m in body if m.role is Role.USER and m.content)
     if not prompt:
         return False
-    quoted: set[Role] = set()
-    looked = 0
-    for message in reversed(state.conversation.messages):
-        if looked >= QUOTED_LOOKBACK:
-            break
-        if not _spoken(message) or not message.content or message.role in quoted:
-            continue
-        looked += 1
-        text = " ".join(message.content.split())
-        if len(text) >= QUOTED_MIN_CHARACTERS and text in prompt:
-            quoted.add(message.role)
-            if len(quoted) == 2:
+    messages = state.conversation.messages
+    latest = itertools.islice((m for m in reversed(messages) if _spoken(m) and m.content), QUOTED_LOOKBACK)
+    first_user = next((m for m in messages if m.role is Role.USER and m.content), None)
+    longest: dict[Role, int] = {}
+    for message in itertools.chain(latest, (first_user,) if first_user is not None else ()):
+        text = " ".join((message.content or "").split())
+        if len(text) > longest.get(message.role, 0) and _quoted_in(text, prompt):
+            longest[message.role] = len(text)
+            if len(longest) == 2 and max(longest.values()) >= QUOTED_MIN_CHARACTERS:
                 return True
+    return False
+
+
+def _quoted_in(text: str, prompt: str) -> bool:
+    """Whether ``text`` (QUOTED_SHORTEST characters or more) stands in ``prompt`` as words of its own,
+    not as part of a longer word ("Done." is not in "Undone.")."""
+    if len(text) < QUOTED_SHORTEST:
+        return False
+    at = prompt.find(text)
+    while at >= 0:
+        end = at + len(text)
+        if (at == 0 or not prompt[at - 1].isalnum()) and (end == len(prompt) or not prompt[end].isalnum()):
+            return True
+        at = prompt.find(text, at + 1)
     return False
 
 
@@ -1628,14 +1643,22 @@ def _first_new(state: ConversationState, snapshot: list[int], body: list[Message
     for start in reversed((known,) if isinstance(known, int) else known):
         if held[start : start + len(snapshot)] == snapshot:
             return len(snapshot), True
-    # A window of recent history (or the latest messages again) followed by new ones: the earliest
-    # place where the snapshot repeats the conversation's latest messages.
+    # A window of recent history (or the latest messages again) followed by new ones: where the
+    # snapshot repeats the most of the conversation's latest messages (the earliest such place). A
+    # window that starts with a copy of the latest answer ("Done.") repeats one message there, and
+    # the whole tail further on.
     latest = held[-1]
+    best, best_overlap = -1, 0
     for index, fp in enumerate(snapshot):
         if fp == latest:
             overlap = min(len(held), index + 1)
-            if snapshot[index + 1 - overlap : index + 1] == held[len(held) - overlap :]:
-                return index + 1, True
+            if (
+                overlap > best_overlap
+                and snapshot[index + 1 - overlap : index + 1] == held[len(held) - overlap :]
+            ):
+                best, best_overlap = index + 1, overlap
+    if best >= 0:
+        return best, True
     # The app resends a condensed history: earlier turns without their tool steps (many agent
     # frameworks keep only the final answers). The snapshot then repeats, in order, a subset of the
     # conversation that ends with its latest user message or answer.

@@ -2149,3 +2149,60 @@ def test_a_new_turn_that_quotes_one_side_of_the_conversation_is_heard(said):
     apply_trace(state, b"t3", [chat(60, [user("yes")], [assistant("Go ahead.")])])
     apply_trace(state, b"t4", [chat(90, [user(said)], [assistant("Let me look.")])])
     assert texts(state)[-2:] == [("user", said), ("assistant", "Let me look.")]
+
+
+def test_a_window_that_starts_with_a_copy_of_the_latest_answer_adds_only_its_new_turn():
+    """A sliding window (the latest six messages) whose first message is word for word the answer
+    the conversation ended on ("Is there anything else?"): the window lines up where it repeats the
+    most of the conversation's tail, not at its first message (which appended four held messages
+    again). Found by bench/alignment_fuzz.py's window style."""
+    anything = "Is there anything else I can help you with?"
+    call = ToolCall("book", {"table": 2}, id="call_8")
+    held = [
+        user("Hi"),
+        assistant(anything),
+        user("go ahead"),
+        assistant(None, call),
+        tool("call_8", "booked"),
+    ]
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", [chat(1, [SYSTEM, *held], [assistant(anything)])])
+    window = [*held[1:], assistant(anything), user("Book a table for 2 at La Piazza on Thursday evening.")]
+    update = apply_trace(state, b"t2", [chat(30, [SYSTEM, *window], [assistant("Booked for Thursday.")])])
+    assert update.new_messages == 2
+    assert texts(state)[-3:] == [
+        ("assistant", anything),
+        ("user", "Book a table for 2 at La Piazza on Thursday evening."),
+        ("assistant", "Booked for Thursday."),
+    ]
+
+
+def test_the_condense_step_is_no_turn_however_long_ago_the_users_own_words_were_held():
+    """The condense step pastes the user's own words, while the conversation holds the standalone
+    questions written from them: past the first turns, only the first question and the answers
+    are held as pasted; a first answer as short as "Done." still counts as quoted."""
+    qa_system = Message(Role.SYSTEM, "Answer from the context.")
+    first, done = "Change the delivery address of order 59702 to Elm Street 4.", "Done."
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", [chat(1, [qa_system, user(first)], [assistant(done)])])
+    pasted = [("user", first), ("assistant", done)]
+    for turn in range(1, 7):
+        follow_up, question = f"and the one after, number {turn}?", f"What about order {59702 + turn}?"
+        answer = f"Order {59702 + turn} ships on day {turn}."
+        condense = chat(40 * turn, [_condense_prompt(pasted, follow_up)], [assistant(question)])
+        qa = chat(40 * turn + 20, [qa_system, user(question)], [assistant(answer)])
+        update = apply_trace(state, f"t{turn + 1}".encode(), [condense, qa])
+        assert update.new_messages == 2 and len(update.llm_calls) == 2
+        assert texts(state)[-2:] == [("user", question), ("assistant", answer)]
+        pasted += [("user", follow_up), ("assistant", answer)]
+
+
+def test_a_short_answer_is_quoted_only_as_words_of_its_own():
+    """Near miss: a new turn (an API that sends only it) quoting the user's first message, with the
+    short answer "Done." only inside a longer word: a turn."""
+    state = ConversationState.new("c1")
+    first = "Change the delivery address of order 59702 to Elm Street 4."
+    apply_trace(state, b"t1", [chat(1, [user(first)], [assistant("Done.")])])
+    said = f"Undone.Again: {first} It still shows the old one."
+    apply_trace(state, b"t2", [chat(30, [user(said)], [assistant("Let me look.")])])
+    assert texts(state)[-2:] == [("user", said), ("assistant", "Let me look.")]
