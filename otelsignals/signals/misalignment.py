@@ -155,7 +155,11 @@ def _contrast_instance(
 
 def _rejected_item(tokens: list[Token], start: int, end: int) -> frozenset[str]:
     """Y's content words when tokens[start:end] is "X…, not Y" with X holding a content word (not only
-    "actually") and Y 1–CONTRAST_MAX_WORDS tokens closing the sentence; empty otherwise."""
+    "actually") and Y 1–CONTRAST_MAX_WORDS tokens closing the sentence, or "(no,) not Y, X…" with Y a
+    clause of 1–CONTRAST_MAX_WORDS tokens and more said after it; empty otherwise."""
+    fronted = _fronted_rejection(tokens, start, end)
+    if fronted:
+        return fronted
     for k in range(start + 1, end):
         token = tokens[k]
         if token.norm != "not" or not token.clause_start or token.quoted or end - k - 1 > CONTRAST_MAX_WORDS:
@@ -166,6 +170,24 @@ def _rejected_item(tokens: list[Token], start: int, end: int) -> frozenset[str]:
         if 0 < len(item) <= CONTRAST_MAX_WORDS and before and words and not words & _CONTRAST_IDIOMS:
             return frozenset(words)
     return frozenset()
+
+
+_FRONTED_LEADS = frozenset({"no", "nope", "nah"})
+
+
+def _fronted_rejection(tokens: list[Token], start: int, end: int) -> frozenset[str]:
+    """Y's content words when the sentence opens "(no,) not Y, X…": the rejected item first ("no, not
+    pannierstraße, that's the old one"), closed by a clause boundary, the sentence going on after it."""
+    k = start + 1 if tokens[start].norm in _FRONTED_LEADS and start + 1 < end else start
+    if tokens[k].norm != "not" or not tokens[k].clause_start or tokens[k].quoted:
+        return frozenset()
+    close = next(
+        (j for j in range(k + 1, min(end, k + 2 + CONTRAST_MAX_WORDS)) if tokens[j].clause_start), None
+    )
+    if close is None or close == k + 1:
+        return frozenset()
+    words = {t.norm for t in tokens[k + 1 : close]} - STOP_WORDS - DEFAULT_NEGATORS
+    return frozenset(words) if words and not words & _CONTRAST_IDIOMS else frozenset()
 
 
 def _conversation_words(ctx: DetectionContext, i: int) -> frozenset[str]:
