@@ -60,7 +60,7 @@ REPHRASE_PAIRS = [
         "Please translate 'the train is late' into German",
         True,
     ),
-    ("Cancel my order 4411 and refund the card", "I asked you to cancel order 4411 and refund my card", True),
+    ("Cancel my order 4411 and refund the card", "I need you to cancel order 4411 and refund my card", True),
     (
         "Why is my docker container exiting immediately after start?",
         "my docker container exits immediately after starting, why?",
