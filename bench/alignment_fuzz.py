@@ -62,15 +62,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-NATIVE = "--native" in sys.argv
-if not NATIVE:
-    os.environ["OTELSIGNALS_PURE_PYTHON"] = "1"  # before otelsignals is imported (its native.py)
+# Run as a command: before otelsignals is imported (its native.py), unless --native. Imported (by the
+# test of it), the process's own choice stands.
+if __name__ == "__main__" and "--native" not in sys.argv:
+    os.environ["OTELSIGNALS_PURE_PYTHON"] = "1"
 
-import otelsignals  # noqa: E402
-import otelsignals.conversation as conversation_module  # noqa: E402
-from otelsignals.conventions.base import SpanReading, SpanView  # noqa: E402
-from otelsignals.conversation import ConversationState, apply_trace  # noqa: E402
-from otelsignals.model import LlmCall, Message, Role, ToolCall, ToolResult  # noqa: E402
+import otelsignals
+import otelsignals.conversation as conversation_module
+from otelsignals.conventions.base import SpanReading, SpanView
+from otelsignals.conversation import ConversationState, apply_trace
+from otelsignals.model import LlmCall, Message, Role, ToolCall, ToolResult
 
 STYLES = (
     "whole",
