@@ -54,6 +54,9 @@ _PUNCTUATION_RUNS = tuple(a + b + c for a in "!?" for b in "!?" for c in "!?")
 # Emoji that roll their eyes or fume at the other side ("yes I can read the list 🙄"); not those of
 # triumph or of a user laughing at themself (😤, 🤦, 😅).
 ANNOYED_EMOJI = tuple(sorted(word_set("disengagement", "annoyed_emoji", "characters")))
+# Words of a sentence that names or describes the emoji instead of throwing it ("what does 🙄 mean",
+# "she replied 😒", "write a tweet about Mondays 🙄").
+EMOJI_NAMED_BY = word_set("disengagement", "annoyed_emoji", "named_by")
 EMOJI_CONFIDENCE = 0.6
 
 
@@ -216,15 +219,24 @@ def _rhetorical_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
 
 
 def _emoji_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
-    """The first unquoted ANNOYED_EMOJI of a message that is not satisfied."""
+    """The first unquoted ANNOYED_EMOJI of a message that is not satisfied, thrown rather than named
+    (no EMOJI_NAMED_BY word in its sentence)."""
     if analysis.satisfied:
         return None
     found = [at for at in (_unquoted_find(text, emoji, analysis.scan) for emoji in ANNOYED_EMOJI) if at >= 0]
-    if not found:
-        return None
-    at = min(found)
-    end = at + 1
-    return _Cue("annoyed_emoji", EMOJI_CONFIDENCE, at, end, {"emoji": text[at:end]})
+    for at in sorted(found):
+        if not any(token.norm in EMOJI_NAMED_BY for token in _sentence_around(analysis.scan.tokens, at)):
+            return _Cue("annoyed_emoji", EMOJI_CONFIDENCE, at, at + 1, {"emoji": text[at : at + 1]})
+    return None
+
+
+def _sentence_around(tokens: list[Token], at: int) -> list[Token]:
+    """The tokens of the sentence that character ``at`` (not a token itself) stands in: from the last
+    sentence start before it to the next one after it."""
+    after = next((k for k, token in enumerate(tokens) if token.start > at), len(tokens))
+    start = next((k for k in range(after - 1, -1, -1) if tokens[k].sentence_start), 0)
+    end = next((k for k in range(after, len(tokens)) if tokens[k].sentence_start), len(tokens))
+    return tokens[start:end]
 
 
 def _punctuation_cue(text: str, analysis: TextAnalysis) -> _Cue | None:

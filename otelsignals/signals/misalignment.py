@@ -186,8 +186,9 @@ def _fronted_rejection(tokens: list[Token], start: int, end: int) -> frozenset[s
     )
     if close is None or close == k + 1:
         return frozenset()
-    words = {t.norm for t in tokens[k + 1 : close]} - STOP_WORDS - DEFAULT_NEGATORS
-    return frozenset(words) if words and not words & _CONTRAST_IDIOMS else frozenset()
+    item = {t.norm for t in tokens[k + 1 : close]}
+    words = item - STOP_WORDS - DEFAULT_NEGATORS
+    return frozenset(words) if words and not item & _CONTRAST_IDIOMS else frozenset()
 
 
 def _conversation_words(ctx: DetectionContext, i: int) -> frozenset[str]:

@@ -211,7 +211,11 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             negation=entry.get("negation", "respect") == "respect",
             unless_wanted=bool(entry.get("unless_wanted", False)),
             confidence=confidence,
-            exclude=strings(entry.get("exclude"), f"phrase group {name!r}: exclude"),
+            exclude=expand_slots(
+                strings(entry.get("exclude"), f"phrase group {name!r}: exclude"),
+                slots,
+                f"phrase group {name!r} (exclude)",
+            ),
             whole_message=strings(entry.get("whole_message"), f"phrase group {name!r}: whole_message"),
             starts_with=strings(entry.get("starts_with"), f"phrase group {name!r}: starts_with"),
         )
