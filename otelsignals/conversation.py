@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
+import re
 import threading
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -68,6 +69,8 @@ MAX_TOOLS_KEPT = 256  # tool definitions kept per conversation (the first ones s
 # delivered again after that many newer ones is merged again, its model call counted twice). A
 # conversation of thousands of turns kept them all before, and no message trimming gave them back.
 RECENT_MODEL_CALLS = 500
+MODEL_CALL_PARENT_TRACES = 4  # traces whose model calls' parents are kept (their later parts may wrap them)
+MODEL_CALL_PARENTS_KEPT = 64
 RECENT_TRACE_IDS = RECENT_SIGNALS
 SEEN_SPANS_KEPT = 1024
 # Tool call ids and their tools' names, to name a result that gives only the call id: the latest this
@@ -397,9 +400,10 @@ class ConversationState:
     walk_resume: tuple[int, int, Message] | None = None
     # When the latest span whose messages were merged ended (its end time, ns): see _merge_snapshot.
     merged_until: int = 0
-    # The latest trace's id and the parents of the model calls read in it: a later part of that
-    # trace (an exporter's next batch) may bring a span that wraps one of them (apply_trace).
-    model_call_parents: tuple[bytes, frozenset[bytes]] | None = None
+    # Per trace of the latest MODEL_CALL_PARENT_TRACES, the parents of the model calls read in it (at
+    # most MODEL_CALL_PARENTS_KEPT): a later part of that trace (an exporter's next batch) may bring a
+    # span that wraps one of them (_wrapping_calls). None until a conversation has a model call.
+    model_call_parents: dict[bytes, frozenset[bytes]] | None = None
 
     @classmethod
     def new(cls, key: str) -> ConversationState:
@@ -764,12 +768,20 @@ def _wrapping_calls(
     both instrumented): the inner one is the call. The inner one ends first, so an exporter's batch
     may carry it alone and the wrapper in the trace's next part: the parents of the calls read in
     the trace's earlier parts are kept (``state.model_call_parents``)."""
-    earlier = state.model_call_parents
-    wrapped_before = earlier[1] if earlier is not None and earlier[0] == trace_id else frozenset()
+    kept = state.model_call_parents
+    wrapped_before = kept.get(trace_id, frozenset()) if kept is not None else frozenset()
     call_parents = frozenset(view.parent_span_id for view, _ in model_calls)
     wrapping_earlier = frozenset(view.span_id for view, _ in model_calls if view.span_id in wrapped_before)
     if model_calls:
-        state.model_call_parents = (trace_id, wrapped_before | call_parents)
+        if kept is None:
+            kept = state.model_call_parents = {}
+        parents = wrapped_before | call_parents
+        # A trace that stays open for a whole session keeps its latest part's parents only: the
+        # wrapper of a call comes in the part right after it, not hundreds of parts later.
+        kept.pop(trace_id, None)
+        kept[trace_id] = parents if len(parents) <= MODEL_CALL_PARENTS_KEPT else call_parents
+        while len(kept) > MODEL_CALL_PARENT_TRACES:
+            del kept[next(iter(kept))]
     return (call_parents if len(model_calls) > 1 else frozenset()) | wrapping_earlier, wrapping_earlier
 
 
@@ -993,10 +1005,22 @@ def _without_side_calls(
     state: ConversationState, merged: list[tuple[SpanView, SpanReading]]
 ) -> list[tuple[SpanView, SpanReading]]:
     """The trace's speaking spans without its side calls: those that quote the conversation in a
-    history of their own (:func:`_quotes_the_conversation`), and those that send the same history
+    history of their own (:func:`_pasted_transcript_turn`), and those that send the same history
     as another (:func:`_without_beside_calls`)."""
     if state.body_positions:
-        merged = [pair for pair in merged if not _quotes_the_conversation(state, pair[1].input_messages)]
+        kept = []
+        for view, reading in merged:
+            new_turn = _pasted_transcript_turn(state, reading.input_messages)
+            if new_turn is None:
+                kept.append((view, reading))
+            elif len(merged) == 1 and new_turn:
+                # The trace's only call: an app that keeps the history as text in its prompt
+                # (LangChain's ConversationBufferMemory: "...Human: {input}\nAI:"). What comes after
+                # the pasted part is the user's new turn, and the call's answer the agent's.
+                asked = [Message(Role.USER, new_turn)]
+                kept.append((view, dataclasses.replace(reading, input_messages=asked)))
+            # else a side call beside the agent's (a condense step), or a title: no turn of its own
+        merged = kept
     return _without_beside_calls(merged) if len(merged) > 1 else merged
 
 
@@ -1032,55 +1056,74 @@ def _without_beside_calls(
     return [pair for number, pair in enumerate(merged) if number not in dropped] if dropped else merged
 
 
-# A side call with a history of its own: a prompt that quotes a user message and an answer among the
-# conversation's latest QUOTED_LOOKBACK and its first user message, one of them at least
-# QUOTED_MIN_CHARACTERS long, the other at least QUOTED_SHORTEST (an answer "Done.").
+# A history pasted as text: a prompt that quotes a user message and an answer among the conversation's
+# latest QUOTED_LOOKBACK and its first user message, one of them at least QUOTED_MIN_CHARACTERS long,
+# the other at least QUOTED_SHORTEST (an answer "Done."), at least one after a speaker's label.
 QUOTED_LOOKBACK = 8
 QUOTED_MIN_CHARACTERS = 16
 QUOTED_SHORTEST = 4
+_SPEAKER_LABEL = re.compile(
+    r"(?:human|user|assistant|ai|bot|agent|customer|model|system)\s*:\s*$", re.IGNORECASE
+)
+_LEADING_LABEL = re.compile(r"^\W*(?:(?:human|user|customer|follow up input)\s*:)?\s*", re.IGNORECASE)
+_TRAILING_LABEL = re.compile(
+    r"\s*(?:assistant|ai|bot|agent|model|standalone question)\s*:\s*$", re.IGNORECASE
+)
+NEW_TURN_MIN_WORDS = 2  # what a pasted transcript's prompt says after it, to be the user's new turn
 
 
-def _quotes_the_conversation(state: ConversationState, inputs: list[Message]) -> bool:
-    """Whether ``inputs`` is a side call's history of its own that quotes the conversation: a chat
-    title asked for with the transcript pasted into one prompt, LangChain's condense-question step
-    ("Given the following conversation and a follow up question, rephrase ..."). Its prompt is no
-    user turn (the transcript in it would be read again: every complaint counted twice) and its
-    answer no turn of the agent's. Only a history that holds none of the conversation's messages,
-    and only when it quotes both what the user said and what the agent answered: a user who quotes
-    the agent's answer back ("you said ... but") is heard. The first user message is looked for
-    however long ago it was: the condense step pastes the user's own words, while the conversation
-    holds the standalone questions it wrote from them."""
+def _pasted_transcript_turn(state: ConversationState, inputs: list[Message]) -> str | None:
+    """None unless ``inputs`` is a history of its own that pastes the conversation as a transcript
+    (speaker labels, both what the user said and what the agent answered); then what the prompt says
+    after the pasted part, its labels stripped ("" when that is no new turn: a chat title's prompt).
+
+    Such a call is a side call beside the agent's (LangChain's condense-question step: "Given the
+    following conversation and a follow up question, rephrase ..."), a chat title, or an app that
+    keeps its history as text in one prompt. Read as it was sent, its prompt would be a user turn
+    holding the transcript: every complaint in it counted again. Only a history that holds none of
+    the conversation's messages, only with a speaker's label before a quoted message ("Human: …",
+    "USER: …"): a user who quotes the agent back, or quotes themself too ("I said X and you said
+    Y"), is heard. The first user message is looked for however long ago it was: the condense step
+    pastes the user's own words, while the conversation holds the standalone questions written from
+    them."""
     body = _body_of(inputs)
     if not body or any(fingerprint(message) in state.body_positions for message in body):
-        return False
+        return None
     prompt = " ".join(" ".join(m.content.split()) for m in body if m.role is Role.USER and m.content)
     if not prompt:
-        return False
+        return None
     messages = state.conversation.messages
     latest = itertools.islice((m for m in reversed(messages) if _spoken(m) and m.content), QUOTED_LOOKBACK)
     first_user = next((m for m in messages if m.role is Role.USER and m.content), None)
     longest: dict[Role, int] = {}
+    labelled = False
+    pasted_end = 0
     for message in itertools.chain(latest, (first_user,) if first_user is not None else ()):
         text = " ".join((message.content or "").split())
-        if len(text) > longest.get(message.role, 0) and _quoted_in(text, prompt):
-            longest[message.role] = len(text)
-            if len(longest) == 2 and max(longest.values()) >= QUOTED_MIN_CHARACTERS:
-                return True
-    return False
+        at = _quoted_at(text, prompt)
+        if at < 0:
+            continue
+        labelled = labelled or bool(_SPEAKER_LABEL.search(prompt[max(0, at - 24) : at]))
+        pasted_end = max(pasted_end, at + len(text))
+        longest[message.role] = max(longest.get(message.role, 0), len(text))
+    if not (labelled and len(longest) == 2 and max(longest.values()) >= QUOTED_MIN_CHARACTERS):
+        return None
+    rest = _TRAILING_LABEL.sub("", _LEADING_LABEL.sub("", prompt[pasted_end:], count=1)).strip()
+    return rest if len(re.findall(r"\w+", rest)) >= NEW_TURN_MIN_WORDS else ""
 
 
-def _quoted_in(text: str, prompt: str) -> bool:
-    """Whether ``text`` (QUOTED_SHORTEST characters or more) stands in ``prompt`` as words of its own,
-    not as part of a longer word ("Done." is not in "Undone.")."""
+def _quoted_at(text: str, prompt: str) -> int:
+    """Where ``text`` (QUOTED_SHORTEST characters or more) stands last in ``prompt`` as words of its
+    own, not as part of a longer word ("Done." is not in "Undone."); -1 when it does not."""
     if len(text) < QUOTED_SHORTEST:
-        return False
-    at = prompt.find(text)
+        return -1
+    at = prompt.rfind(text)
     while at >= 0:
         end = at + len(text)
         if (at == 0 or not prompt[at - 1].isalnum()) and (end == len(prompt) or not prompt[end].isalnum()):
-            return True
-        at = prompt.find(text, at + 1)
-    return False
+            return at
+        at = prompt.rfind(text, 0, at)
+    return -1
 
 
 def _body_of(messages: list[Message]) -> list[Message]:

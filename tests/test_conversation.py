@@ -2206,3 +2206,90 @@ def test_a_short_answer_is_quoted_only_as_words_of_its_own():
     said = f"Undone.Again: {first} It still shows the old one."
     apply_trace(state, b"t2", [chat(30, [user(said)], [assistant("Let me look.")])])
     assert texts(state)[-2:] == [("user", said), ("assistant", "Let me look.")]
+
+
+BUFFER_MEMORY = (
+    "The following is a friendly conversation between a human and an AI.\n\nCurrent conversation:\n"
+    "{history}\nHuman: {input}\nAI:"
+)
+
+
+def test_a_history_kept_as_text_in_the_only_prompt_gives_the_users_new_turn():
+    """LangChain's ConversationChain with ConversationBufferMemory pastes the transcript into its one
+    prompt: what comes after the pasted part is the user's new turn (a reviewer found every turn after
+    the first dropped as a side call: no signal fired on "Get me a human now!")."""
+    turns = [
+        ("My order 1234 never arrived.", "I'm sorry! Order 1234 is delayed at the depot, arriving Friday."),
+        ("This is useless. Get me a human now!", "I understand. Let me transfer you to an agent."),
+    ]
+    state = ConversationState.new("c1")
+    history: list[str] = []
+    for number, (said, answer) in enumerate(turns):
+        prompt = BUFFER_MEMORY.format(history="\n".join(history), input=said)
+        apply_trace(
+            state, f"t{number}".encode(), [chat(40 * number + 1, [user(prompt)], [assistant(answer)])]
+        )
+        history += [f"Human: {said}", f"AI: {answer}"]
+    assert texts(state)[-2:] == [("user", "This is useless. Get me a human now!"), ("assistant", turns[1][1])]
+    assert len(state.conversation.messages) == 4
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "hello?? you told me Order 1234 is delayed at the depot, arriving Friday. It's Saturday!!",
+        "thanks for nothing. Order 1234 is delayed at the depot, arriving Friday. That's what you said",
+        "I said My order 1234 never arrived. and you said Order 1234 is delayed at the depot, arriving Fri",
+    ],
+)
+def test_a_user_who_quotes_both_sides_without_speaker_labels_is_heard(said):
+    """Near misses found by a review: in an API that sends only the new turn, a user who quotes the
+    agent and (as a word) an earlier message of their own is no pasted transcript: no "User:" or
+    "Assistant:" label stands before what is quoted."""
+    state = ConversationState.new("c1")
+    for number, (asked, answer) in enumerate(
+        [
+            ("hello", "Hi! How can I help you today?"),
+            ("thanks", "You're welcome!"),
+            ("My order 1234 never arrived.", "Order 1234 is delayed at the depot, arriving Friday."),
+        ]
+    ):
+        apply_trace(state, f"t{number}".encode(), [chat(40 * number + 1, [user(asked)], [assistant(answer)])])
+    update = apply_trace(state, b"t9", [chat(500, [user(said)], [assistant("I'm sorry, let me check.")])])
+    assert update.new_messages == 2 and texts(state)[-2] == ("user", said)
+
+
+def test_a_wrapper_whose_trace_came_back_after_another_trace_still_counts_once():
+    """The wrapper's part of trace A comes after a whole trace B of the same conversation (a title
+    call): the parents of trace A's calls are still known."""
+    outer_view = dataclasses.replace(view(0), end_time_unix_nano=20)
+    outer = (
+        outer_view,
+        SpanReading("test", [user("Hi")], [assistant("Hello!")], llm_call=LlmCall(outer_view.span_id)),
+    )
+    inner = chat(1, [user("Hi")], [assistant("Hello!")], parent=outer_view.span_id)
+    state = ConversationState.new("c1")
+    apply_trace(state, b"tA", [inner], {inner[0].span_id: outer_view.span_id})
+    apply_trace(state, b"tB", [chat(30, [user("Hi"), assistant("Hello!"), user("Bye")], [assistant("Bye!")])])
+    later = apply_trace(state, b"tA", [outer], {outer_view.span_id: b""})
+    assert later.llm_calls == [] and later.new_messages == 0
+
+
+def test_the_parents_kept_for_later_parts_stay_bounded():
+    """A trace that stays open for a whole session (one call per exporter batch): what is kept for its
+    later parts does not grow with it, nor do the traces it is kept for."""
+    from otelsignals.conversation import MODEL_CALL_PARENT_TRACES, MODEL_CALL_PARENTS_KEPT
+
+    state = ConversationState.new("c1")
+    for number in range(300):
+        parent = view(0)
+        apply_trace(
+            state,
+            b"long",
+            [chat(10 * number, [user(f"q{number}")], [assistant(f"a{number}")], parent=parent.span_id)],
+        )
+    for number in range(10):
+        apply_trace(state, f"t{number}".encode(), [chat(5000 + number, [user("x")], [assistant("y")])])
+    kept = state.model_call_parents
+    assert kept is not None and len(kept) <= MODEL_CALL_PARENT_TRACES
+    assert all(len(parents) <= MODEL_CALL_PARENTS_KEPT for parents in kept.values())

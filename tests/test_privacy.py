@@ -362,7 +362,7 @@ KEY_TABLE = {
         "threshold_cycles", "cycles", "same_arguments", "similarity", "lower_bound", "phrase", "group",
         "matches", "fuzzy", "pattern_type", "actually", "upper_ratio", "letters", "words", "head", "run",
         "similar_to", "ratio", "repeated_answer", "request_index", "user_turns", "baseline", "efficiency",
-        "asked_by", "after", "via", "unresolved",
+        "asked_by", "after", "via", "unresolved", "emoji",
     },
     "identifier": {"tool", "tools", "model", "error_type"},
     "content": {"arguments", "rejected", "term", "shared", "brought_back", "marker"},

@@ -175,6 +175,7 @@ PLAIN_METADATA_KEYS = frozenset(
         "words",
         "head",  # a rhetorical head of the library ("why would i")
         "run",  # a run of "!" and "?"
+        "emoji",  # one of the library's annoyed emoji (disengagement.yaml, annoyed_emoji)
         # indices and ratios
         "similar_to",
         "ratio",
