@@ -1086,8 +1086,13 @@ def _pasted_transcript_turn(state: ConversationState, inputs: list[Message]) -> 
     Y"), is heard. The first user message is looked for however long ago it was: the condense step
     pastes the user's own words, while the conversation holds the standalone questions written from
     them."""
+    # A history resent whole starts with a message the conversation holds: told at its first message,
+    # without a pass over the history.
+    first = next((message for message in inputs if message.role is not Role.SYSTEM), None)
+    if first is None or fingerprint(first) in state.body_positions:
+        return None
     body = _body_of(inputs)
-    if not body or any(fingerprint(message) in state.body_positions for message in body):
+    if any(fingerprint(message) in state.body_positions for message in body):
         return None
     prompt = " ".join(" ".join(m.content.split()) for m in body if m.role is Role.USER and m.content)
     if not prompt:
