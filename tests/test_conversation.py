@@ -459,10 +459,12 @@ def test_a_model_call_span_over_another_is_the_same_request_counted_once():
     assert texts(state) == [("user", "Hi"), ("assistant", "Hello!")]
 
 
-def test_a_model_call_span_over_another_counts_once_when_it_comes_in_the_traces_next_part():
+@pytest.mark.parametrize("between", [False, True])
+def test_a_model_call_span_over_another_counts_once_when_it_comes_in_the_traces_next_part(between):
     """The inner call ends first, so an exporter's batch can carry it alone and the wrapper in the
     trace's next part (BatchSpanProcessor's timer firing between the two ends): the wrapper still
-    counts as no call of its own and adds no message."""
+    counts as no call of its own and adds no message, also when a whole other trace of the
+    conversation (a title call) came between the two parts."""
     outer_view = dataclasses.replace(view(0), end_time_unix_nano=20)
     outer = (
         outer_view,
@@ -471,10 +473,14 @@ def test_a_model_call_span_over_another_counts_once_when_it_comes_in_the_traces_
     inner = chat(1, [user("Hi")], [assistant("Hello!")], parent=outer_view.span_id)
     state = ConversationState.new("c1")
     apply_trace(state, b"t1", [inner], {inner[0].span_id: outer_view.span_id})
+    if between:
+        apply_trace(
+            state, b"t2", [chat(30, [user("Hi"), assistant("Hello!"), user("Bye")], [assistant("Bye!")])]
+        )
     later = apply_trace(state, b"t1", [outer], {outer_view.span_id: b""})
     assert later.llm_calls == [] and later.new_messages == 0
-    assert [call.span_id for call in state.conversation.llm_calls] == [inner[0].span_id]
-    assert texts(state) == [("user", "Hi"), ("assistant", "Hello!")]
+    assert inner[0].span_id in [call.span_id for call in state.conversation.llm_calls]
+    assert outer_view.span_id not in [call.span_id for call in state.conversation.llm_calls]
 
 
 @pytest.mark.parametrize("same_trace", [True, False])
@@ -2257,22 +2263,6 @@ def test_a_user_who_quotes_both_sides_without_speaker_labels_is_heard(said):
         apply_trace(state, f"t{number}".encode(), [chat(40 * number + 1, [user(asked)], [assistant(answer)])])
     update = apply_trace(state, b"t9", [chat(500, [user(said)], [assistant("I'm sorry, let me check.")])])
     assert update.new_messages == 2 and texts(state)[-2] == ("user", said)
-
-
-def test_a_wrapper_whose_trace_came_back_after_another_trace_still_counts_once():
-    """The wrapper's part of trace A comes after a whole trace B of the same conversation (a title
-    call): the parents of trace A's calls are still known."""
-    outer_view = dataclasses.replace(view(0), end_time_unix_nano=20)
-    outer = (
-        outer_view,
-        SpanReading("test", [user("Hi")], [assistant("Hello!")], llm_call=LlmCall(outer_view.span_id)),
-    )
-    inner = chat(1, [user("Hi")], [assistant("Hello!")], parent=outer_view.span_id)
-    state = ConversationState.new("c1")
-    apply_trace(state, b"tA", [inner], {inner[0].span_id: outer_view.span_id})
-    apply_trace(state, b"tB", [chat(30, [user("Hi"), assistant("Hello!"), user("Bye")], [assistant("Bye!")])])
-    later = apply_trace(state, b"tA", [outer], {outer_view.span_id: b""})
-    assert later.llm_calls == [] and later.new_messages == 0
 
 
 def test_the_parents_kept_for_later_parts_stay_bounded():
