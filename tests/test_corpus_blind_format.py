@@ -1,11 +1,11 @@
-"""The five blind corpora (tests/corpus_heldout/, tests/corpus_blind/, tests/corpus_blind3/,
-tests/corpus_blind4/, tests/corpus_blind5/): schema, label placement and coverage.
+"""The blind corpora (tests/corpus_heldout/, tests/corpus_blind/, tests/corpus_blind3/ to
+tests/corpus_blind6/): schema, label placement and coverage.
 
 Same schema and label-placement checks as the main corpus (tests/corpus/checks.py, the labelling rules
 at the top of tests/corpus/support.yaml). Each set was written from the rules alone, without access to
 the detectors, and exists to measure how they generalise: the coverage minimums are each set's own,
 and no precision/recall is asserted here (`python -m tests.corpus_eval --heldout` / `--blind` /
-`--dir tests/corpus_blind3` / `--dir tests/corpus_blind4` / `--dir tests/corpus_blind5`).
+`--dir tests/corpus_blindN`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from tests.corpus import (
     BLIND3_DIR,
     BLIND4_DIR,
     BLIND5_DIR,
+    BLIND6_DIR,
     BLIND_DIR,
     CORPUS_DIR,
     HELDOUT_DIR,
@@ -134,7 +135,27 @@ FIFTH = BlindSet(
     header_file="cloud_billing.yaml",
     min_per_interaction_leaf=8,
 )
-SETS = {"heldout": HELDOUT, "blind": SECOND, "blind3": THIRD, "blind4": FOURTH, "blind5": FIFTH}
+SIXTH = BlindSet(
+    BLIND6_DIR,
+    "b6-",
+    ("SIXTH BLIND", "2026-12-02"),
+    frozenset({"smart_home", "tax_filing", "car_rental", "language_learning", "recruiting", "print_shop"}),
+    42,
+    6,
+    28,
+    85,
+    True,
+    header_file="smart_home.yaml",
+    min_per_interaction_leaf=6,
+)
+SETS = {
+    "heldout": HELDOUT,
+    "blind": SECOND,
+    "blind3": THIRD,
+    "blind4": FOURTH,
+    "blind5": FIFTH,
+    "blind6": SIXTH,
+}
 CONVERSATIONS = [(name, conv) for name, blind in SETS.items() for conv in load_corpus(blind.directory)]
 RAW_CONVERSATIONS = [(name, raw) for name, blind in SETS.items() for raw in blind.raw]
 
@@ -177,7 +198,7 @@ def test_ids_are_unique_prefixed_and_disjoint_from_the_other_corpora(blind: Blin
     ]
     others = [
         d
-        for d in (CORPUS_DIR, HELDOUT_DIR, BLIND_DIR, BLIND3_DIR, BLIND4_DIR, BLIND5_DIR)
+        for d in (CORPUS_DIR, HELDOUT_DIR, BLIND_DIR, BLIND3_DIR, BLIND4_DIR, BLIND5_DIR, BLIND6_DIR)
         if d != blind.directory
     ]
     other_ids = {conv["id"] for d in others for convs in load_raw(d).values() for conv in convs}

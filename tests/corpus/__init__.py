@@ -30,6 +30,9 @@ BLIND4_DIR = CORPUS_DIR.parent / "corpus_blind4"
 # The fifth blind set (2026-12-02): six more new domains, written from the rules alone (see its
 # cloud_billing.yaml).
 BLIND5_DIR = CORPUS_DIR.parent / "corpus_blind5"
+# The sixth set (2026-12-02): six more new domains, written from the rules alone (see its
+# smart_home.yaml); scored once blind, then read to develop on (bench/RESULTS.md).
+BLIND6_DIR = CORPUS_DIR.parent / "corpus_blind6"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
