@@ -10,8 +10,9 @@ Normalisation (the same for phrases and text): curly apostrophes/quotes, primes 
 (a 1:1 character map, so offsets stay offsets into the original text), tokens are runs of letters and
 digits, casefolded, with in-word apostrophes dropped ("Don't" → ``dont``, "that’s" → ``thats``);
 everything else is a token boundary, except a few emoji that stand for a word (👍 → ``thumbsup``,
-👌 → ``okhand``, 🙏 → ``foldedhands``, 🙌 → ``raisedhands``: a thumbs-up is a reply in chat) and
-become a token of their own, with a clause boundary on each side. Punctuation between tokens is kept as two
+👌 → ``okhand``, 🙏 → ``foldedhands``, 🙌 → ``raisedhands``: a thumbs-up is a reply in chat; ✅ and
+🎉 close a report: "it says verified ✅") and become a token of their own, with a clause boundary on
+each side. Punctuation between tokens is kept as two
 flags on the next token:
 ``sentence_start`` (``. ! ? ;`` newline, or the start of the text) and ``clause_start`` (any
 of those or ``, : ( ) [ ] " …`` or a free-standing dash).

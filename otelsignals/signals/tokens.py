@@ -33,6 +33,11 @@ EMOJI_WORDS = {
     "\U0001f64f": "foldedhands",  # 🙏 thanks
     "\U0001f64c": "raisedhands",  # 🙌 hooray
     "\U0001f643": "upsidedownface",  # 🙃 irony (phrases/disengagement.yaml, group irony)
+    # Marks that close a report ("it says verified ✅", "it work 🎉 gracias"): a clause ends there.
+    "\U0001f389": "partypopper",  # 🎉
+    "\U0001f973": "partyface",  # 🥳
+    "\u2705": "checkmark",  # ✅
+    "\u2714": "checkmark",  # ✔ (✔️ with its variation selector)
 }
 
 

@@ -428,6 +428,9 @@ def test_a_phrase_cannot_start_with_a_wildcard() -> None:
         ("great👍thanks", ["great", "thumbsup", "thanks"]),  # split out of a word
         ("looks good👌", ["looks", "good", "okhand"]),
         ("🙄 again 😡", ["again"]),  # other emoji are boundaries, as before
+        ("it says verified ✅ thx", ["it", "says", "verified", "checkmark", "thx"]),
+        ("it work 🎉 gracias", ["it", "work", "partypopper", "gracias"]),
+        ("done ✔️", ["done", "checkmark"]),  # the variation selector is dropped
     ],
 )
 def test_reply_emoji_are_tokens(text: str, norms: list[str]) -> None:
@@ -436,6 +439,16 @@ def test_reply_emoji_are_tokens(text: str, norms: list[str]) -> None:
     for token in tokens:
         if token.norm in ("thumbsup", "okhand"):
             assert text[token.start : token.end] in ("👍", "👌") and token.clause_start
+
+
+def test_a_closing_mark_ends_the_clause_before_it() -> None:
+    """A report closed by ✅ or 🎉 ends there: "it work$" fires on "it work 🎉 muchas gracias", where
+    an emoji that is only a word boundary would leave "muchas" in the clause."""
+    matcher = PhraseMatcher([PhraseGroup("done", ("^it work$",))])
+    assert [m.phrase for m in matcher.find("now it appear in my orders, it work 🎉 muchas gracias")] == [
+        "^it work$"
+    ]
+    assert matcher.find("it work 😡 muchas gracias") == []
 
 
 def test_emoji_phrase_matches_only_the_emoji() -> None:
