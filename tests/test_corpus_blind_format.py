@@ -1,5 +1,5 @@
 """The blind corpora (tests/corpus_heldout/, tests/corpus_blind/, tests/corpus_blind3/ to
-tests/corpus_blind6/): schema, label placement and coverage.
+tests/corpus_blind7/): schema, label placement and coverage.
 
 Same schema and label-placement checks as the main corpus (tests/corpus/checks.py, the labelling rules
 at the top of tests/corpus/support.yaml). Each set was written from the rules alone, without access to
@@ -24,6 +24,7 @@ from tests.corpus import (
     BLIND4_DIR,
     BLIND5_DIR,
     BLIND6_DIR,
+    BLIND7_DIR,
     BLIND_DIR,
     CORPUS_DIR,
     HELDOUT_DIR,
@@ -148,6 +149,28 @@ SIXTH = BlindSet(
     header_file="smart_home.yaml",
     min_per_interaction_leaf=6,
 )
+SEVENTH = BlindSet(
+    BLIND7_DIR,
+    "b7-",
+    ("SEVENTH BLIND", "2026-12-02"),
+    frozenset(
+        {
+            "dental_clinic",
+            "moving_company",
+            "crm_admin",
+            "library_services",
+            "parking_permits",
+            "wedding_planning",
+        }
+    ),
+    42,
+    6,
+    28,
+    85,
+    True,
+    header_file="dental_clinic.yaml",
+    min_per_interaction_leaf=6,
+)
 SETS = {
     "heldout": HELDOUT,
     "blind": SECOND,
@@ -155,6 +178,7 @@ SETS = {
     "blind4": FOURTH,
     "blind5": FIFTH,
     "blind6": SIXTH,
+    "blind7": SEVENTH,
 }
 CONVERSATIONS = [(name, conv) for name, blind in SETS.items() for conv in load_corpus(blind.directory)]
 RAW_CONVERSATIONS = [(name, raw) for name, blind in SETS.items() for raw in blind.raw]
@@ -198,7 +222,7 @@ def test_ids_are_unique_prefixed_and_disjoint_from_the_other_corpora(blind: Blin
     ]
     others = [
         d
-        for d in (CORPUS_DIR, HELDOUT_DIR, BLIND_DIR, BLIND3_DIR, BLIND4_DIR, BLIND5_DIR, BLIND6_DIR)
+        for d in (CORPUS_DIR, HELDOUT_DIR, BLIND_DIR, BLIND3_DIR, BLIND4_DIR, BLIND5_DIR, BLIND6_DIR, BLIND7_DIR)
         if d != blind.directory
     ]
     other_ids = {conv["id"] for d in others for convs in load_raw(d).values() for conv in convs}

@@ -33,6 +33,9 @@ BLIND5_DIR = CORPUS_DIR.parent / "corpus_blind5"
 # The sixth set (2026-12-02): six more new domains, written from the rules alone (see its
 # smart_home.yaml); scored once blind, then read to develop on (bench/RESULTS.md).
 BLIND6_DIR = CORPUS_DIR.parent / "corpus_blind6"
+# The seventh blind set (2026-12-02): six more new domains, written from the rules alone (see its
+# dental_clinic.yaml); kept blind: only its totals are read.
+BLIND7_DIR = CORPUS_DIR.parent / "corpus_blind7"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
