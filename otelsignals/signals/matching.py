@@ -22,7 +22,9 @@ letters) it is one *interior* edit away from — one substitution, insertion, de
 transposition that leaves the first and the last letter alone ("thnak" → thank, "escalte" →
 escalate, "manger" → manager). Edits at a word's ends are not typos for this purpose: they are
 inflections ("fixes"/"fixed", "human"/"humans", "worker"/"worked"). Real words listed as protected
-are never corrected ("leasing" is not "leaving"). Candidates come from a deletion index
+are never corrected ("leasing" is not "leaving"). A word stretched for emphasis, a letter three or
+more times in a row ("thank youuu", "pleeease"), is the phrase word with that run read as one letter
+or two. Candidates come from a deletion index
 (SymSpell-style, built once), so correcting a token costs O(len²) with len ≤ 30: constant per token.
 
 Negation: a hit is ``negated`` when a negator token ("not", "no", "never", "dont", "without"…)
@@ -56,6 +58,7 @@ by token on each hit, so matching stays linear. Wildcard tokens are never typo-c
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -71,6 +74,7 @@ MIN_WILDCARD_SUFFIX_TOKEN = 5  # "*ing" needs a real word before the ending ("si
 MAX_WHOLE_MESSAGE_TOKENS = 8
 MAX_LEAD_INS = 2  # "ok yeah great": lead-in words skipped before a "^" phrase
 MAX_TRAILERS = 3  # "great thank you mate": trailer words skipped after a "$" phrase
+STRETCHED_RUN = 3  # a letter this many times in a row stretches a word ("youuu"): read as one or two
 SNIPPET_LIMIT = 200
 
 # fmt: off
@@ -163,7 +167,8 @@ class _Speller:
     """Maps a token to the phrase word it is a one-interior-edit typo of (deletion index)."""
 
     def __init__(self, vocabulary: Iterable[str], protected: Iterable[str]) -> None:
-        self.known = frozenset(vocabulary) | frozenset(protected)
+        self.words = frozenset(vocabulary)
+        self.known = self.words | frozenset(protected)
         self.index: dict[str, set[str]] = {}
         for word in vocabulary:
             if len(word) >= MIN_TYPO_LEN and word.isalpha():
@@ -177,14 +182,29 @@ class _Speller:
     def correct(self, token: str) -> str | None:
         if token in self.cache:
             return self.cache[token]
-        candidates: set[str] = set()
-        for key in [token, *_deletions(token)]:
-            candidates |= self.index.get(key, set())
-        found = sorted(c for c in candidates if interior_one_edit(token, c))
+        found = _unstretched(token, self.words)
+        if found is None:
+            candidates: set[str] = set()
+            for key in [token, *_deletions(token)]:
+                candidates |= self.index.get(key, set())
+            found = min((c for c in candidates if interior_one_edit(token, c)), default=None)
         if len(self.cache) > 50_000:
             self.cache.clear()
-        self.cache[token] = found[0] if found else None
-        return self.cache[token]
+        self.cache[token] = found
+        return found
+
+
+def _unstretched(token: str, words: frozenset[str]) -> str | None:
+    """The phrase word ``token`` stretches ("youuu" → you, "pleeease" → please, "thaaanks" → thanks):
+    each run of three or more of one letter, which no English word has, read as one letter or two."""
+    runs = [(letter, len(list(group))) for letter, group in itertools.groupby(token)]
+    if all(length < STRETCHED_RUN for _, length in runs):
+        return None
+    for keep in (1, 2):
+        word = "".join(letter * (min(length, keep) if length >= STRETCHED_RUN else length) for letter, length in runs)
+        if word in words:
+            return word
+    return None
 
 
 # --- the matcher -----------------------------------------------------------------------------------

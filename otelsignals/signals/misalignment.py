@@ -160,10 +160,14 @@ def _rejected_item(tokens: list[Token], start: int, end: int) -> frozenset[str]:
     fronted = _fronted_rejection(tokens, start, end)
     if fronted:
         return fronted
+    # After "no," the comma may go ("wait no, cream not white!!"): the user is already rejecting.
+    rejecting = _opens_with_no(tokens, start, end)
     for k in range(start + 1, end):
         token = tokens[k]
-        if token.norm != "not" or not token.clause_start or token.quoted or end - k - 1 > CONTRAST_MAX_WORDS:
+        if token.norm != "not" or token.quoted or end - k - 1 > CONTRAST_MAX_WORDS:
             continue  # (the length check first keeps this linear: at most 3 candidates per sentence)
+        if not token.clause_start and not rejecting:
+            continue
         item = [t.norm for t in tokens[k + 1 : end]]
         before = [t.norm for t in tokens[start:k] if t.norm not in STOP_WORDS and t.norm != "actually"]
         words = {w for w in item if w not in STOP_WORDS and w not in DEFAULT_NEGATORS}
@@ -173,6 +177,13 @@ def _rejected_item(tokens: list[Token], start: int, end: int) -> frozenset[str]:
 
 
 _FRONTED_LEADS = frozenset({"no", "nope", "nah"})
+_INTERJECTIONS = frozenset({"wait", "oh", "um", "umm", "hmm", "ah", "sorry", "ugh", "erm"})
+
+
+def _opens_with_no(tokens: list[Token], start: int, end: int) -> bool:
+    """The sentence opens "no," (or "wait no,", "oh nope."): a rejection word closed by a boundary."""
+    k = start + 1 if tokens[start].norm in _INTERJECTIONS else start
+    return k + 1 < end and tokens[k].norm in _FRONTED_LEADS and tokens[k + 1].clause_start
 
 
 def _fronted_rejection(tokens: list[Token], start: int, end: int) -> frozenset[str]:

@@ -286,6 +286,27 @@ def test_more_typos(matcher: PhraseMatcher, text: str, typo: bool) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "phrase"),
+    [
+        ("yay thank youuu", "thank you"),  # a stretched word of 5+ letters, short once unstretched
+        ("thaaank you", "thank you"),
+        ("muuuch appreciated", "much appreciated"),
+        ("thank youuuuuuu!!", "thank you"),
+        ("thank yooou", "thank you"),
+    ],
+)
+def test_stretched_words_match_fuzzily(matcher: PhraseMatcher, text: str, phrase: str) -> None:
+    assert [m.fuzzy for m in matcher.find(text) if m.phrase == phrase] == [True]
+
+
+@pytest.mark.parametrize("text", ["thank yuuu", "zzzzz", "thank youu", "nooooo way"])
+def test_runs_that_stretch_no_phrase_word_do_not_match(matcher: PhraseMatcher, text: str) -> None:
+    """Read as one letter or two, the run must give a phrase word exactly: "yuuu" gives "yu" or "yuu";
+    "youu" has no run of three, and "you" is too short to be reached by a typo."""
+    assert [m.phrase for m in matcher.find(text)] == []
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "thsnk",  # corrected to "thank", which alone is no phrase here
