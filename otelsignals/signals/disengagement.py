@@ -141,7 +141,10 @@ def caps_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
     not when the message is satisfied ("THANK YOU SO MUCH")."""
     if analysis.satisfied or _clearly_not_shouting(text):
         return None
-    tokens = [t for t in analysis.scan.tokens if not t.quoted and not t.norm.isdigit()]
+    pasted = _introduced_blocks(text)
+    tokens = [
+        t for t in analysis.scan.tokens if not t.quoted and not t.norm.isdigit() and not _inside_any(pasted, t.start)
+    ]
     if len(tokens) < CAPS_MIN_WORDS:
         return None
     letters = "".join(text[t.start : t.end] for t in tokens)
@@ -165,8 +168,9 @@ def caps_run_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
     if sum(1 for word in capitalised if len(word) >= CAPS_RUN_LETTERS) < CAPS_RUN_WORDS:
         return None
     run: list[Token] = []
+    pasted = _introduced_blocks(text)
     for token in analysis.scan.tokens:
-        if not _shouted_word(text, token):
+        if not _shouted_word(text, token) or _inside_any(pasted, token.start):
             run = []
         elif run and text[run[-1].end : token.start].isspace():
             run.append(token)
@@ -176,6 +180,28 @@ def caps_run_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
             metadata = {"words": len(run)}
             return _Cue("all_caps", CAPS_RUN_CONFIDENCE, run[0].start, run[-1].end, metadata)
     return None
+
+
+def _introduced_blocks(text: str) -> list[tuple[int, int]]:
+    """Spans of text the user pastes after announcing it with a colon and a blank line ("your checker
+    says:", "so you can see what I mean:"), each up to the next blank line: a report's or a manuscript's
+    headings are in capitals without anyone raising their voice. (Without the blank line, "I told
+    you:\nI WANT A REFUND" is the user's own voice.)"""
+    blocks: list[tuple[int, int]] = []
+    at = text.find(":\n\n")
+    while at >= 0:
+        start = at + 3
+        while text.startswith("\n", start):
+            start += 1
+        end = text.find("\n\n", start)
+        end = len(text) if end < 0 else end
+        blocks.append((start, end))
+        at = text.find(":\n\n", end)
+    return blocks
+
+
+def _inside_any(spans: list[tuple[int, int]], position: int) -> bool:
+    return any(start <= position < end for start, end in spans)
 
 
 def _shouted_word(text: str, token: Token) -> bool:

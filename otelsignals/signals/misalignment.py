@@ -166,7 +166,7 @@ def _rejected_item(tokens: list[Token], start: int, end: int) -> frozenset[str]:
         token = tokens[k]
         if token.norm != "not" or token.quoted or end - k - 1 > CONTRAST_MAX_WORDS:
             continue  # (the length check first keeps this linear: at most 3 candidates per sentence)
-        if not token.clause_start and not rejecting:
+        if not token.clause_start and not (rejecting and _names_before(tokens[k - 1])):
             continue
         item = [t.norm for t in tokens[k + 1 : end]]
         before = [t.norm for t in tokens[start:k] if t.norm not in STOP_WORDS and t.norm != "actually"]
@@ -177,7 +177,15 @@ def _rejected_item(tokens: list[Token], start: int, end: int) -> frozenset[str]:
 
 
 _FRONTED_LEADS = frozenset({"no", "nope", "nah"})
-_INTERJECTIONS = frozenset({"wait", "oh", "um", "umm", "hmm", "ah", "sorry", "ugh", "erm"})
+# "oh no," is dismay, not a rejection: "oh" is not among them.
+_INTERJECTIONS = frozenset({"wait", "um", "umm", "hmm", "ah", "sorry", "erm"})
+_NOT_AFTER_VERB = frozenset({"still", "just", "really", "yet", "even", "also"})
+
+
+def _names_before(token: Token) -> bool:
+    """The word before a comma-less "not" names the right thing ("cream not white"), rather than
+    negating a verb ("it's still not working")."""
+    return token.norm not in STOP_WORDS and token.norm not in _NOT_AFTER_VERB
 
 
 def _opens_with_no(tokens: list[Token], start: int, end: int) -> bool:

@@ -352,6 +352,20 @@ def analyse_text(text: str) -> TextAnalysis:
         )
     ]
     trouble = [m for m in accepted if groups[m.group].with_praise]
+    if trouble or any(groups[m.group].signal in SATISFACTION for m in accepted):
+        # A status readout's values ("Signal strength: excellent", "Data roaming: still off") report a
+        # state: neither satisfaction nor the praise and trouble of sarcasm.
+        values = readout_values(text)
+        if values:
+            accepted = [
+                m
+                for m in accepted
+                if not (
+                    (groups[m.group].signal in SATISFACTION or groups[m.group].with_praise)
+                    and _inside(values, m.start)
+                )
+            ]
+            trouble = [m for m in trouble if not _inside(values, m.start)]
     if trouble:
         accepted = [m for m in accepted if not groups[m.group].with_praise]
         if _sarcastic(text, accepted, library):
@@ -361,14 +375,6 @@ def analyse_text(text: str) -> TextAnalysis:
         accepted = _ironic(text, accepted, irony, library)
     if any(_complains(groups[m.group]) for m in accepted):
         accepted = [m for m in accepted if not groups[m.group].unless_complaining]
-    if any(groups[m.group].signal in SATISFACTION for m in accepted):
-        values = readout_values(text)
-        if values:
-            accepted = [
-                m
-                for m in accepted
-                if not (groups[m.group].signal in SATISFACTION and _inside(values, m.start))
-            ]
     if any(groups[m.group].signal in SATISFACTION for m in accepted):
         accepted = [m for m in accepted if not groups[m.group].unless_satisfied]
     hits: dict[str, list[Match]] = {}
