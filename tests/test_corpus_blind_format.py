@@ -222,7 +222,16 @@ def test_ids_are_unique_prefixed_and_disjoint_from_the_other_corpora(blind: Blin
     ]
     others = [
         d
-        for d in (CORPUS_DIR, HELDOUT_DIR, BLIND_DIR, BLIND3_DIR, BLIND4_DIR, BLIND5_DIR, BLIND6_DIR, BLIND7_DIR)
+        for d in (
+            CORPUS_DIR,
+            HELDOUT_DIR,
+            BLIND_DIR,
+            BLIND3_DIR,
+            BLIND4_DIR,
+            BLIND5_DIR,
+            BLIND6_DIR,
+            BLIND7_DIR,
+        )
         if d != blind.directory
     ]
     other_ids = {conv["id"] for d in others for convs in load_raw(d).values() for conv in convs}

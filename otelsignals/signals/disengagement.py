@@ -143,7 +143,9 @@ def caps_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
         return None
     pasted = _introduced_blocks(text)
     tokens = [
-        t for t in analysis.scan.tokens if not t.quoted and not t.norm.isdigit() and not _inside_any(pasted, t.start)
+        t
+        for t in analysis.scan.tokens
+        if not t.quoted and not t.norm.isdigit() and not _inside_any(pasted, t.start)
     ]
     if len(tokens) < CAPS_MIN_WORDS:
         return None

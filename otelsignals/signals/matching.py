@@ -52,7 +52,9 @@ Wildcards (for a class of phrasings rather than a list of sentences): after at l
 phrase word ``*`` stands for any one token and ``*ing`` (``*ed``…) for any token of 5+ characters
 ending so ("you keep *ing" fires on "you keep suggesting", "i can * now" on "I can print now"). The
 literal words before the first wildcard are the automaton key; the rest (the *tail*) is checked token
-by token on each hit, so matching stays linear. Wildcard tokens are never typo-corrected into.
+by token on each hit, so matching stays linear. Wildcard tokens are never typo-corrected into. A tail
+word may also be a set of one-word alternatives, ``(said|wrote|sent)``: the phrase library writes a
+slot of one-word alternatives so when a word comes before it, one entry instead of one per word.
 """
 
 from __future__ import annotations
@@ -201,7 +203,9 @@ def _unstretched(token: str, words: frozenset[str]) -> str | None:
     if all(length < STRETCHED_RUN for _, length in runs):
         return None
     for keep in (1, 2):
-        word = "".join(letter * (min(length, keep) if length >= STRETCHED_RUN else length) for letter, length in runs)
+        word = "".join(
+            letter * (min(length, keep) if length >= STRETCHED_RUN else length) for letter, length in runs
+        )
         if word in words:
             return word
     return None
@@ -218,7 +222,7 @@ class _Entry:
     exclude: bool = False
     anchor_start: bool = False
     anchor_end: bool = False
-    tail: tuple[str, ...] = ()  # words after the key: literal norms, "*" or "*<suffix>" (see docstring)
+    tail: tuple[TailPattern, ...] = ()  # words after the key: norms, "*", "*<suffix>", alternatives
     # (offset from the phrase's first token, norm) of the tail's first literal word: most hits of a
     # common key (" the ", " i can ") fail on it, so it is compared before the whole tail is
     probe: tuple[int, str] | None = None
@@ -239,20 +243,32 @@ def phrase_tokens(phrase: str) -> tuple[list[str], bool, bool]:
     return [t.norm for t in tokens_of(unify(text))], anchor_start, anchor_end
 
 
-def split_wildcards(phrase: str) -> tuple[str, tuple[str, ...]]:
-    """``phrase`` cut at its first wildcard word: (the literal head, the tail's patterns); anchors
-    stay on the head (``^``) or are read from the whole phrase by the caller (``$``)."""
+TailPattern = str | frozenset[str]  # a norm, "*" / "*<suffix>", or a set of one-word alternatives
+
+
+def split_wildcards(phrase: str) -> tuple[str, tuple[TailPattern, ...]]:
+    """``phrase`` cut at its first wildcard word or set of alternatives: (the literal head, the tail's
+    patterns); anchors stay on the head (``^``) or are read from the whole phrase by the caller (``$``)."""
     words = phrase.strip().removesuffix("$").split()
-    cut = next((i for i, word in enumerate(words) if word.startswith("*")), len(words))
+    cut = next((i for i, word in enumerate(words) if word.startswith(("*", "("))), len(words))
     if cut == len(words):
         return phrase, ()
     if cut == 0:
         raise ValueError(f"phrase {phrase!r} starts with a wildcard")
-    tail = tuple(w if w.startswith("*") else "".join(phrase_tokens(w)[0]) for w in words[cut:])
-    return " ".join(words[:cut]), tail
+    return " ".join(words[:cut]), tuple(_tail_pattern(word) for word in words[cut:])
 
 
-def _tail_fits(pattern: str, word: str) -> bool:
+def _tail_pattern(word: str) -> TailPattern:
+    if word.startswith("*"):
+        return word
+    if word.startswith("(") and word.endswith(")"):
+        return frozenset("".join(phrase_tokens(choice)[0]) for choice in word[1:-1].split("|"))
+    return "".join(phrase_tokens(word)[0])
+
+
+def _tail_fits(pattern: TailPattern, word: str) -> bool:
+    if isinstance(pattern, frozenset):
+        return word in pattern
     if pattern == "*":
         return True
     if pattern.startswith("*"):
@@ -292,10 +308,21 @@ class PhraseMatcher:
                 if not words:
                     raise ValueError(f"phrase group {group.name!r}: phrase {phrase!r} has no words")
                 vocabulary.update(words)
-                vocabulary.update(w for w in tail if not w.startswith("*"))
+                for pattern in tail:
+                    if isinstance(pattern, frozenset):
+                        vocabulary.update(pattern)
+                    elif not pattern.startswith("*"):
+                        vocabulary.add(pattern)
                 key = keys.setdefault(f" {' '.join(words)} ", _Key(len(" ".join(words)) + 2))
                 last = phrase.strip().endswith("$")
-                probe = next(((len(words) + k, w) for k, w in enumerate(tail) if not w.startswith("*")), None)
+                probe = next(
+                    (
+                        (len(words) + k, w)
+                        for k, w in enumerate(tail)
+                        if isinstance(w, str) and not w.startswith("*")
+                    ),
+                    None,
+                )
                 entry = _Entry(index, phrase, len(words) + len(tail), exclude, first, last, tail, probe)
                 if entry not in key.entries:
                     key.entries.append(entry)

@@ -164,20 +164,39 @@ MAX_EXPANSIONS = 2000  # phrases one templated phrase may stand for
 def expand_slots(phrases: tuple[str, ...], slots: dict[str, tuple[str, ...]], where: str) -> tuple[str, ...]:
     """``phrases`` with each ``{name}`` replaced by every alternative of the slot ``name``, in every
     combination ("{reach} {a_human}": each way of asking to reach each kind of person), each phrase
-    once, in order."""
+    once, in order. A slot whose alternatives are single words and that has a word before it is
+    written as one set of alternatives instead, ``(said|wrote|sent)`` (matching.split_wildcards): the
+    same phrases, matched as one entry, so a family of them does not take the matcher's memory."""
     expanded: dict[str, None] = {}
     for phrase in phrases:
         names = _SLOT.findall(phrase)
         unknown = sorted(set(names) - slots.keys())
         if unknown:
             raise ValueError(f"{where}: {phrase!r} names no slot {', '.join(unknown)}")
-        if math.prod(len(slots[name]) for name in names) > MAX_EXPANSIONS:
-            raise ValueError(f"{where}: {phrase!r} stands for more than {MAX_EXPANSIONS} phrases")
         parts = _SLOT.split(phrase)  # literal, name, literal, name, …, literal
-        choices = [(part,) if at % 2 == 0 else slots[part] for at, part in enumerate(parts)]
+        choices: list[tuple[str, ...]] = []
+        worded = False  # a word comes before this part in every expansion
+        for at, part in enumerate(parts):
+            if at % 2 == 0:
+                choices.append((part,))
+                worded = worded or any(char.isalnum() for char in part)
+                continue
+            options = slots[part]
+            if worded and all(_one_word(option) for option in options):
+                choices.append((f"({'|'.join(options)})",))
+            else:
+                choices.append(options)
+            worded = worded or all(any(char.isalnum() for char in option) for option in options)
+        if math.prod(len(options) for options in choices) > MAX_EXPANSIONS:
+            raise ValueError(f"{where}: {phrase!r} stands for more than {MAX_EXPANSIONS} phrases")
         for combination in itertools.product(*choices):
             expanded[" ".join("".join(combination).split())] = None
     return tuple(expanded)
+
+
+def _one_word(option: str) -> bool:
+    """A slot alternative that is one plain word (no wildcard, anchor or set of its own)."""
+    return len(phrase_tokens(option)[0]) == 1 and not any(mark in option for mark in "*^$()| ")
 
 
 def _slots(value: Any) -> dict[str, tuple[str, ...]]:

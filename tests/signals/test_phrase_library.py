@@ -8,7 +8,7 @@ import pytest
 
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.disengagement import detect_escalation, detect_negative_stance, detect_quit
-from otelsignals.signals.matching import phrase_tokens, split_wildcards
+from otelsignals.signals.matching import PhraseGroup, PhraseMatcher, phrase_tokens, split_wildcards
 from otelsignals.signals.misalignment import detect_clarification, detect_correction
 from otelsignals.signals.outcome import detect_persists
 from otelsignals.signals.phrase_analysis import (
@@ -224,12 +224,47 @@ def test_a_phrase_with_slots_stands_for_every_combination_once() -> None:
     )
 
 
+def test_a_one_word_slot_after_a_word_is_one_set_of_alternatives_matching_the_same() -> None:
+    """ "you {said} {what} before$" with one-word {said}: one entry per {what}, not one per pair; it
+    finds what the pairs would. First in a phrase, or after a slot that may be empty, it is expanded:
+    the automaton needs a literal word to start from."""
+    slots = {"said": ("said", "wrote", "it's"), "what": ("this", "the same"), "degree": ("", "so")}
+    phrases = ("you {said} {what} before$", "{said} it", "{degree} {said} it")
+    written = expand_slots(phrases, slots, "test")
+    assert written == (
+        "you (said|wrote|it's) this before$",
+        "you (said|wrote|it's) the same before$",
+        "said it",
+        "wrote it",
+        "it's it",
+        "so said it",
+        "so wrote it",
+        "so it's it",
+    )
+    matcher = PhraseMatcher([PhraseGroup("told", written)])
+    pairs = tuple(f"you {said} {what} before$" for said in slots["said"] for what in slots["what"])
+    expanded = PhraseMatcher([PhraseGroup("told", pairs)])
+    texts = [
+        "you wrote the same before.",
+        "You said this before",
+        "you wrote this before the fix",
+        "you it's this before",
+        "you told this before",
+        "you said the same before, thanks",
+    ]
+    assert any(expanded.find(text) for text in texts)
+    for text in texts:
+        mine = [(m.start, m.end) for m in matcher.find(text) if "you" in m.phrase]
+        theirs = [(m.start, m.end) for m in expanded.find(text)]
+        assert mine == theirs, text
+
+
 @pytest.mark.parametrize(
     ("phrase", "message"),
     [("{reach} {nobody}", "names no slot nobody"), ("{many} {many}", "more than 2000 phrases")],
 )
 def test_a_phrase_naming_an_unknown_slot_or_too_many_phrases_is_refused(phrase: str, message: str) -> None:
 
-    slots = {"reach": ("call",), "many": tuple(f"word{n}" for n in range(50))}
+    slots = {"reach": ("call",), "many": tuple(f"two words{n}" for n in range(50))}
     with pytest.raises(ValueError, match=message):
         expand_slots((phrase,), slots, "test")
