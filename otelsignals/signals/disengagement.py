@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import re
 import string
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,7 @@ from otelsignals.signals.phrase_analysis import (
     sentence_spans,
     user_texts,
 )
-from otelsignals.signals.tokens import Token
+from otelsignals.signals.tokens import Token, inside
 from otelsignals.signals.word_lists import word_sequences, word_set
 
 CAPS_RATIO = 0.7
@@ -145,7 +146,7 @@ def caps_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
     tokens = [
         t
         for t in analysis.scan.tokens
-        if not t.quoted and not t.norm.isdigit() and not _inside_any(pasted, t.start)
+        if not t.quoted and not t.norm.isdigit() and not inside(pasted, t.start)
     ]
     if len(tokens) < CAPS_MIN_WORDS:
         return None
@@ -172,7 +173,7 @@ def caps_run_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
     run: list[Token] = []
     pasted = _introduced_blocks(text)
     for token in analysis.scan.tokens:
-        if not _shouted_word(text, token) or _inside_any(pasted, token.start):
+        if not _shouted_word(text, token) or inside(pasted, token.start):
             run = []
         elif run and text[run[-1].end : token.start].isspace():
             run.append(token)
@@ -185,25 +186,25 @@ def caps_run_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
 
 
 def _introduced_blocks(text: str) -> list[tuple[int, int]]:
-    """Spans of text the user pastes after announcing it with a colon and a blank line ("your checker
-    says:", "so you can see what I mean:"), each up to the next blank line: a report's or a manuscript's
-    headings are in capitals without anyone raising their voice. (Without the blank line, "I told
-    you:\nI WANT A REFUND" is the user's own voice.)"""
+    """Spans of text the user pastes after announcing it with a colon and a blank line ("your
+    checker says:", "so you can see what I mean:"), each up to the next blank line and of two lines
+    or more: a report's or a manuscript's headings are in capitals without anyone raising their voice.
+    A single line there ("I told you:\n\nTHE ORDER WAS FOR TWO CHAIRS") is the user's own voice."""
     blocks: list[tuple[int, int]] = []
-    at = text.find(":\n\n")
-    while at >= 0:
-        start = at + 3
-        while text.startswith("\n", start):
-            start += 1
-        end = text.find("\n\n", start)
-        end = len(text) if end < 0 else end
-        blocks.append((start, end))
-        at = text.find(":\n\n", end)
+    for intro in _PASTE_INTRO.finditer(text):
+        start = intro.end()
+        if blocks and start < blocks[-1][1]:
+            continue
+        blank = _BLANK_LINE.search(text, start)
+        end = len(text) if blank is None else blank.start()
+        if text.count("\n", start, end) >= 1:
+            blocks.append((start, end))
     return blocks
 
 
-def _inside_any(spans: list[tuple[int, int]], position: int) -> bool:
-    return any(start <= position < end for start, end in spans)
+# A colon closing a line, then a blank line ("says:\r\n\r\n", "says: \n \n"); a blank line.
+_PASTE_INTRO = re.compile(r":[ \t]*\r?\n[ \t]*\r?\n\s*")
+_BLANK_LINE = re.compile(r"\r?\n[ \t]*\r?\n")
 
 
 def _shouted_word(text: str, token: Token) -> bool:

@@ -76,7 +76,9 @@ MIN_WILDCARD_SUFFIX_TOKEN = 5  # "*ing" needs a real word before the ending ("si
 MAX_WHOLE_MESSAGE_TOKENS = 8
 MAX_LEAD_INS = 2  # "ok yeah great": lead-in words skipped before a "^" phrase
 MAX_TRAILERS = 3  # "great thank you mate": trailer words skipped after a "$" phrase
-STRETCHED_RUN = 3  # a letter this many times in a row stretches a word ("youuu"): read as one or two
+STRETCHED_RUN = 3  # a letter this many times in a row stretches a word ("youuu"): read as two or one
+MIN_STRETCHED_LEN = 4  # "sooo" is stretched; shorter tokens are left alone
+MAX_STRETCHED_RUNS = 3  # runs read both ways in a token: at most 2 ** 3 candidates
 SNIPPET_LIMIT = 200
 
 # fmt: off
@@ -197,15 +199,16 @@ class _Speller:
 
 
 def _unstretched(token: str, words: frozenset[str]) -> str | None:
-    """The phrase word ``token`` stretches ("youuu" → you, "pleeease" → please, "thaaanks" → thanks):
-    each run of three or more of one letter, which no English word has, read as one letter or two."""
+    """The phrase word ``token`` stretches ("youuu" → you, "offfff" → off, "reeeallly" → really):
+    each run of three or more of one letter, which no English word has, read as two letters or one
+    (at most MAX_STRETCHED_RUNS runs, two first)."""
     runs = [(letter, len(list(group))) for letter, group in itertools.groupby(token)]
-    if all(length < STRETCHED_RUN for _, length in runs):
+    stretched = [at for at, (_, length) in enumerate(runs) if length >= STRETCHED_RUN]
+    if not stretched or len(stretched) > MAX_STRETCHED_RUNS:
         return None
-    for keep in (1, 2):
-        word = "".join(
-            letter * (min(length, keep) if length >= STRETCHED_RUN else length) for letter, length in runs
-        )
+    for keeps in itertools.product((2, 1), repeat=len(stretched)):
+        kept = dict(zip(stretched, keeps, strict=True))
+        word = "".join(letter * kept.get(at, length) for at, (letter, length) in enumerate(runs))
         if word in words:
             return word
     return None
@@ -362,7 +365,14 @@ class PhraseMatcher:
         fuzzy = [False] * len(words)
         known = self._speller.known
         for i, word in enumerate(words):
-            if len(word) < MIN_TYPO_LEN or word in known or not self._speller.eligible(word):
+            if len(word) < MIN_TYPO_LEN:
+                # too short for a typo, not for a stretched word ("sooo")
+                if len(word) >= MIN_STRETCHED_LEN and word not in known and word.isalpha():
+                    fixed = _unstretched(word, self._speller.words)
+                    if fixed is not None:
+                        words[i], fuzzy[i] = fixed, True
+                continue
+            if word in known or not self._speller.eligible(word):
                 continue
             scan.corrections += 1
             fixed = self._speller.correct(word)

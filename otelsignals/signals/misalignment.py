@@ -166,7 +166,7 @@ def _rejected_item(tokens: list[Token], start: int, end: int) -> frozenset[str]:
         token = tokens[k]
         if token.norm != "not" or token.quoted or end - k - 1 > CONTRAST_MAX_WORDS:
             continue  # (the length check first keeps this linear: at most 3 candidates per sentence)
-        if not token.clause_start and not (rejecting and _names_before(tokens[k - 1])):
+        if not token.clause_start and not (rejecting and _set_against(tokens, k, end)):
             continue
         item = [t.norm for t in tokens[k + 1 : end]]
         before = [t.norm for t in tokens[start:k] if t.norm not in STOP_WORDS and t.norm != "actually"]
@@ -179,13 +179,22 @@ def _rejected_item(tokens: list[Token], start: int, end: int) -> frozenset[str]:
 _FRONTED_LEADS = frozenset({"no", "nope", "nah"})
 # "oh no," is dismay, not a rejection: "oh" is not among them.
 _INTERJECTIONS = frozenset({"wait", "um", "umm", "hmm", "ah", "sorry", "erm"})
-_NOT_AFTER_VERB = frozenset({"still", "just", "really", "yet", "even", "also"})
+_NOT_AFTER_VERB = frozenset({"still", "just", "really", "yet", "even", "also", "im", "mine", "its", "thats"})
 
 
-def _names_before(token: Token) -> bool:
-    """The word before a comma-less "not" names the right thing ("cream not white"), rather than
-    negating a verb ("it's still not working")."""
-    return token.norm not in STOP_WORDS and token.norm not in _NOT_AFTER_VERB
+def _set_against(tokens: list[Token], k: int, end: int) -> bool:
+    """A comma-less "X not Y" sets two things against each other ("cream not white"): one word each
+    side, neither a verb's form nor an adverb ("printer not working", "sadly not available", "I'm not
+    available" negate a state, they name no right thing)."""
+    if k + 2 != end:
+        return False
+    right, wrong = tokens[k - 1].norm, tokens[k + 1].norm
+    return all(
+        word not in STOP_WORDS
+        and word not in _NOT_AFTER_VERB
+        and not word.endswith(("ing", "ed", "ly", "able", "ible"))
+        for word in (right, wrong)
+    )
 
 
 def _opens_with_no(tokens: list[Token], start: int, end: int) -> bool:

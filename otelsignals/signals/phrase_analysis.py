@@ -69,7 +69,7 @@ from otelsignals.signals.matching import (
     clause_snippet,
     phrase_tokens,
 )
-from otelsignals.signals.tokens import Token, tokenise
+from otelsignals.signals.tokens import Token, inside, tokenise
 from otelsignals.signals.word_lists import phrase_file, strings, word_set
 
 FUZZY_PENALTY = 0.15
@@ -117,6 +117,10 @@ class GroupSpec:
     # an irony marker ("🙃"): it counts (as its signal) only beside thanks or praise and no success,
     # and then takes their place ("thanks so much for all your help 🙃" is no gratitude)
     ironic: bool = False
+    # dropped when the message holds any trouble word (``troubled`` in interaction.yaml: a negator, "but",
+    # "still", "if", "wrong", "pending"…) or trouble cue: a state read off a screen ("it says
+    # delivered", "the dashboard is green") is an outcome only in a message that reports nothing amiss
+    unless_troubled: bool = False
     opening_positives: tuple[str, ...] = ()  # sent as the first message: must fire the group
     opening_near_misses: tuple[str, ...] = ()  # sent as the first message: must fire nothing of it
 
@@ -135,6 +139,7 @@ class PhraseLibrary:
     # (the ``ironic`` groups, see _ironic); looked for as plain substrings, only when such a group hit
     irony_markers: tuple[str, ...] = ()
     irony_cancelled_by: tuple[str, ...] = ()  # words of a user laughing at themself: no irony then
+    troubled_words: frozenset[str] = frozenset()  # see GroupSpec.unless_troubled
 
     def signal_of(self, group: str) -> str:
         return self.groups[group].signal
@@ -252,6 +257,7 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             bool(entry.get("unless_asking", False)),
             bool(entry.get("acknowledgement", False)),
             bool(entry.get("ironic", False)),
+            bool(entry.get("unless_troubled", False)),
             tuple(entry.get("opening_positives", ())),
             tuple(entry.get("opening_near_misses", ())),
         )
@@ -295,7 +301,13 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
     )
     irony_markers = strings(data.get("irony_markers"), "irony_markers")
     irony_cancelled_by = strings(data.get("irony_cancelled_by"), "irony_cancelled_by")
-    return PhraseLibrary(matcher, specs, praise, cues, examples, irony_markers, irony_cancelled_by)
+    troubled = (
+        frozenset(
+            word for phrase in strings(data.get("troubled"), "troubled") for word in phrase_tokens(phrase)[0]
+        )
+        | matcher.negators
+    )
+    return PhraseLibrary(matcher, specs, praise, cues, examples, irony_markers, irony_cancelled_by, troubled)
 
 
 THIRD_PARTY = "third_party"  # someone or something else caused the trouble ("the courier", "got delayed")
@@ -381,10 +393,10 @@ def analyse_text(text: str) -> TextAnalysis:
                 for m in accepted
                 if not (
                     (groups[m.group].signal in SATISFACTION or groups[m.group].with_praise)
-                    and _inside(values, m.start)
+                    and inside(values, m.start)
                 )
             ]
-            trouble = [m for m in trouble if not _inside(values, m.start)]
+            trouble = [m for m in trouble if not inside(values, m.start)]
     if trouble:
         accepted = [m for m in accepted if not groups[m.group].with_praise]
         if _sarcastic(text, accepted, library):
@@ -394,6 +406,9 @@ def analyse_text(text: str) -> TextAnalysis:
         accepted = _ironic(text, accepted, irony, library)
     if any(_complains(groups[m.group]) for m in accepted):
         accepted = [m for m in accepted if not groups[m.group].unless_complaining]
+    calm = [m for m in accepted if groups[m.group].unless_troubled]
+    if calm and _troubled(scan, library, calm):
+        accepted = [m for m in accepted if not groups[m.group].unless_troubled]
     if any(groups[m.group].signal in SATISFACTION for m in accepted):
         accepted = [m for m in accepted if not groups[m.group].unless_satisfied]
     hits: dict[str, list[Match]] = {}
@@ -433,6 +448,18 @@ def _ironic(text: str, accepted: list[Match], irony: list[Match], library: Phras
     if any(word in lowered for word in library.irony_cancelled_by):
         return rest
     return [m for m in rest if groups[m.group].signal not in (tx.GRATITUDE, tx.CONFIRMATION)] + irony
+
+
+def _troubled(scan: Scan, library: PhraseLibrary, hits: list[Match]) -> bool:
+    """The message says something is amiss: a trouble word anywhere in it, quoted or not ("I see
+    'declined' in the app"), or a trouble cue (the with_praise groups' phrases: "crashes", "charged
+    twice") outside the ``hits`` themselves ("the warning is gone" is no trouble)."""
+    if any(token.norm in library.troubled_words for token in scan.tokens):
+        return True
+    return any(
+        library.groups[m.group].with_praise and not any(h.start <= m.start < h.end for h in hits)
+        for m in scan.matches
+    )
 
 
 def _sarcastic(text: str, accepted: list[Match], library: PhraseLibrary) -> bool:
@@ -491,10 +518,6 @@ def readout_values(text: str) -> list[tuple[int, int]]:
             values.append((at + found.end(), at + len(line)))
         at += len(line)
     return values if len(values) >= READOUT_MIN_LINES else []
-
-
-def _inside(spans: list[tuple[int, int]], position: int) -> bool:
-    return any(start <= position < end for start, end in spans)
 
 
 def asks_later(text: str, end: int) -> bool:

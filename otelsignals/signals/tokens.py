@@ -90,7 +90,8 @@ def mark_quoted(tokens: list[Token], spans: list[tuple[int, int]]) -> list[Token
     return marked
 
 
-def _inside(spans: list[tuple[int, int]], position: int) -> bool:
+def inside(spans: list[tuple[int, int]], position: int) -> bool:
+    """``position`` lies in one of the sorted, disjoint ``spans`` (a binary search)."""
     at = bisect.bisect_right(spans, (position, FAR)) - 1
     return at >= 0 and spans[at][0] <= position < spans[at][1]
 
@@ -332,7 +333,7 @@ def _single_quote_pairs(text: str) -> list[int]:
 
 
 def _pair_spans(positions: Sequence[int], code: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    outside = [p for p in positions if not _inside(code, p)] if code else list(positions)
+    outside = [p for p in positions if not inside(code, p)] if code else list(positions)
     return [(outside[i], outside[i + 1] + 1) for i in range(0, len(outside) - 1, 2)]
 
 
