@@ -112,7 +112,7 @@ def _line_tokens(line: str, offset: int, tokens: list[Token]) -> None:
     for word in line.split():
         start = line.find(word, position)
         position = start + len(word)
-        if word.isalnum():
+        if word.isalnum() and (word.isascii() or not _has_unspaced(word)):
             # Built as the tuple it is: Token(...) would run namedtuple's Python-level __new__.
             append(
                 _new_token(
@@ -125,7 +125,8 @@ def _line_tokens(line: str, offset: int, tokens: list[Token]) -> None:
             clause = True
             continue
         core = word.strip(_EDGE_PUNCT)
-        if core.isalnum():  # the common case: punctuation only around one word ("(well," "done.")
+        if core.isalnum() and (core.isascii() or not _has_unspaced(core)):
+            # the common case: punctuation only around one word ("(well," "done.")
             lead = word.index(core[0])
             if lead:
                 sentence, clause = _flags(word[:lead], sentence, clause)
@@ -163,6 +164,18 @@ def _scan_word(
             sentence, clause = False, True
             continue
         if char.isalnum():
+            if _unspaced(char):
+                # Chinese and Japanese put no spaces between words: each character is a token, so
+                # "谢谢" is found inside "谢谢你的帮助" as it is inside "thank you for the help"
+                if begin >= 0:
+                    tokens.append(
+                        Token("".join(chars).casefold(), offset + begin, offset + i, sentence, clause)
+                    )
+                    chars, begin = [], -1
+                    sentence = clause = False
+                tokens.append(Token(char, offset + i, offset + i + 1, sentence, clause))
+                sentence = clause = False
+                continue
             if begin < 0:
                 begin = i
             chars.append(char)
@@ -181,6 +194,15 @@ def _scan_word(
         tokens.append(Token("".join(chars).casefold(), offset + begin, offset + len(word), sentence, clause))
         sentence = clause = False
     return sentence, clause
+
+
+def _unspaced(char: str) -> bool:
+    """A character of a script written without spaces between words: kana, CJK ideographs."""
+    return "\u3040" <= char <= "\u30ff" or "\u3400" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff"
+
+
+def _has_unspaced(word: str) -> bool:
+    return any(_unspaced(char) for char in word)
 
 
 def _ascii_words_table() -> bytes:

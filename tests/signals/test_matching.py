@@ -462,6 +462,20 @@ def test_reply_emoji_are_tokens(text: str, norms: list[str]) -> None:
             assert text[token.start : token.end] in ("👍", "👌") and token.clause_start
 
 
+def test_chinese_and_japanese_characters_are_tokens_of_their_own() -> None:
+    """Written without spaces between words, a run of kana or ideographs is one token per character,
+    so a phrase is found inside the run ("谢谢" in "谢谢你的帮助"); Korean, written with spaces, and
+    accented Latin words stay whole."""
+    tokens = tokenise("谢谢你的帮助! José 감사합니다")
+    assert [t.norm for t in tokens] == ["谢", "谢", "你", "的", "帮", "助", "josé", "감사합니다"]
+    assert [(t.start, t.end) for t in tokens[:2]] == [(0, 1), (1, 2)]
+    assert tokens[0].sentence_start and not tokens[1].sentence_start
+    matcher = PhraseMatcher([PhraseGroup("thanks", ("谢谢", "ありがとう"))])
+    assert [m.phrase for m in matcher.find("谢谢你的帮助")] == ["谢谢"]
+    assert [m.phrase for m in matcher.find("ありがとうございます")] == ["ありがとう"]
+    assert matcher.find("谢你") == []
+
+
 def test_a_closing_mark_ends_the_clause_before_it() -> None:
     """A report closed by ✅ or 🎉 ends there: "it work$" fires on "it work 🎉 muchas gracias", where
     an emoji that is only a word boundary would leave "muchas" in the clause."""
