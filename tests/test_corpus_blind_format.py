@@ -1,5 +1,5 @@
 """The blind corpora (tests/corpus_heldout/, tests/corpus_blind/, tests/corpus_blind3/ to
-tests/corpus_blind7/): schema, label placement and coverage.
+tests/corpus_blind9/): schema, label placement and coverage.
 
 Same schema and label-placement checks as the main corpus (tests/corpus/checks.py, the labelling rules
 at the top of tests/corpus/support.yaml). Each set was written from the rules alone, without access to
@@ -25,6 +25,7 @@ from tests.corpus import (
     BLIND5_DIR,
     BLIND6_DIR,
     BLIND7_DIR,
+    BLIND9_DIR,
     BLIND_DIR,
     CORPUS_DIR,
     HELDOUT_DIR,
@@ -171,6 +172,28 @@ SEVENTH = BlindSet(
     header_file="dental_clinic.yaml",
     min_per_interaction_leaf=6,
 )
+NINTH = BlindSet(
+    BLIND9_DIR,
+    "b9-",
+    ("NINTH BLIND", "2026-12-02"),
+    frozenset(
+        {
+            "gym_membership",
+            "freelance_invoicing",
+            "solar_installation",
+            "school_portal",
+            "bike_repair",
+            "concert_streaming",
+        }
+    ),
+    42,
+    6,
+    28,
+    85,
+    True,
+    header_file="gym_membership.yaml",
+    min_per_interaction_leaf=6,
+)
 SETS = {
     "heldout": HELDOUT,
     "blind": SECOND,
@@ -179,6 +202,7 @@ SETS = {
     "blind5": FIFTH,
     "blind6": SIXTH,
     "blind7": SEVENTH,
+    "blind9": NINTH,
 }
 CONVERSATIONS = [(name, conv) for name, blind in SETS.items() for conv in load_corpus(blind.directory)]
 RAW_CONVERSATIONS = [(name, raw) for name, blind in SETS.items() for raw in blind.raw]
