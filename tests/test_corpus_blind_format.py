@@ -25,6 +25,7 @@ from tests.corpus import (
     BLIND5_DIR,
     BLIND6_DIR,
     BLIND7_DIR,
+    BLIND8_DIR,
     BLIND9_DIR,
     BLIND_DIR,
     CORPUS_DIR,
@@ -172,6 +173,28 @@ SEVENTH = BlindSet(
     header_file="dental_clinic.yaml",
     min_per_interaction_leaf=6,
 )
+EIGHTH = BlindSet(
+    BLIND8_DIR,
+    "b8-",
+    ("EIGHTH BLIND", "2026-12-02"),
+    frozenset(
+        {
+            "airline_loyalty",
+            "home_insurance",
+            "university_admissions",
+            "grocery_delivery",
+            "web_hosting",
+            "vet_clinic",
+        }
+    ),
+    42,
+    6,
+    28,
+    85,
+    True,
+    header_file="airline_loyalty.yaml",
+    min_per_interaction_leaf=6,
+)
 NINTH = BlindSet(
     BLIND9_DIR,
     "b9-",
@@ -202,6 +225,7 @@ SETS = {
     "blind5": FIFTH,
     "blind6": SIXTH,
     "blind7": SEVENTH,
+    "blind8": EIGHTH,
     "blind9": NINTH,
 }
 CONVERSATIONS = [(name, conv) for name, blind in SETS.items() for conv in load_corpus(blind.directory)]

@@ -36,6 +36,9 @@ BLIND6_DIR = CORPUS_DIR.parent / "corpus_blind6"
 # The seventh blind set (2026-12-02): six more new domains, written from the rules alone (see its
 # dental_clinic.yaml); kept blind: only its totals are read.
 BLIND7_DIR = CORPUS_DIR.parent / "corpus_blind7"
+# The eighth set (2026-12-02): six more new domains, written from the rules alone (see its
+# airline_loyalty.yaml); scored once blind, then read to develop on (bench/RESULTS.md).
+BLIND8_DIR = CORPUS_DIR.parent / "corpus_blind8"
 # The ninth blind set (2026-12-02): six more new domains, written from the rules alone (see its
 # gym_membership.yaml); kept blind: only its totals are read.
 BLIND9_DIR = CORPUS_DIR.parent / "corpus_blind9"
