@@ -453,8 +453,10 @@ def _ironic(text: str, accepted: list[Match], irony: list[Match], library: Phras
 def _troubled(scan: Scan, library: PhraseLibrary, hits: list[Match]) -> bool:
     """The message says something is amiss: a trouble word anywhere in it, quoted or not ("I see
     'declined' in the app"), or a trouble cue (the with_praise groups' phrases: "crashes", "charged
-    twice") outside the ``hits`` themselves ("the warning is gone" is no trouble)."""
-    if any(token.norm in library.troubled_words for token in scan.tokens):
+    twice"), outside the ``hits`` themselves ("the warning is gone"; a trouble word their phrases say:
+    "came to inbox, not junk")."""
+    own = {word for h in hits for word in phrase_tokens(h.phrase)[0]}  # "not" of "inbox not junk"
+    if any(token.norm in library.troubled_words and token.norm not in own for token in scan.tokens):
         return True
     return any(
         library.groups[m.group].with_praise and not any(h.start <= m.start < h.end for h in hits)
