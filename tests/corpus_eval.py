@@ -13,7 +13,7 @@ from pathlib import Path
 from otelsignals.analysis import Analysis, analyze_update
 from otelsignals.conversation import ConversationState, TraceUpdate
 from otelsignals.signals.taxonomy import LABELLED_LEAF_TYPES, NEGATIVE_STANCE
-from tests.corpus import BLIND_DIR, HELDOUT_DIR, CorpusConversation, load_corpus
+from tests.corpus import ALL_SETS, BLIND_DIR, HELDOUT_DIR, KEPT_BLIND, CorpusConversation, load_corpus
 
 
 @dataclass
@@ -41,6 +41,13 @@ class Evaluation:
     misses: list[str] = field(default_factory=list)  # "conversation: type @ index (FP|FN)"
     qualities: dict[str, str] = field(default_factory=dict)  # conversation id -> final quality bucket
 
+    def total(self) -> LeafScore:
+        return LeafScore(
+            sum(s.true_positives for s in self.leaves.values()),
+            sum(s.false_positives for s in self.leaves.values()),
+            sum(s.false_negatives for s in self.leaves.values()),
+        )
+
     def table(self) -> str:
         lines = [f"{'leaf type':<42}{'TP':>5}{'FP':>5}{'FN':>5}{'precision':>11}{'recall':>8}"]
         for leaf, s in self.leaves.items():
@@ -48,11 +55,7 @@ class Evaluation:
                 f"{leaf:<42}{s.true_positives:>5}{s.false_positives:>5}{s.false_negatives:>5}"
                 f"{s.precision:>11.2f}{s.recall:>8.2f}"
             )
-        total = LeafScore(
-            sum(s.true_positives for s in self.leaves.values()),
-            sum(s.false_positives for s in self.leaves.values()),
-            sum(s.false_negatives for s in self.leaves.values()),
-        )
+        total = self.total()
         lines.append(
             f"{'all':<42}{total.true_positives:>5}{total.false_positives:>5}{total.false_negatives:>5}"
             f"{total.precision:>11.2f}{total.recall:>8.2f}"
@@ -124,6 +127,11 @@ def evaluate(corpus: list[CorpusConversation] | None = None) -> Evaluation:
     return evaluation
 
 
+def totals() -> dict[str, LeafScore]:
+    """Every labelled set's totals over all leaves, by name (ALL_SETS)."""
+    return {name: evaluate(load_corpus(directory)).total() for name, directory in ALL_SETS.items()}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
@@ -133,7 +141,21 @@ if __name__ == "__main__":
         "--blind", action="store_true", help=f"evaluate the second blind set ({BLIND_DIR}) instead"
     )
     parser.add_argument("--dir", type=Path, help="evaluate the corpus in this directory instead")
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="one line of totals per labelled set (no misses: some are kept blind)",
+    )
     args = parser.parse_args()
+    if args.all:
+        print(f"{'set':<10}{'TP':>5}{'FP':>5}{'FN':>5}{'precision':>11}{'recall':>8}")
+        for name, total in totals().items():
+            blind = " (kept blind)" if name in KEPT_BLIND else ""
+            print(
+                f"{name:<10}{total.true_positives:>5}{total.false_positives:>5}{total.false_negatives:>5}"
+                f"{total.precision:>11.2f}{total.recall:>8.2f}{blind}"
+            )
+        raise SystemExit(0)
     directory = args.dir or (BLIND_DIR if args.blind else HELDOUT_DIR if args.heldout else None)
     result = evaluate(load_corpus(directory) if directory else None)
     print(result.table())

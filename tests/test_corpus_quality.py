@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.corpus_eval import evaluate
+from tests.corpus import ALL_SETS, load_corpus
+from tests.corpus_eval import evaluate, totals
 
 GOAL = 0.9
 
@@ -38,3 +39,13 @@ def test_overall_precision_and_recall(evaluation):
 def test_every_leaf_type_was_actually_measured(evaluation):
     unmeasured = [leaf for leaf, s in evaluation.leaves.items() if s.true_positives + s.false_negatives < 6]
     assert not unmeasured
+
+
+def test_every_set_is_totalled_and_every_label_counted_once() -> None:
+    """``python -m tests.corpus_eval --all``: a line per set, whose hits and misses add up to its labels
+    (kept-blind sets are read through these totals only)."""
+    found = totals()
+    assert list(found) == list(ALL_SETS)
+    for name, directory in ALL_SETS.items():
+        labels = sum(len(conv.expected) for conv in load_corpus(directory))
+        assert found[name].true_positives + found[name].false_negatives == labels, name

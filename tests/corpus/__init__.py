@@ -42,6 +42,21 @@ BLIND8_DIR = CORPUS_DIR.parent / "corpus_blind8"
 # The ninth blind set (2026-12-02): six more new domains, written from the rules alone (see its
 # gym_membership.yaml); kept blind: only its totals are read.
 BLIND9_DIR = CORPUS_DIR.parent / "corpus_blind9"
+# Every labelled set by name, in the order they were written (tests.corpus_eval --all).
+ALL_SETS = {
+    "main": CORPUS_DIR,
+    "heldout": HELDOUT_DIR,
+    "blind": BLIND_DIR,
+    "blind3": BLIND3_DIR,
+    "blind4": BLIND4_DIR,
+    "blind5": BLIND5_DIR,
+    "blind6": BLIND6_DIR,
+    "blind7": BLIND7_DIR,
+    "blind8": BLIND8_DIR,
+    "blind9": BLIND9_DIR,
+}
+# The sets kept blind: only their totals are read (tests.corpus_eval prints no misses for them).
+KEPT_BLIND = frozenset({"blind5", "blind7", "blind9"})
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
