@@ -6,9 +6,11 @@ character scan of the words that carry punctuation), the token sequence is joine
 the same way, so a phrase only ever matches whole tokens ("thanks" never matches inside
 "thanksgiving") and the search is linear in the text length.
 
-Normalisation (the same for phrases and text): curly apostrophes/quotes, primes and dashes are unified
+Normalisation (the same for phrases and text): curly apostrophes/quotes, primes, dashes and full-width
+punctuation are unified
 (a 1:1 character map, so offsets stay offsets into the original text), tokens are runs of letters and
-digits, casefolded, with in-word apostrophes dropped ("Don't" → ``dont``, "that’s" → ``thats``);
+digits, casefolded (a Chinese or Japanese character, written without spaces between words, is a token
+of its own), with in-word apostrophes dropped ("Don't" → ``dont``, "that’s" → ``thats``);
 everything else is a token boundary, except a few emoji that stand for a word (👍 → ``thumbsup``,
 👌 → ``okhand``, 🙏 → ``foldedhands``, 🙌 → ``raisedhands``: a thumbs-up is a reply in chat; ✅ and
 🎉 close a report: "it says verified ✅") and become a token of their own, with a clause boundary on

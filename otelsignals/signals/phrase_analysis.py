@@ -69,7 +69,7 @@ from otelsignals.signals.matching import (
     clause_snippet,
     phrase_tokens,
 )
-from otelsignals.signals.tokens import Token, inside, tokenise
+from otelsignals.signals.tokens import Token, inside, tokenise, unify
 from otelsignals.signals.word_lists import phrase_file, strings, word_set
 
 FUZZY_PENALTY = 0.15
@@ -187,7 +187,9 @@ def expand_slots(phrases: tuple[str, ...], slots: dict[str, tuple[str, ...]], wh
                 worded = worded or any(char.isalnum() for char in part)
                 continue
             options = slots[part]
-            if worded and all(_one_word(option) for option in options):
+            # a set stands as a word of its own: "{x}'s" or "{x}?" would glue it to other characters
+            alone = parts[at - 1][-1:] in ("", " ") and parts[at + 1][:1] in ("", " ", "$")
+            if worded and alone and all(_one_word(option) for option in options):
                 choices.append((f"({'|'.join(options)})",))
             else:
                 choices.append(options)
@@ -371,15 +373,16 @@ def analyse_text(text: str) -> TextAnalysis:
     library = phrase_library()
     groups = library.groups
     scan = library.matcher.scan(text)
+    plain = unify(text)  # "？" read as "?", at the same offsets
     accepted = [
         m
         for m in scan.matches
         if not (
             m.quoted
             or m.negated
-            or (groups[m.group].statement_only and asked(text, m.start, m.end))
-            or (groups[m.group].unless_plain_question and plainly_asked(text, m.start, m.end))
-            or (groups[m.group].unless_asking and asks_later(text, m.end))
+            or (groups[m.group].statement_only and asked(plain, m.start, m.end))
+            or (groups[m.group].unless_plain_question and plainly_asked(plain, m.start, m.end))
+            or (groups[m.group].unless_asking and asks_later(plain, m.end))
         )
     ]
     trouble = [m for m in accepted if groups[m.group].with_praise]
@@ -400,7 +403,7 @@ def analyse_text(text: str) -> TextAnalysis:
     if trouble:
         accepted = [m for m in accepted if not groups[m.group].with_praise]
         if _sarcastic(text, accepted, library):
-            accepted += [m for m in trouble if not asked(text, m.start, m.end)]
+            accepted += [m for m in trouble if not asked(plain, m.start, m.end)]
     irony = [m for m in accepted if groups[m.group].ironic]
     if irony:
         accepted = _ironic(text, accepted, irony, library)
@@ -452,16 +455,23 @@ def _ironic(text: str, accepted: list[Match], irony: list[Match], library: Phras
 
 def _troubled(scan: Scan, library: PhraseLibrary, hits: list[Match]) -> bool:
     """The message says something is amiss: a trouble word anywhere in it, quoted or not ("I see
-    'declined' in the app"), or a trouble cue (the with_praise groups' phrases: "crashes", "charged
-    twice"), outside the ``hits`` themselves ("the warning is gone"; a trouble word their phrases say:
-    "came to inbox, not junk")."""
-    own = {word for h in hits for word in phrase_tokens(h.phrase)[0]}  # "not" of "inbox not junk"
-    if any(token.norm in library.troubled_words and token.norm not in own for token in scan.tokens):
-        return True
+    'declined' in the app"), but for one a hit's own phrase says where it stands ("came to inbox, not
+    junk"); or a trouble cue (the with_praise groups' phrases: "crashes", "charged twice") outside
+    the hits ("the warning is gone")."""
+    for token in scan.tokens:
+        if token.norm in library.troubled_words and not any(
+            h.start <= token.start < h.end and token.norm in _phrase_words(h.phrase) for h in hits
+        ):
+            return True
     return any(
         library.groups[m.group].with_praise and not any(h.start <= m.start < h.end for h in hits)
         for m in scan.matches
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _phrase_words(phrase: str) -> frozenset[str]:
+    return frozenset(phrase_tokens(phrase)[0])
 
 
 def _sarcastic(text: str, accepted: list[Match], library: PhraseLibrary) -> bool:

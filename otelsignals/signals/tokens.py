@@ -22,6 +22,16 @@ _UNIFY = {
     **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
     **dict.fromkeys("\u00a0\u2007\u2009\u200a\u202f", " "),
     "\u2026": ".",
+    # full-width punctuation of Chinese and Japanese text: "谢谢！", "it works now？"
+    "\u3002": ".",
+    "\uff01": "!",
+    "\uff1f": "?",
+    "\uff0c": ",",
+    "\u3001": ",",
+    "\uff1b": ";",
+    "\uff1a": ":",
+    "\uff08": "(",
+    "\uff09": ")",
 }
 _SENTENCE_PUNCT = frozenset(".!?;")
 _CLAUSE_PUNCT = frozenset(',:()[]{}"`')
@@ -112,7 +122,8 @@ def _line_tokens(line: str, offset: int, tokens: list[Token]) -> None:
     for word in line.split():
         start = line.find(word, position)
         position = start + len(word)
-        if word.isalnum() and (word.isascii() or not _has_unspaced(word)):
+        spaced = word.isascii() or not _has_unspaced(word)
+        if spaced and word.isalnum():
             # Built as the tuple it is: Token(...) would run namedtuple's Python-level __new__.
             append(
                 _new_token(
@@ -125,7 +136,7 @@ def _line_tokens(line: str, offset: int, tokens: list[Token]) -> None:
             clause = True
             continue
         core = word.strip(_EDGE_PUNCT)
-        if core.isalnum() and (core.isascii() or not _has_unspaced(core)):
+        if spaced and core.isalnum():
             # the common case: punctuation only around one word ("(well," "done.")
             lead = word.index(core[0])
             if lead:
@@ -173,7 +184,7 @@ def _scan_word(
                     )
                     chars, begin = [], -1
                     sentence = clause = False
-                tokens.append(Token(char, offset + i, offset + i + 1, sentence, clause))
+                tokens.append(_new_token(Token, (char, offset + i, offset + i + 1, sentence, clause, False)))
                 sentence = clause = False
                 continue
             if begin < 0:
@@ -197,8 +208,16 @@ def _scan_word(
 
 
 def _unspaced(char: str) -> bool:
-    """A character of a script written without spaces between words: kana, CJK ideographs."""
-    return "\u3040" <= char <= "\u30ff" or "\u3400" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff"
+    """A character of a script written without spaces between words: kana (half-width too), CJK
+    ideographs of every block, the iteration mark 々 and 〇."""
+    return (
+        "\u3005" <= char <= "\u3007"
+        or "\u3040" <= char <= "\u30ff"
+        or "\u3400" <= char <= "\u9fff"
+        or "\uf900" <= char <= "\ufaff"
+        or "\uff66" <= char <= "\uff9f"
+        or "\U00020000" <= char <= "\U0003134f"
+    )
 
 
 def _has_unspaced(word: str) -> bool:

@@ -58,7 +58,8 @@ def test_unify_keeps_length_and_plain_characters() -> None:
             "caf\u00e9 \u00fcber \u00df \u2192 \u2022 \u2018\U0001f44d",
             "caf\u00e9 \u00fcber \u00df \u2192 \u2022 '\U0001f44d",
         ),
-        ("\u3002\uff01 \u00b7 \u2033\u2034", '\u3002\uff01 \u00b7 "\u2034'),
+        ("\u3002\uff01\uff1f\uff0c\u3001 \u00b7 \u2033\u2034", '.!?,, \u00b7 "\u2034'),  # full-width marks
+        ("\u300c\u300d \uff5e", "\u300c\u300d \uff5e"),  # other full-width characters stay
         ("plain ASCII, untouched.", "plain ASCII, untouched."),
     ],
 )
