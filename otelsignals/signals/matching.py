@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -81,6 +82,7 @@ MAX_TRAILERS = 3  # "great thank you mate": trailer words skipped after a "$" ph
 STRETCHED_RUN = 3  # a letter this many times in a row stretches a word ("youuu"): read as two or one
 MIN_STRETCHED_LEN = 4  # "sooo" is stretched; shorter tokens are left alone
 MAX_STRETCHED_RUNS = 3  # runs read both ways in a token: at most 2 ** 3 candidates
+_STRETCH = re.compile(r"(\w)\1\1")
 SNIPPET_LIMIT = 200
 
 # fmt: off
@@ -204,6 +206,8 @@ def _unstretched(token: str, words: frozenset[str]) -> str | None:
     """The phrase word ``token`` stretches ("youuu" → you, "offfff" → off, "reeeallly" → really):
     each run of three or more of one letter, which no English word has, read as two letters or one
     (at most MAX_STRETCHED_RUNS runs, two first)."""
+    if _STRETCH.search(token) is None:  # the common case, in C: no letter three times in a row
+        return None
     runs = [(letter, len(list(group))) for letter, group in itertools.groupby(token)]
     stretched = [at for at, (_, length) in enumerate(runs) if length >= STRETCHED_RUN]
     if not stretched or len(stretched) > MAX_STRETCHED_RUNS:

@@ -169,9 +169,9 @@ MAX_EXPANSIONS = 2000  # phrases one templated phrase may stand for
 def expand_slots(phrases: tuple[str, ...], slots: dict[str, tuple[str, ...]], where: str) -> tuple[str, ...]:
     """``phrases`` with each ``{name}`` replaced by every alternative of the slot ``name``, in every
     combination ("{reach} {a_human}": each way of asking to reach each kind of person), each phrase
-    once, in order. A slot whose alternatives are single words and that has a word before it is
-    written as one set of alternatives instead, ``(said|wrote|sent)`` (matching.split_wildcards): the
-    same phrases, matched as one entry, so a family of them does not take the matcher's memory."""
+    once, in order. A slot after the first whose alternatives are single words is written as one set
+    of alternatives instead, ``(said|wrote|sent)`` (matching.split_wildcards): the same phrases,
+    matched as one entry, so a family of them does not take the matcher's memory."""
     expanded: dict[str, None] = {}
     for phrase in phrases:
         names = _SLOT.findall(phrase)
@@ -187,9 +187,10 @@ def expand_slots(phrases: tuple[str, ...], slots: dict[str, tuple[str, ...]], wh
                 worded = worded or any(char.isalnum() for char in part)
                 continue
             options = slots[part]
-            # a set stands as a word of its own: "{x}'s" or "{x}?" would glue it to other characters
+            # After the first slot (expanded: it makes the matcher's keys, so that no key is a word as
+            # common as "you"), a slot of one-word alternatives standing as a word of its own is a set.
             alone = parts[at - 1][-1:] in ("", " ") and parts[at + 1][:1] in ("", " ", "$")
-            if worded and alone and all(_one_word(option) for option in options):
+            if at > 1 and worded and alone and all(_one_word(option) for option in options):
                 choices.append((f"({'|'.join(options)})",))
             else:
                 choices.append(options)
