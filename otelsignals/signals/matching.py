@@ -82,7 +82,7 @@ MAX_TRAILERS = 3  # "great thank you mate": trailer words skipped after a "$" ph
 STRETCHED_RUN = 3  # a letter this many times in a row stretches a word ("youuu"): read as two or one
 MIN_STRETCHED_LEN = 4  # "sooo" is stretched; shorter tokens are left alone
 MAX_STRETCHED_RUNS = 3  # runs read both ways in a token: at most 2 ** 3 candidates
-_STRETCH = re.compile(r"(\w)\1\1")
+_STRETCH = re.compile(r"(\w)\1\1", re.IGNORECASE)
 SNIPPET_LIMIT = 200
 
 # fmt: off
@@ -370,10 +370,11 @@ class PhraseMatcher:
         words = [token.norm for token in tokens]
         fuzzy = [False] * len(words)
         known = self._speller.known
+        stretched = _STRETCH.search(scan.text) is not None  # one look per text, in C
         for i, word in enumerate(words):
             if len(word) < MIN_TYPO_LEN:
                 # too short for a typo, not for a stretched word ("sooo")
-                if len(word) >= MIN_STRETCHED_LEN and word not in known and word.isalpha():
+                if stretched and len(word) >= MIN_STRETCHED_LEN and word not in known and word.isalpha():
                     fixed = _unstretched(word, self._speller.words)
                     if fixed is not None:
                         words[i], fuzzy[i] = fixed, True

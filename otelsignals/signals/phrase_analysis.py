@@ -374,7 +374,7 @@ def analyse_text(text: str) -> TextAnalysis:
     library = phrase_library()
     groups = library.groups
     scan = library.matcher.scan(text)
-    plain = unify(text)  # "？" read as "?", at the same offsets
+    plain = text if text.isascii() else unify(text)  # "？" read as "?", at the same offsets
     accepted = [
         m
         for m in scan.matches

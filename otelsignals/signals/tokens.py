@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -119,10 +120,11 @@ def _line_tokens(line: str, offset: int, tokens: list[Token]) -> None:
     sentence = clause = True
     position = 0
     append = tokens.append
+    spaced_line = line.isascii() or not _has_unspaced(line)  # one look per line, not per word
     for word in line.split():
         start = line.find(word, position)
         position = start + len(word)
-        spaced = word.isascii() or not _has_unspaced(word)
+        spaced = spaced_line or not _has_unspaced(word)
         if spaced and word.isalnum():
             # Built as the tuple it is: Token(...) would run namedtuple's Python-level __new__.
             append(
@@ -145,7 +147,7 @@ def _line_tokens(line: str, offset: int, tokens: list[Token]) -> None:
             append(_new_token(Token, (core.casefold(), begin, begin + len(core), sentence, clause, False)))
             sentence, clause = _flags(word[lead + len(core) :], False, False)
             continue
-        sentence, clause = _scan_word(word, offset + start, tokens, sentence, clause)
+        sentence, clause = _scan_word(word, offset + start, tokens, sentence, clause, spaced)
 
 
 def _flags(punctuation: str, sentence: bool, clause: bool) -> tuple[bool, bool]:
@@ -158,7 +160,7 @@ def _flags(punctuation: str, sentence: bool, clause: bool) -> tuple[bool, bool]:
 
 
 def _scan_word(
-    word: str, offset: int, tokens: list[Token], sentence: bool, clause: bool
+    word: str, offset: int, tokens: list[Token], sentence: bool, clause: bool, spaced: bool = True
 ) -> tuple[bool, bool]:
     """Split one whitespace-free word with punctuation into tokens; returns the pending flags."""
     chars: list[str] = []
@@ -175,7 +177,7 @@ def _scan_word(
             sentence, clause = False, True
             continue
         if char.isalnum():
-            if _unspaced(char):
+            if not spaced and _unspaced(char):
                 # Chinese and Japanese put no spaces between words: each character is a token, so
                 # "谢谢" is found inside "谢谢你的帮助" as it is inside "thank you for the help"
                 if begin >= 0:
@@ -220,8 +222,13 @@ def _unspaced(char: str) -> bool:
     )
 
 
-def _has_unspaced(word: str) -> bool:
-    return any(_unspaced(char) for char in word)
+def _has_unspaced(text: str) -> bool:
+    return _UNSPACED.search(text) is not None
+
+
+_UNSPACED = re.compile(
+    "[\u3005-\u3007\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
+)
 
 
 def _ascii_words_table() -> bytes:
