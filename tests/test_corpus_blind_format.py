@@ -138,85 +138,56 @@ FIFTH = BlindSet(
     header_file="cloud_billing.yaml",
     min_per_interaction_leaf=8,
 )
-SIXTH = BlindSet(
+
+
+def briefed(directory: Path, prefix: str, mark: str, domains: str, header_file: str) -> BlindSet:
+    """A set written on 2026-12-02 from the same brief (six domains of seven conversations, every
+    interaction leaf at least 6 times, 28 with a tool or environment failure, 6 clean, 85 user
+    messages with a near miss, a quoted message and a pasted traceback)."""
+    return BlindSet(
+        directory,
+        prefix,
+        (mark, "2026-12-02"),
+        frozenset(domains.split()),
+        42,
+        6,
+        28,
+        85,
+        True,
+        header_file=header_file,
+        min_per_interaction_leaf=6,
+    )
+
+
+SIXTH = briefed(
     BLIND6_DIR,
     "b6-",
-    ("SIXTH BLIND", "2026-12-02"),
-    frozenset({"smart_home", "tax_filing", "car_rental", "language_learning", "recruiting", "print_shop"}),
-    42,
-    6,
-    28,
-    85,
-    True,
-    header_file="smart_home.yaml",
-    min_per_interaction_leaf=6,
+    "SIXTH BLIND",
+    "smart_home tax_filing car_rental language_learning recruiting print_shop",
+    "smart_home.yaml",
 )
-SEVENTH = BlindSet(
+SEVENTH = briefed(
     BLIND7_DIR,
     "b7-",
-    ("SEVENTH BLIND", "2026-12-02"),
-    frozenset(
-        {
-            "dental_clinic",
-            "moving_company",
-            "crm_admin",
-            "library_services",
-            "parking_permits",
-            "wedding_planning",
-        }
-    ),
-    42,
-    6,
-    28,
-    85,
-    True,
-    header_file="dental_clinic.yaml",
-    min_per_interaction_leaf=6,
+    "SEVENTH BLIND",
+    "dental_clinic moving_company crm_admin library_services parking_permits wedding_planning",
+    "dental_clinic.yaml",
 )
-EIGHTH = BlindSet(
+EIGHTH = briefed(
     BLIND8_DIR,
     "b8-",
-    ("EIGHTH BLIND", "2026-12-02"),
-    frozenset(
-        {
-            "airline_loyalty",
-            "home_insurance",
-            "university_admissions",
-            "grocery_delivery",
-            "web_hosting",
-            "vet_clinic",
-        }
-    ),
-    42,
-    6,
-    28,
-    85,
-    True,
-    header_file="airline_loyalty.yaml",
-    min_per_interaction_leaf=6,
+    "EIGHTH BLIND",
+    "airline_loyalty home_insurance university_admissions grocery_delivery web_hosting vet_clinic",
+    "airline_loyalty.yaml",
 )
-NINTH = BlindSet(
+NINTH = briefed(
     BLIND9_DIR,
     "b9-",
-    ("NINTH BLIND", "2026-12-02"),
-    frozenset(
-        {
-            "gym_membership",
-            "freelance_invoicing",
-            "solar_installation",
-            "school_portal",
-            "bike_repair",
-            "concert_streaming",
-        }
-    ),
-    42,
-    6,
-    28,
-    85,
-    True,
-    header_file="gym_membership.yaml",
-    min_per_interaction_leaf=6,
+    "NINTH BLIND",
+    "gym_membership freelance_invoicing solar_installation school_portal bike_repair concert_streaming",
+    "gym_membership.yaml",
 )
+
 SETS = {
     "heldout": HELDOUT,
     "blind": SECOND,
