@@ -198,7 +198,7 @@ def _set_against(tokens: list[Token], k: int, end: int) -> bool:
 
 
 def _opens_with_no(tokens: list[Token], start: int, end: int) -> bool:
-    """The sentence opens "no," (or "wait no,", "oh nope."): a rejection word closed by a boundary."""
+    """The sentence opens "no," (or "wait no,", "hmm nope."): a rejection word closed by a boundary."""
     k = start + 1 if tokens[start].norm in _INTERJECTIONS else start
     return k + 1 < end and tokens[k].norm in _FRONTED_LEADS and tokens[k + 1].clause_start
 

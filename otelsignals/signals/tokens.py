@@ -209,26 +209,19 @@ def _scan_word(
     return sentence, clause
 
 
+# Scripts written without spaces between words: kana (half-width too), CJK ideographs of every block,
+# the iteration mark 々 and 〇.
+_UNSPACED = re.compile(
+    "[\u3005-\u3007\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
+)
+
+
 def _unspaced(char: str) -> bool:
-    """A character of a script written without spaces between words: kana (half-width too), CJK
-    ideographs of every block, the iteration mark 々 and 〇."""
-    return (
-        "\u3005" <= char <= "\u3007"
-        or "\u3040" <= char <= "\u30ff"
-        or "\u3400" <= char <= "\u9fff"
-        or "\uf900" <= char <= "\ufaff"
-        or "\uff66" <= char <= "\uff9f"
-        or "\U00020000" <= char <= "\U0003134f"
-    )
+    return _UNSPACED.match(char) is not None
 
 
 def _has_unspaced(text: str) -> bool:
     return _UNSPACED.search(text) is not None
-
-
-_UNSPACED = re.compile(
-    "[\u3005-\u3007\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
-)
 
 
 def _ascii_words_table() -> bytes:
