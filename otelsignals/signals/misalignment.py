@@ -49,12 +49,77 @@ def detect_correction(ctx: DetectionContext) -> list[SignalInstance]:
         index = ctx.absolute_index(i)
         instance = phrase_instance(tx.CORRECTION, index, text, analysis)
         if instance is None and not analysis.satisfied:
-            instance = _contrast_instance(ctx, i, text, analysis) or _piecemeal_instance(
-                index, text, analysis
+            instance = (
+                _contrast_instance(ctx, i, text, analysis)
+                or _piecemeal_instance(index, text, analysis)
+                or _said_before_instance(ctx, i, text, analysis)
             )
         if instance is not None:
             found.append(instance)
     return found
+
+
+# --- what the user said, said again: "I said no meat." ------------------------------------------------
+# A statement opening with a head ("i said", "but i said", "i asked about") whose content words the
+# user's own earlier messages hold: the user points back at what they asked, against what the agent
+# did. "I said the wrong name at the pharmacy" (said nowhere before), "I said thanks" (no content
+# word) and a question ("I said no to the insurance, is that ok?") are reports, not corrections.
+SAID_BEFORE_CONFIDENCE = 0.7
+_SAID_HEADS = word_sequences("misalignment", "said_before", "heads")
+_SAID_COURTESIES = word_set("misalignment", "said_before", "courtesies")  # "I said thanks" says nothing back
+
+
+def _stem(word: str) -> str:
+    """A plural's singular, roughly ("afternoons" is "afternoon"): enough to see a word said again."""
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def _said_before_instance(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis
+) -> SignalInstance | None:
+    tokens = analysis.scan.tokens
+    earlier: frozenset[str] | None = None  # read lazily: most messages hold no head
+    for start, end in sentence_spans(tokens):
+        words = tuple(t.norm for t in tokens[start:end])
+        head = next((h for h in _SAID_HEADS if words[: len(h)] == h), None)
+        if (
+            head is None
+            or tokens[start].quoted
+            or "?" in text[tokens[start].start : _sentence_end(text, tokens, end)]
+        ):
+            continue
+        content = {
+            _stem(w)
+            for w in words[len(head) :]
+            if w not in STOP_WORDS and w not in DEFAULT_NEGATORS and w not in _SAID_COURTESIES
+        }
+        if not content:
+            continue
+        if earlier is None:
+            earlier = _earlier_user_words(ctx, i)
+        echoed = content & earlier
+        if echoed:
+            metadata = {"pattern": "said_before", "rejected": " ".join(sorted(echoed)), "actually": False}
+            span = snippet(text, tokens[start].start, tokens[end - 1].end)
+            return SignalInstance(
+                tx.CORRECTION, ctx.absolute_index(i), SAID_BEFORE_CONFIDENCE, span, metadata
+            )
+    return None
+
+
+def _sentence_end(text: str, tokens: list[Token], end: int) -> int:
+    """Where the sentence ending before token ``end`` stops, its closing punctuation included."""
+    return tokens[end].start if end < len(tokens) else len(text)
+
+
+def _earlier_user_words(ctx: DetectionContext, i: int) -> frozenset[str]:
+    """Words of the user's messages before local index ``i`` (bounded by SEED_LOOKBACK)."""
+    words: set[str] = set()
+    for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
+        message = ctx.messages[j]
+        if message.role is Role.USER and message.content:
+            words.update(_stem(t.norm) for t in analysis_of(ctx, message.content[:COMPARE_CHARS]).scan.tokens)
+    return frozenset(words)
 
 
 # --- a needlessly piecemeal approach: "you don't need to check them one by one, just…" ----------------
