@@ -56,7 +56,7 @@ ending so ("you keep *ing" fires on "you keep suggesting", "i can * now" on "I c
 literal words before the first wildcard are the automaton key; the rest (the *tail*) is checked token
 by token on each hit, so matching stays linear. Wildcard tokens are never typo-corrected into. A tail
 word may also be a set of one-word alternatives, ``(said|wrote|sent)``: the phrase library writes a
-slot of one-word alternatives so when a word comes before it, one entry instead of one per word.
+slot of one-word alternatives after a phrase's first slot so, one entry instead of one per word.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def _said_before_instance(
         if not content:
             continue
         if earlier is None:
-            earlier = _earlier_user_words(ctx, i)
+            earlier = frozenset(map(_stem, _earlier_user_words(ctx, i)))
         echoed = content & earlier
         if echoed:
             metadata = {"pattern": "said_before", "rejected": " ".join(sorted(echoed)), "actually": False}
@@ -113,12 +113,13 @@ def _sentence_end(text: str, tokens: list[Token], end: int) -> int:
 
 
 def _earlier_user_words(ctx: DetectionContext, i: int) -> frozenset[str]:
-    """Words of the user's messages before local index ``i`` (bounded by SEED_LOOKBACK)."""
+    """Token norms of the user's messages before local index ``i`` (bounded by SEED_LOOKBACK and the
+    compare length; other roles' texts are not read: an old one may be compacted)."""
     words: set[str] = set()
     for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
         message = ctx.messages[j]
         if message.role is Role.USER and message.content:
-            words.update(_stem(t.norm) for t in analysis_of(ctx, message.content[:COMPARE_CHARS]).scan.tokens)
+            words.update(t.norm for t in analysis_of(ctx, message.content[:COMPARE_CHARS]).scan.tokens)
     return frozenset(words)
 
 
@@ -287,22 +288,14 @@ def _fronted_rejection(tokens: list[Token], start: int, end: int) -> frozenset[s
 def _conversation_words(ctx: DetectionContext, i: int) -> frozenset[str]:
     """Words the contrast may reject: the previous assistant message's, when it states rather than asks,
     and those of the user's earlier messages (both bounded by SEED_LOOKBACK and the compare length)."""
-    words: set[str] = set()
-    assistant_seen = False
+    words = set(_earlier_user_words(ctx, i))
     for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
         message = ctx.messages[j]
-        role = message.role
-        if role is not Role.USER and (role is not Role.ASSISTANT or assistant_seen):
-            continue  # the text is not read (an old one may be compacted)
         content = (message.content or "")[:COMPARE_CHARS]
-        if not content:
-            continue
-        if role is Role.USER:
-            words.update(t.norm for t in analysis_of(ctx, content).scan.tokens)
-        else:
-            assistant_seen = True
+        if message.role is Role.ASSISTANT and content:
             if not content.rstrip().endswith("?"):
                 words.update(t.norm for t in tokenise(content))
+            break
     return frozenset(words)
 
 
