@@ -43,6 +43,13 @@ Styles (how the calls are recorded; the truth is the conversation above unless s
 - ``title``: whole histories, plus, after the first turn's trace, a trace of its own (``title``)
   with one call asking for a chat title: input ONE user message quoting the first question and
   answer, output the title. Truth: without it (but it counts as a model call).
+- ``title_history``: whole histories, plus, after the first turn, a call asking for a chat title
+  that sends the first turn's history under a system prompt of its own (an app's title step),
+  output the title; in the first turn's trace or, half the time, a trace of its own. Truth: without
+  it (but it counts as a model call).
+- ``guard``: whole histories, plus, in every turn, an input guardrail beside the agent's first call:
+  the same history under a system prompt of its own, output a JSON verdict, ending before or after
+  the agent's call. Truth: without the verdicts (but they count as model calls).
 
 A conversation is wrong when its assembled messages differ from the truth by role, content, tool
 call ids or the call id a tool result answers (the system prompt included, where it stands), or its
@@ -81,6 +88,8 @@ STYLES = (
     "wrapped_split",
     "condense",
     "title",
+    "title_history",
+    "guard",
 )
 WINDOW = 6  # messages resent by the window style (after the system prompt)
 SECOND = 1_000_000_000
@@ -417,6 +426,54 @@ def emit_title(script: Script, rng: random.Random) -> Emitted:
     return emitted
 
 
+TITLE_SYSTEM = Said("system", "Write a 3-5 word title for this chat. Answer with the title only.")
+GUARD_SYSTEM = Said(
+    "system", "Check whether the user's last message breaks the usage policy. Answer in JSON."
+)
+
+
+def turn_messages(turn: Turn) -> list[Said]:
+    """A turn's messages as whole histories send them: the user's, then each call's answer and results."""
+    return [turn.user, *(said for call in turn.calls for said in (call.output, *call.results))]
+
+
+def emit_title_history(script: Script, rng: random.Random) -> Emitted:
+    """Whole histories, and a title call sending the first turn's history under a prompt of its own."""
+    emitted = emit_agent(script, rng, whole_inputs)
+    title = Said("assistant", f"{rng.choice(ITEMS).title()} Order {rng.randint(10, 99)} Help")
+    first_end = max(view.end_time_unix_nano for view, _ in emitted.parts[0].readings)
+    second_start = min(view.start_time_unix_nano for view, _ in emitted.parts[1].readings)
+    start = first_end + int(rng.uniform(0.05, 0.5) * SECOND)
+    end = min(start + int(rng.uniform(0.3, 1.5) * SECOND), second_start - 1)
+    own_trace = rng.random() < 0.5
+    trace_id = b"title" if own_trace else emitted.parts[0].trace_id
+    reading = chat_span(trace_id, start, end, [TITLE_SYSTEM, *turn_messages(script.turns[0])], title)
+    if own_trace:
+        part = Part(trace_id)
+        part.add(reading)
+        emitted.parts.insert(1, part)
+    else:
+        emitted.parts[0].add(reading)
+    emitted.model_calls += 1
+    return emitted
+
+
+def emit_guard(script: Script, rng: random.Random) -> Emitted:
+    """Whole histories, and a guardrail beside each turn's first call, on the same history."""
+    emitted = emit_agent(script, rng, whole_inputs)
+    history: list[Said] = []
+    for turn, part in zip(script.turns, emitted.parts, strict=True):
+        history.append(turn.user)
+        agent_view = part.readings[0][0]  # the turn's first call
+        start = agent_view.start_time_unix_nano + 1_000_000
+        end = start + int(rng.uniform(0.2, 3) * SECOND)
+        verdict = Said("assistant", f'{{"flagged": false, "score": 0.0{rng.randint(1, 9)}}}')
+        part.add(chat_span(part.trace_id, start, end, [GUARD_SYSTEM, *history], verdict))
+        history.extend(turn_messages(turn)[1:])
+        emitted.model_calls += 1
+    return emitted
+
+
 def standalone(rng: random.Random, turn: Turn, earlier: list[Turn]) -> str:
     """What the condense step makes of a follow-up: the question itself when it stands alone (now
     and then, word for word), else a rephrasing that names what it refers to."""
@@ -470,6 +527,8 @@ EMITTERS: dict[str, Callable[[Script, random.Random], Emitted]] = {
     "wrapped_split": lambda script, rng: emit_agent(script, rng, whole_inputs, wrap=True),
     "condense": emit_condense,
     "title": emit_title,
+    "title_history": emit_title_history,
+    "guard": emit_guard,
 }
 
 

@@ -1021,7 +1021,72 @@ def _without_side_calls(
                 kept.append((view, dataclasses.replace(reading, input_messages=asked)))
             # else a side call beside the agent's (a condense step), or a title: no turn of its own
         merged = kept
+    merged = _without_afterword_calls(state, merged)
     return _without_beside_calls(merged) if len(merged) > 1 else merged
+
+
+# A side task's answer: a JSON value, or a title or a label ("Math homework help", "billing", "true"):
+# at most SIDE_ANSWER_MAX_WORDS words on one line, no sentence closed. An agent's answer to a person
+# is prose ("Sure! What is the problem?").
+SIDE_ANSWER_MAX_WORDS = 8
+SIDE_ANSWER_MAX_CHARACTERS = 160  # (checked first: an answer may run to megabytes)
+_SENTENCE_CLOSE = re.compile(r"[.!?。！？]")
+
+
+def _label_shaped(outputs: list[Message]) -> bool:
+    """The call answered one text and no tool call, shaped as a side task's answer (a verdict, a title)."""
+    if len(outputs) != 1 or outputs[0].tool_calls or not outputs[0].content:
+        return False
+    text = outputs[0].content.strip()
+    if text[:1] in "{[" and text[-1:] in "}]":
+        return True
+    return len(text) <= SIDE_ANSWER_MAX_CHARACTERS and (
+        "\n" not in text and len(text.split()) <= SIDE_ANSWER_MAX_WORDS and not _SENTENCE_CLOSE.search(text)
+    )
+
+
+def _without_afterword_calls(
+    state: ConversationState, merged: list[tuple[SpanView, SpanReading]]
+) -> list[tuple[SpanView, SpanReading]]:
+    """The trace's speaking spans without the calls that continue the conversation under a system
+    prompt of their own to name or sort it (a chat title, tags: "Write a 3-word title for this chat."):
+    the history ends with an answer the conversation holds, or one another call of the trace gave;
+    its system prompt is neither the conversation's nor another call's of the trace; and the call
+    answers as a side task does (:func:`_label_shaped`). It still counts as a model call. A call
+    under the conversation's own prompt (an agent that continues its answer), or one answering in
+    prose (a hand-off agent greeting the user, a summary) joins the conversation as before."""
+    candidates = [
+        number
+        for number, (_, reading) in enumerate(merged)
+        if (inputs := reading.input_messages)
+        and inputs[-1].role is Role.ASSISTANT
+        and not inputs[-1].tool_calls
+        and _label_shaped(reading.output_messages)
+    ]
+    if not candidates:  # (the usual case: read no system prompt)
+        return merged
+    messages = state.conversation.messages
+    held_answer = messages[-1] if messages and messages[-1].role is Role.ASSISTANT else None
+    prompts = [_leading_prompt(reading.input_messages) for _, reading in merged]
+    own_prompt = _leading_prompt(messages)
+    dropped: set[int] = set()
+    for number in candidates:
+        prompt, last = prompts[number], merged[number][1].input_messages[-1]
+        if prompt is None or prompt == own_prompt or prompts.count(prompt) > 1:
+            continue
+        answers = [fingerprint(held_answer)] if held_answer is not None else []
+        for other, (_, reading) in enumerate(merged):
+            if other != number:
+                answers += fingerprints(reading.output_messages)
+        if fingerprint(last) in answers:
+            dropped.add(number)
+    return [pair for number, pair in enumerate(merged) if number not in dropped]
+
+
+def _leading_prompt(messages: Sequence[Message]) -> str | None:
+    """The text of the system prompts a history starts with (whitespace as one space), else None."""
+    prompts = messages[: leading_system_prompts(messages)]
+    return " ".join(" ".join((m.content or "").split()) for m in prompts) if prompts else None
 
 
 def _without_beside_calls(
@@ -1051,6 +1116,8 @@ def _without_beside_calls(
             continue
         resent = {fp for _, reading in merged for fp in fingerprints(reading.input_messages)}
         answered = [n for n in numbers if fingerprints(merged[n][1].output_messages)[0] in resent]
+        if not answered:  # a turn answered in text: the one call that answers in prose is the agent's
+            answered = [n for n in numbers if not _label_shaped(merged[n][1].output_messages)]
         if len(answered) == 1:  # else nothing tells which is the agent's: all are merged, as read
             dropped.update(n for n in numbers if n != answered[0])
     return [pair for number, pair in enumerate(merged) if number not in dropped] if dropped else merged

@@ -540,23 +540,50 @@ def test_a_side_call_on_the_same_history_under_another_system_prompt_stays_out(g
     assert len(update.llm_calls) == 3
 
 
-def test_side_calls_whose_agent_call_is_not_known_are_all_merged():
-    """Near miss: no later call resends either answer (a turn answered in text): which call ended
-    last tells nothing (guardrails run beside the agent's first call and often end after it), so
-    both answers are kept rather than the agent's lost."""
-    guard = chat(5, [GUARD, HOMEWORK], [assistant('{"is_homework": true}')])
+@pytest.mark.parametrize("verdict", ['{"is_homework": true}', "homework", "Math homework help"])
+def test_a_side_call_beside_a_turn_answered_in_text_stays_out_when_it_answers_as_a_side_task(verdict):
+    """No later call resends either answer (a turn answered in text), and which call ended last
+    tells nothing (guardrails run beside the agent's first call and often end after it); but only
+    the agent answers the person in prose: the guardrail's verdict, a label or a title is left out."""
+    guard = chat(5, [GUARD, HOMEWORK], [assistant(verdict)])
     tutor = chat(3, [TUTOR, HOMEWORK], [assistant("Sure! What is the problem?")])
     state = ConversationState.new("c1")
+    update = apply_trace(state, b"t1", [tutor, guard])
+    assert texts(state) == [
+        ("system", TUTOR.content),
+        ("user", HOMEWORK.content),
+        ("assistant", "Sure! What is the problem?"),
+    ]
+    assert len(update.llm_calls) == 2
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        # both in prose: nothing tells which is the agent's
+        ("The user asks for homework help.", "Sure! What is the problem?"),
+        # both side-task shaped
+        ('{"is_homework": true}', "Sure"),
+    ],
+)
+def test_side_calls_whose_agent_call_is_not_known_are_all_merged(answers):
+    """Near miss: no later call resends either answer and the answers' shapes tell nothing either:
+    both are kept rather than the agent's lost."""
+    guard = chat(5, [GUARD, HOMEWORK], [assistant(answers[0])])
+    tutor = chat(3, [TUTOR, HOMEWORK], [assistant(answers[1])])
+    state = ConversationState.new("c1")
     apply_trace(state, b"t1", [tutor, guard])
-    assert ("assistant", "Sure! What is the problem?") in texts(state)
+    assert {("assistant", answers[0]), ("assistant", answers[1])} <= set(texts(state))
 
 
 def test_a_history_that_leaves_out_a_side_answer_the_conversation_took_in_adds_only_its_new_turn():
-    """A title call continues the history under its own prompt, so its answer joins the conversation;
-    the agent's next history does not carry it. That history still lines up (a subset of the
-    conversation, in order, ending with one of its latest messages): before, the whole history was
-    appended again, the user's question shown twice (a rephrase) and the answer too (repetition)."""
-    title = Message(Role.SYSTEM, "Write a 3-word title for this chat.")
+    """A summary call continues the history under its own prompt and answers in prose, so its answer
+    joins the conversation (nothing tells it from a hand-off agent's greeting); the agent's next
+    history does not carry it. That history still lines up (a subset of the conversation, in order,
+    ending with one of its latest messages): before, the whole history was appended again, the user's
+    question shown twice (a rephrase) and the answer too (repetition)."""
+    summary_prompt = Message(Role.SYSTEM, "Summarise this chat for the tutor's notes.")
+    summary = "The student asked for help with a linear equation."
     answer = "Sure! What is the problem?"
     state = ConversationState.new("c1")
     apply_trace(
@@ -564,7 +591,7 @@ def test_a_history_that_leaves_out_a_side_answer_the_conversation_took_in_adds_o
         b"t1",
         [
             chat(1, [TUTOR, HOMEWORK], [assistant(answer)]),
-            chat(3, [title, HOMEWORK, assistant(answer)], [assistant("Math homework help")]),
+            chat(3, [summary_prompt, HOMEWORK, assistant(answer)], [assistant(summary)]),
         ],
     )
     apply_trace(
@@ -576,10 +603,68 @@ def test_a_history_that_leaves_out_a_side_answer_the_conversation_took_in_adds_o
         ("system", TUTOR.content),
         ("user", HOMEWORK.content),
         ("assistant", answer),
-        ("assistant", "Math homework help"),
+        ("assistant", summary),
         ("user", "2x + 3 = 7"),
         ("assistant", "x = 2."),
     ]
+
+
+TITLE = Message(Role.SYSTEM, "Write a 3-word title for this chat.")
+
+
+@pytest.mark.parametrize(
+    "title",
+    ["Math homework help", '"Linear Equations 📐"', '{"title": "Math help", "tags": ["school"]}'],
+)
+@pytest.mark.parametrize("own_trace", [False, True])
+def test_a_title_that_continues_the_history_under_its_own_prompt_is_no_answer(title, own_trace):
+    """A chat title (or tags) asked for with the conversation's history under a prompt of its own,
+    in the agent's trace or in one of its own: a model call, not an answer of the conversation (it
+    read as the agent answering twice)."""
+    answer = "Sure! What is the problem?"
+    agent_call = chat(1, [TUTOR, HOMEWORK], [assistant(answer)])
+    title_call = chat(3, [TITLE, HOMEWORK, assistant(answer)], [assistant(title)])
+    state = ConversationState.new("c1")
+    if own_trace:
+        apply_trace(state, b"t1", [agent_call])
+        update = apply_trace(state, b"t2", [title_call])
+        assert update.new_messages == 0 and len(update.llm_calls) == 1
+    else:
+        update = apply_trace(state, b"t1", [agent_call, title_call])
+        assert len(update.llm_calls) == 2
+    apply_trace(
+        state,
+        b"t3",
+        [chat(5, [TUTOR, HOMEWORK, assistant(answer), user("2x + 3 = 7")], [assistant("x = 2.")])],
+    )
+    assert texts(state) == [
+        ("system", TUTOR.content),
+        ("user", HOMEWORK.content),
+        ("assistant", answer),
+        ("user", "2x + 3 = 7"),
+        ("assistant", "x = 2."),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "said"),
+    [
+        # under the conversation's own prompt: the agent continues its answer
+        ([TUTOR, HOMEWORK, assistant("Sure! What is the problem?")], "Send it over"),
+        # a hand-off agent greets the user in prose
+        ([TITLE, HOMEWORK, assistant("Sure! What is the problem?")], "Hi, I'm the algebra tutor. Go on!"),
+        # the history ends with the user's message: a turn, whatever the prompt
+        ([TITLE, HOMEWORK], "Math homework help"),
+        # the history ends with an answer the conversation does not hold
+        ([TITLE, HOMEWORK, assistant("Something else entirely.")], "Math homework help"),
+    ],
+)
+def test_a_call_after_the_answer_that_is_no_title_joins(inputs, said):
+    """Near misses: calls after the agent's answer that the conversation keeps."""
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", [chat(1, [TUTOR, HOMEWORK], [assistant("Sure! What is the problem?")])])
+    apply_trace(state, b"t2", [chat(3, inputs, [assistant(said)])])
+    assert ("assistant", said) in texts(state)
 
 
 def test_a_new_turn_alone_that_repeats_a_recent_message_is_new():
