@@ -43,10 +43,9 @@ Styles (how the calls are recorded; the truth is the conversation above unless s
 - ``title``: whole histories, plus, after the first turn's trace, a trace of its own (``title``)
   with one call asking for a chat title: input ONE user message quoting the first question and
   answer, output the title. Truth: without it (but it counts as a model call).
-- ``title_history``: whole histories, plus, after the first turn, a call asking for a chat title
-  that sends the first turn's history under a system prompt of its own (an app's title step),
-  output the title; in the first turn's trace or, half the time, a trace of its own. Truth: without
-  it (but it counts as a model call).
+- ``title_history``: whole histories, plus, after the first turn's trace, a trace of its own with
+  one call asking for a chat title that sends the first turn's history under a system prompt of its
+  own (an app's title step), output the title. Truth: without it (but it counts as a model call).
 - ``guard``: whole histories, plus, in every turn, an input guardrail beside the agent's first call:
   the same history under a system prompt of its own, output a JSON verdict, ending before or after
   the agent's call. Truth: without the verdicts (but they count as model calls).
@@ -438,22 +437,17 @@ def turn_messages(turn: Turn) -> list[Said]:
 
 
 def emit_title_history(script: Script, rng: random.Random) -> Emitted:
-    """Whole histories, and a title call sending the first turn's history under a prompt of its own."""
+    """Whole histories, and a title call sending the first turn's history under a prompt of its own, in
+    a trace of its own."""
     emitted = emit_agent(script, rng, whole_inputs)
     title = Said("assistant", f"{rng.choice(ITEMS).title()} Order {rng.randint(10, 99)} Help")
     first_end = max(view.end_time_unix_nano for view, _ in emitted.parts[0].readings)
     second_start = min(view.start_time_unix_nano for view, _ in emitted.parts[1].readings)
     start = first_end + int(rng.uniform(0.05, 0.5) * SECOND)
     end = min(start + int(rng.uniform(0.3, 1.5) * SECOND), second_start - 1)
-    own_trace = rng.random() < 0.5
-    trace_id = b"title" if own_trace else emitted.parts[0].trace_id
-    reading = chat_span(trace_id, start, end, [TITLE_SYSTEM, *turn_messages(script.turns[0])], title)
-    if own_trace:
-        part = Part(trace_id)
-        part.add(reading)
-        emitted.parts.insert(1, part)
-    else:
-        emitted.parts[0].add(reading)
+    part = Part(b"title")
+    part.add(chat_span(b"title", start, end, [TITLE_SYSTEM, *turn_messages(script.turns[0])], title))
+    emitted.parts.insert(1, part)
     emitted.model_calls += 1
     return emitted
 

@@ -697,7 +697,7 @@ def apply_trace(
         for view, reading in sorted(speaking, key=lambda pair: pair[0].span_id in enclosing)
         if not (view.span_id in enclosing and reading.input_messages)
     ]
-    merged = _without_side_calls(state, merged)
+    merged = _without_side_calls(state, merged, first_part)
     # Read before the earlier calls were merged, each history holds their copies too.
     adopted = _TraceAdoptions(
         [reading.input_messages for _, reading in merged], state.decoder_memory.histories
@@ -1002,11 +1002,13 @@ def _first_new_of_call(
 
 
 def _without_side_calls(
-    state: ConversationState, merged: list[tuple[SpanView, SpanReading]]
+    state: ConversationState, merged: list[tuple[SpanView, SpanReading]], new_trace: bool
 ) -> list[tuple[SpanView, SpanReading]]:
     """The trace's speaking spans without its side calls: those that quote the conversation in a
-    history of their own (:func:`_pasted_transcript_turn`), and those that send the same history
-    as another (:func:`_without_beside_calls`)."""
+    history of their own (:func:`_pasted_transcript_turn`), those of a new trace that name or sort
+    the conversation after its answer (:func:`_without_afterword_calls`), and those that send the
+    same history as another (:func:`_without_beside_calls`)."""
+    every_call = merged  # what they all resend tells the agent's call (_without_beside_calls)
     if state.body_positions:
         kept = []
         for view, reading in merged:
@@ -1021,76 +1023,93 @@ def _without_side_calls(
                 kept.append((view, dataclasses.replace(reading, input_messages=asked)))
             # else a side call beside the agent's (a condense step), or a title: no turn of its own
         merged = kept
-    merged = _without_afterword_calls(state, merged)
-    return _without_beside_calls(merged) if len(merged) > 1 else merged
+    if new_trace:
+        merged = _without_afterword_calls(state, merged)
+    return _without_beside_calls(state, merged, every_call) if len(merged) > 1 else merged
 
 
-# A side task's answer: a JSON value, or a title or a label ("Math homework help", "billing", "true"):
-# at most SIDE_ANSWER_MAX_WORDS words on one line, no sentence closed. An agent's answer to a person
-# is prose ("Sure! What is the problem?").
+# A side task's answer: a JSON value (a guardrail's verdict), or a title or a label ("Math homework
+# help", "billing"): at most SIDE_ANSWER_MAX_WORDS words on one line, no sentence closed. An agent's
+# answer to a person is mostly prose ("Sure! What is the problem?"), but not always ("Paris", "42").
 SIDE_ANSWER_MAX_WORDS = 8
 SIDE_ANSWER_MAX_CHARACTERS = 160  # (checked first: an answer may run to megabytes)
 _SENTENCE_CLOSE = re.compile(r"[.!?。！？]")
 
 
-def _label_shaped(outputs: list[Message]) -> bool:
-    """The call answered one text and no tool call, shaped as a side task's answer (a verdict, a title)."""
+def _answer_text(outputs: list[Message]) -> str | None:
+    """The call's answer when it is one text and no tool call, stripped; else None."""
     if len(outputs) != 1 or outputs[0].tool_calls or not outputs[0].content:
-        return False
-    text = outputs[0].content.strip()
-    if text[:1] in "{[" and text[-1:] in "}]":
+        return None
+    return outputs[0].content.strip() or None
+
+
+def _json_shaped(outputs: list[Message]) -> bool:
+    """The call answered a JSON object or array: a verdict, a classification."""
+    text = _answer_text(outputs)
+    return text is not None and text[0] in "{[" and text[-1] in "}]"
+
+
+def _label_shaped(outputs: list[Message]) -> bool:
+    """The call answered as a side task does: JSON, or a title or a label."""
+    if _json_shaped(outputs):
         return True
-    return len(text) <= SIDE_ANSWER_MAX_CHARACTERS and (
-        "\n" not in text and len(text.split()) <= SIDE_ANSWER_MAX_WORDS and not _SENTENCE_CLOSE.search(text)
+    text = _answer_text(outputs)
+    return (
+        text is not None
+        and len(text) <= SIDE_ANSWER_MAX_CHARACTERS
+        and (
+            "\n" not in text
+            and len(text.split()) <= SIDE_ANSWER_MAX_WORDS
+            and not _SENTENCE_CLOSE.search(text)
+        )
     )
 
 
 def _without_afterword_calls(
     state: ConversationState, merged: list[tuple[SpanView, SpanReading]]
 ) -> list[tuple[SpanView, SpanReading]]:
-    """The trace's speaking spans without the calls that continue the conversation under a system
-    prompt of their own to name or sort it (a chat title, tags: "Write a 3-word title for this chat."):
-    the history ends with an answer the conversation holds, or one another call of the trace gave;
-    its system prompt is neither the conversation's nor another call's of the trace; and the call
-    answers as a side task does (:func:`_label_shaped`). It still counts as a model call. A call
-    under the conversation's own prompt (an agent that continues its answer), or one answering in
-    prose (a hand-off agent greeting the user, a summary) joins the conversation as before."""
+    """A new trace's speaking spans without the calls that continue the conversation under a system
+    prompt of their own to name or sort it (a chat title, tags: "Write a 3-word title for this
+    chat."): the history ends with the answer the conversation ended on, the system prompt is neither
+    the conversation's nor another call's of the trace, and the call answers as a side task does
+    (:func:`_label_shaped`). It still counts as a model call. A call under the conversation's own
+    prompt (an agent that continues its answer), one answering in prose (a hand-off agent greeting
+    the user, a summary), and one after an answer of its own trace (a hand-off agent answering
+    briefly after the first agent's "let me transfer you") join the conversation as before."""
+    messages = state.conversation.messages
+    if not messages or messages[-1].role is not Role.ASSISTANT:
+        return merged
+    held_answer = fingerprint(messages[-1])
     candidates = [
         number
         for number, (_, reading) in enumerate(merged)
         if (inputs := reading.input_messages)
         and inputs[-1].role is Role.ASSISTANT
-        and not inputs[-1].tool_calls
+        and fingerprint(inputs[-1]) == held_answer
         and _label_shaped(reading.output_messages)
     ]
     if not candidates:  # (the usual case: read no system prompt)
         return merged
-    messages = state.conversation.messages
-    held_answer = messages[-1] if messages and messages[-1].role is Role.ASSISTANT else None
     prompts = [_leading_prompt(reading.input_messages) for _, reading in merged]
+    prompt_counts = Counter(prompts)
     own_prompt = _leading_prompt(messages)
-    dropped: set[int] = set()
-    for number in candidates:
-        prompt, last = prompts[number], merged[number][1].input_messages[-1]
-        if prompt is None or prompt == own_prompt or prompts.count(prompt) > 1:
-            continue
-        answers = [fingerprint(held_answer)] if held_answer is not None else []
-        for other, (_, reading) in enumerate(merged):
-            if other != number:
-                answers += fingerprints(reading.output_messages)
-        if fingerprint(last) in answers:
-            dropped.add(number)
+    dropped = {
+        number
+        for number in candidates
+        if prompts[number] and prompts[number] != own_prompt and prompt_counts[prompts[number]] == 1
+    }
     return [pair for number, pair in enumerate(merged) if number not in dropped]
 
 
-def _leading_prompt(messages: Sequence[Message]) -> str | None:
-    """The text of the system prompts a history starts with (whitespace as one space), else None."""
-    prompts = messages[: leading_system_prompts(messages)]
-    return " ".join(" ".join((m.content or "").split()) for m in prompts) if prompts else None
+def _leading_prompt(messages: Sequence[Message]) -> tuple[int, ...]:
+    """The fingerprints of the system prompts a history starts with (empty: none)."""
+    return tuple(fingerprint(message) for message in messages[: leading_system_prompts(messages)])
 
 
 def _without_beside_calls(
+    state: ConversationState,
     merged: list[tuple[SpanView, SpanReading]],
+    every_call: list[tuple[SpanView, SpanReading]],
 ) -> list[tuple[SpanView, SpanReading]]:
     """The trace's speaking spans without the calls that send the same history as another under
     another system prompt (an input guardrail, an intent classifier: "Check if the
@@ -1108,19 +1127,40 @@ def _without_beside_calls(
             key = (len(inputs) - skip, fingerprint(inputs[skip]), fingerprint(inputs[-1]))
             by_history.setdefault(key, []).append(number)
     dropped: set[int] = set()
+    resent: set[int] | None = None
     for numbers in by_history.values():
         if len(numbers) < 2 or len({_system_text(merged[n][1].input_messages) for n in numbers}) < 2:
             continue  # one call, or the same call again (a retry): not a side call
         bodies = {tuple(fingerprints(_body_of(merged[n][1].input_messages))) for n in numbers}
         if len(bodies) > 1:
             continue
-        resent = {fp for _, reading in merged for fp in fingerprints(reading.input_messages)}
+        if resent is None:  # read once, from every call of the trace (a title set aside resends too)
+            resent = {fp for _, reading in every_call for fp in fingerprints(reading.input_messages)}
         answered = [n for n in numbers if fingerprints(merged[n][1].output_messages)[0] in resent]
-        if not answered:  # a turn answered in text: the one call that answers in prose is the agent's
-            answered = [n for n in numbers if not _label_shaped(merged[n][1].output_messages)]
+        if not answered:
+            answered = _agent_by_answer(state, merged, numbers)
         if len(answered) == 1:  # else nothing tells which is the agent's: all are merged, as read
             dropped.update(n for n in numbers if n != answered[0])
     return [pair for number, pair in enumerate(merged) if number not in dropped] if dropped else merged
+
+
+def _agent_by_answer(
+    state: ConversationState, merged: list[tuple[SpanView, SpanReading]], numbers: list[int]
+) -> list[int]:
+    """In a turn answered in text (no call resends an answer), the calls that may be the agent's:
+    all but those answering JSON (a guardrail's verdict) when one call does not; and, when one call
+    runs under the conversation's own system prompt (known from its earlier turns), that one if the
+    others answer as side tasks do (a title, a label). Otherwise all: a short answer ("Paris")
+    beside a call that rewrites the question in prose tells nothing by its shape."""
+    own_prompt = _leading_prompt(state.conversation.messages)
+    under_own = [
+        n for n in numbers if own_prompt and _leading_prompt(merged[n][1].input_messages) == own_prompt
+    ]
+    if len(under_own) == 1 and all(
+        _label_shaped(merged[n][1].output_messages) for n in numbers if n != under_own[0]
+    ):
+        return under_own
+    return [n for n in numbers if not _json_shaped(merged[n][1].output_messages)]
 
 
 # A history pasted as text: a prompt that quotes a user message and an answer among the conversation's

@@ -540,11 +540,11 @@ def test_a_side_call_on_the_same_history_under_another_system_prompt_stays_out(g
     assert len(update.llm_calls) == 3
 
 
-@pytest.mark.parametrize("verdict", ['{"is_homework": true}', "homework", "Math homework help"])
-def test_a_side_call_beside_a_turn_answered_in_text_stays_out_when_it_answers_as_a_side_task(verdict):
+@pytest.mark.parametrize("verdict", ['{"is_homework": true}', '[{"category": "homework", "score": 0.93}]'])
+def test_a_guardrail_beside_a_turn_answered_in_text_stays_out(verdict):
     """No later call resends either answer (a turn answered in text), and which call ended last
     tells nothing (guardrails run beside the agent's first call and often end after it); but only
-    the agent answers the person in prose: the guardrail's verdict, a label or a title is left out."""
+    the guardrail answers JSON: its verdict is left out, and the user's message is not shown twice."""
     guard = chat(5, [GUARD, HOMEWORK], [assistant(verdict)])
     tutor = chat(3, [TUTOR, HOMEWORK], [assistant("Sure! What is the problem?")])
     state = ConversationState.new("c1")
@@ -557,13 +557,33 @@ def test_a_side_call_beside_a_turn_answered_in_text_stays_out_when_it_answers_as
     assert len(update.llm_calls) == 2
 
 
+@pytest.mark.parametrize("label", ["homework", "Math homework help"])
+def test_a_label_beside_a_turn_answered_in_text_stays_out_under_the_conversations_own_prompt(label):
+    """A classifier's label or a title beside the agent's call of a later turn: the agent's call is
+    the one under the conversation's own system prompt, the other answers as a side task does."""
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", [chat(1, [TUTOR, HOMEWORK], [assistant("Sure! What is the problem?")])])
+    history = [TUTOR, HOMEWORK, assistant("Sure! What is the problem?"), user("2x + 3 = 7")]
+    apply_trace(
+        state,
+        b"t2",
+        [chat(5, history, [assistant("x = 2.")]), chat(6, [GUARD, *history[1:]], [assistant(label)])],
+    )
+    assert texts(state)[-2:] == [("user", "2x + 3 = 7"), ("assistant", "x = 2.")]
+
+
 @pytest.mark.parametrize(
     "answers",
     [
         # both in prose: nothing tells which is the agent's
         ("The user asks for homework help.", "Sure! What is the problem?"),
-        # both side-task shaped
-        ('{"is_homework": true}', "Sure"),
+        # both answer JSON (an agent with structured output)
+        ('{"is_homework": true}', '{"reply": "Sure! What is the problem?"}'),
+        # a short answer beside a call rewriting the question in prose (LangChain's history-aware
+        # retriever): in the first turn, the shapes tell nothing
+        ("What is the capital of France?", "Paris"),
+        # a title beside the agent's first call: the conversation's own prompt is not known yet
+        ("Math homework help", "Sure! What is the problem?"),
     ],
 )
 def test_side_calls_whose_agent_call_is_not_known_are_all_merged(answers):
@@ -616,22 +636,15 @@ TITLE = Message(Role.SYSTEM, "Write a 3-word title for this chat.")
     "title",
     ["Math homework help", '"Linear Equations 📐"', '{"title": "Math help", "tags": ["school"]}'],
 )
-@pytest.mark.parametrize("own_trace", [False, True])
-def test_a_title_that_continues_the_history_under_its_own_prompt_is_no_answer(title, own_trace):
-    """A chat title (or tags) asked for with the conversation's history under a prompt of its own,
-    in the agent's trace or in one of its own: a model call, not an answer of the conversation (it
-    read as the agent answering twice)."""
+def test_a_title_that_continues_the_history_under_its_own_prompt_is_no_answer(title):
+    """A chat title (or tags) asked for in a trace of its own, with the conversation's history under
+    a prompt of its own: a model call, not an answer of the conversation (it read as the agent
+    answering twice)."""
     answer = "Sure! What is the problem?"
-    agent_call = chat(1, [TUTOR, HOMEWORK], [assistant(answer)])
-    title_call = chat(3, [TITLE, HOMEWORK, assistant(answer)], [assistant(title)])
     state = ConversationState.new("c1")
-    if own_trace:
-        apply_trace(state, b"t1", [agent_call])
-        update = apply_trace(state, b"t2", [title_call])
-        assert update.new_messages == 0 and len(update.llm_calls) == 1
-    else:
-        update = apply_trace(state, b"t1", [agent_call, title_call])
-        assert len(update.llm_calls) == 2
+    apply_trace(state, b"t1", [chat(1, [TUTOR, HOMEWORK], [assistant(answer)])])
+    update = apply_trace(state, b"t2", [chat(3, [TITLE, HOMEWORK, assistant(answer)], [assistant(title)])])
+    assert update.new_messages == 0 and len(update.llm_calls) == 1
     apply_trace(
         state,
         b"t3",
@@ -644,6 +657,47 @@ def test_a_title_that_continues_the_history_under_its_own_prompt_is_no_answer(ti
         ("user", "2x + 3 = 7"),
         ("assistant", "x = 2."),
     ]
+
+
+def test_a_hand_off_agents_short_answer_joins():
+    """Near miss: the first agent says it hands off and calls the hand-off tool; the next agent,
+    under its own prompt, answers briefly after that text (the SDK filtered the call out of its
+    history). The hand-off's text came with a call: the turn was not finished, the answer is the
+    conversation's."""
+    triage = Message(Role.SYSTEM, "You are the triage agent. Hand off to billing for balance questions.")
+    billing = Message(Role.SYSTEM, "You are the billing agent.")
+    question, handing = user("What's my balance?"), assistant("Let me transfer you to billing.")
+    transfer = assistant(None, ToolCall("transfer_to_billing", {}, id="call_1"))
+    state = ConversationState.new("c1")
+    apply_trace(
+        state,
+        b"t1",
+        [
+            chat(1, [triage, question], [handing, transfer]),
+            chat(3, [billing, question, handing], [assistant("Your balance is $42")]),
+        ],
+    )
+    assert texts(state)[-1] == ("assistant", "Your balance is $42")
+
+
+def test_a_title_that_resends_the_answer_still_tells_the_agents_call_from_a_guardrails():
+    """The agent answers briefly, a guardrail answered JSON beside it, and a title call of the same
+    trace resends the agent's answer (the title joins there: a known limit). What it resent is read
+    before any call is set aside, so it tells the agent's call and the verdict stays out."""
+    title = Message(Role.SYSTEM, "Write a 3-word title for this chat.")
+    capital = user("What is the capital of France?")
+    state = ConversationState.new("c1")
+    apply_trace(
+        state,
+        b"t1",
+        [
+            chat(1, [TUTOR, capital], [assistant("Paris")]),
+            chat(2, [GUARD, capital], [assistant('{"is_homework": false}')]),
+            chat(4, [title, capital, assistant("Paris")], [assistant("French capital question")]),
+        ],
+    )
+    assert texts(state)[:3] == [("system", TUTOR.content), ("user", capital.content), ("assistant", "Paris")]
+    assert ("assistant", '{"is_homework": false}') not in texts(state)
 
 
 @pytest.mark.parametrize(
@@ -659,12 +713,45 @@ def test_a_title_that_continues_the_history_under_its_own_prompt_is_no_answer(ti
         ([TITLE, HOMEWORK, assistant("Something else entirely.")], "Math homework help"),
     ],
 )
-def test_a_call_after_the_answer_that_is_no_title_joins(inputs, said):
-    """Near misses: calls after the agent's answer that the conversation keeps."""
+@pytest.mark.parametrize("own_trace", [True, False])
+def test_a_call_after_the_answer_that_is_no_title_joins(inputs, said, own_trace):
+    """Near misses: calls after the agent's answer that the conversation keeps; and any such call in
+    the agent's own trace (a hand-off agent answering briefly after the first agent's text looks the
+    same as a title there)."""
+    first = chat(1, [TUTOR, HOMEWORK], [assistant("Sure! What is the problem?")])
     state = ConversationState.new("c1")
-    apply_trace(state, b"t1", [chat(1, [TUTOR, HOMEWORK], [assistant("Sure! What is the problem?")])])
-    apply_trace(state, b"t2", [chat(3, inputs, [assistant(said)])])
+    if own_trace:
+        apply_trace(state, b"t1", [first])
+        apply_trace(state, b"t2", [chat(3, inputs, [assistant(said)])])
+    else:
+        apply_trace(state, b"t1", [first, chat(3, inputs, [assistant(said)])])
     assert ("assistant", said) in texts(state)
+
+
+def test_a_title_in_the_agents_own_trace_joins():
+    """Known limit: a title asked in the agent's own trace, after its answer, joins as one more answer
+    (nothing tells it from a hand-off agent's brief answer there); the next history still lines up."""
+    answer = "Sure! What is the problem?"
+    state = ConversationState.new("c1")
+    apply_trace(
+        state,
+        b"t1",
+        [
+            chat(1, [TUTOR, HOMEWORK], [assistant(answer)]),
+            chat(3, [TITLE, HOMEWORK, assistant(answer)], [assistant("Math homework help")]),
+        ],
+    )
+    apply_trace(
+        state,
+        b"t2",
+        [chat(5, [TUTOR, HOMEWORK, assistant(answer), user("2x + 3 = 7")], [assistant("x = 2.")])],
+    )
+    assert texts(state)[2:] == [
+        ("assistant", answer),
+        ("assistant", "Math homework help"),
+        ("user", "2x + 3 = 7"),
+        ("assistant", "x = 2."),
+    ]
 
 
 def test_a_new_turn_alone_that_repeats_a_recent_message_is_new():
