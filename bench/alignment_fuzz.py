@@ -408,21 +408,26 @@ def emit_agent(
     return Emitted(parts, truth, model_calls)
 
 
-def emit_title(script: Script, rng: random.Random) -> Emitted:
-    """Whole histories, and a title call in a trace of its own after the first turn's."""
-    emitted = emit_agent(script, rng, whole_inputs)
-    first = script.turns[0]
-    prompt = TITLE_PROMPT.format(question=first.user.content, answer=first.answer.content)
+def with_title_trace(emitted: Emitted, rng: random.Random, inputs: list[Said]) -> Emitted:
+    """``emitted`` with a trace of its own after the first turn's: one call asking for a chat title."""
     title = Said("assistant", f"{rng.choice(ITEMS).title()} Order {rng.randint(10, 99)} Help")
     first_end = max(view.end_time_unix_nano for view, _ in emitted.parts[0].readings)
     second_start = min(view.start_time_unix_nano for view, _ in emitted.parts[1].readings)
     start = first_end + int(rng.uniform(0.05, 0.5) * SECOND)
     end = min(start + int(rng.uniform(0.3, 1.5) * SECOND), second_start - 1)
     part = Part(b"title")
-    part.add(chat_span(b"title", start, end, [Said("user", prompt)], title))
+    part.add(chat_span(b"title", start, end, inputs, title))
     emitted.parts.insert(1, part)
     emitted.model_calls += 1
     return emitted
+
+
+def emit_title(script: Script, rng: random.Random) -> Emitted:
+    """Whole histories, and a title call in a trace of its own after the first turn's, the first
+    question and answer pasted into its prompt."""
+    first = script.turns[0]
+    prompt = TITLE_PROMPT.format(question=first.user.content, answer=first.answer.content)
+    return with_title_trace(emit_agent(script, rng, whole_inputs), rng, [Said("user", prompt)])
 
 
 TITLE_SYSTEM = Said("system", "Write a 3-5 word title for this chat. Answer with the title only.")
@@ -437,19 +442,10 @@ def turn_messages(turn: Turn) -> list[Said]:
 
 
 def emit_title_history(script: Script, rng: random.Random) -> Emitted:
-    """Whole histories, and a title call sending the first turn's history under a prompt of its own, in
-    a trace of its own."""
-    emitted = emit_agent(script, rng, whole_inputs)
-    title = Said("assistant", f"{rng.choice(ITEMS).title()} Order {rng.randint(10, 99)} Help")
-    first_end = max(view.end_time_unix_nano for view, _ in emitted.parts[0].readings)
-    second_start = min(view.start_time_unix_nano for view, _ in emitted.parts[1].readings)
-    start = first_end + int(rng.uniform(0.05, 0.5) * SECOND)
-    end = min(start + int(rng.uniform(0.3, 1.5) * SECOND), second_start - 1)
-    part = Part(b"title")
-    part.add(chat_span(b"title", start, end, [TITLE_SYSTEM, *turn_messages(script.turns[0])], title))
-    emitted.parts.insert(1, part)
-    emitted.model_calls += 1
-    return emitted
+    """Whole histories, and a title call in a trace of its own after the first turn's, sending the
+    first turn's history under a prompt of its own."""
+    inputs = [TITLE_SYSTEM, *turn_messages(script.turns[0])]
+    return with_title_trace(emit_agent(script, rng, whole_inputs), rng, inputs)
 
 
 def emit_guard(script: Script, rng: random.Random) -> Emitted:

@@ -7,18 +7,8 @@ of every trivial ranking read from the conversation itself (tool calls, messages
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "triage_labelled.py"
-spec = importlib.util.spec_from_file_location("triage_labelled", BENCH)
-assert spec is not None and spec.loader is not None
-triage_labelled = importlib.util.module_from_spec(spec)
-sys.modules["triage_labelled"] = triage_labelled
-spec.loader.exec_module(triage_labelled)
-
-from tests.corpus import ALL_SETS, load_corpus  # noqa: E402
+from bench import triage_labelled
+from tests.corpus import ALL_SETS, load_corpus
 
 
 def test_figures_by_hand() -> None:
