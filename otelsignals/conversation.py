@@ -350,7 +350,9 @@ class ConversationState:
     last_inputs: _SnapshotInputs | None = None  # the latest merged history, split (see _split_inputs)
     shared: SharedValues = field(default_factory=SharedValues)
     has_content: bool = False
-    has_system_prompt: bool = False
+    # The fingerprint of the conversation's system prompt (the first one merged), kept when the
+    # messages are trimmed: it tells the agent's calls from side calls under prompts of their own.
+    system_prompt: int | None = None
     last_spoken: int = -1  # index-position of the latest user message or assistant answer with text
     last_seen: float = 0.0
     # Analysis kept between traces: detector memory, instance counts, and the latest instances.
@@ -941,9 +943,9 @@ def _merge_snapshot(
     state.shared.share(answer)
     body = split.body + answer
     inserted_front = 0
-    if system is not None and not state.has_system_prompt:
+    if system is not None and state.system_prompt is None:
         # One system prompt per conversation, kept first; later ones usually repeat it.
-        state.has_system_prompt = True
+        state.system_prompt = fingerprint(system)
         if state.conversation.messages:
             state.conversation.messages.insert(0, system)
             state.moved_by_one()
@@ -1090,20 +1092,21 @@ def _without_afterword_calls(
     ]
     if not candidates:  # (the usual case: read no system prompt)
         return merged
-    prompts = [_leading_prompt(reading.input_messages) for _, reading in merged]
+    prompts = [_prompt_of(reading.input_messages) for _, reading in merged]
     prompt_counts = Counter(prompts)
-    own_prompt = _leading_prompt(messages)
     dropped = {
         number
         for number in candidates
-        if prompts[number] and prompts[number] != own_prompt and prompt_counts[prompts[number]] == 1
+        if prompts[number] is not None
+        and prompts[number] != state.system_prompt
+        and prompt_counts[prompts[number]] == 1
     }
     return [pair for number, pair in enumerate(merged) if number not in dropped]
 
 
-def _leading_prompt(messages: Sequence[Message]) -> tuple[int, ...]:
-    """The fingerprints of the system prompts a history starts with (empty: none)."""
-    return tuple(fingerprint(message) for message in messages[: leading_system_prompts(messages)])
+def _prompt_of(messages: Sequence[Message]) -> int | None:
+    """The fingerprint of the system prompt a history starts with (the one a conversation keeps)."""
+    return fingerprint(messages[0]) if messages and messages[0].role is Role.SYSTEM else None
 
 
 def _without_beside_calls(
@@ -1147,20 +1150,27 @@ def _without_beside_calls(
 def _agent_by_answer(
     state: ConversationState, merged: list[tuple[SpanView, SpanReading]], numbers: list[int]
 ) -> list[int]:
-    """In a turn answered in text (no call resends an answer), the calls that may be the agent's:
-    all but those answering JSON (a guardrail's verdict) when one call does not; and, when one call
-    runs under the conversation's own system prompt (known from its earlier turns), that one if the
-    others answer as side tasks do (a title, a label). Otherwise all: a short answer ("Paris")
-    beside a call that rewrites the question in prose tells nothing by its shape."""
-    own_prompt = _leading_prompt(state.conversation.messages)
-    under_own = [
-        n for n in numbers if own_prompt and _leading_prompt(merged[n][1].input_messages) == own_prompt
-    ]
-    if len(under_own) == 1 and all(
-        _label_shaped(merged[n][1].output_messages) for n in numbers if n != under_own[0]
-    ):
-        return under_own
-    return [n for n in numbers if not _json_shaped(merged[n][1].output_messages)]
+    """In a turn answered in text (no call resends an answer), the calls that may be the agent's.
+    The one under the conversation's own system prompt (known from its earlier turns) when it
+    answers in prose and the others answer as side tasks do (a title, a label, a verdict). Else,
+    when one call answers in prose and the others JSON (a guardrail's verdict), the prose one,
+    unless the agent answered JSON before (structured output: the shared history ends so). Else
+    all: a short answer ("Paris", "42") beside a call rewriting the question, or a label beside a
+    JSON answer, tells nothing by its shape."""
+    outputs = {n: merged[n][1].output_messages for n in numbers}
+    prose = [n for n in numbers if not _label_shaped(outputs[n])]
+    if len(prose) != 1:
+        return numbers
+    (agent,) = prose
+    if state.system_prompt is not None and _prompt_of(merged[agent][1].input_messages) == state.system_prompt:
+        return prose
+    history = merged[agent][1].input_messages
+    answered_json_before = next(
+        (_json_shaped([m]) for m in reversed(history) if m.role is Role.ASSISTANT and not m.tool_calls), False
+    )
+    if answered_json_before or not all(_json_shaped(outputs[n]) for n in numbers if n != agent):
+        return numbers
+    return prose
 
 
 # A history pasted as text: a prompt that quotes a user message and an answer among the conversation's

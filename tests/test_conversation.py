@@ -666,6 +666,57 @@ def test_a_title_that_continues_the_history_under_its_own_prompt_is_no_answer(ti
     ]
 
 
+def test_an_agent_continuing_under_its_own_prompt_joins_after_its_prompt_was_trimmed():
+    """Near miss: the conversation's system prompt was trimmed away with its first turns; the agent,
+    still under that prompt, continues its answer in a new trace: it is the agent's (the prompt is
+    remembered apart from the messages kept)."""
+    state = ConversationState.new("c1")
+    history = [TUTOR]
+    for turn in range(6):
+        history.append(user(f"question {turn}?"))
+        apply_trace(
+            state, f"t{turn}".encode(), [chat(10 * turn, list(history), [assistant(f"Answer {turn}.")])]
+        )
+        history.append(assistant(f"Answer {turn}."))
+    state.trim(6)
+    assert texts(state)[0][0] != "system"
+    apply_trace(state, b"more", [chat(100, history, [assistant("and that is all")])])
+    assert texts(state)[-1] == ("assistant", "and that is all")
+
+
+REWRITE = Message(Role.SYSTEM, "Rewrite the user's last question so that it stands alone.")
+
+
+@pytest.mark.parametrize(
+    ("agent_prompt", "side_prompt", "agent_answer", "side_answer"),
+    [
+        # an agent answering JSON (structured output) before and now, beside a call rewriting the
+        # question in prose: the rewrite is not the agent's answer
+        (TUTOR, REWRITE, '{"answer": "Lyon"}', "What is the second largest city of France?"),
+        # a label router's call came first, so the conversation holds its prompt: beside its label,
+        # the agent's brief answer is no prose either
+        (TUTOR, GUARD, "42", "math"),
+    ],
+)
+def test_answers_whose_shapes_tell_nothing_are_all_kept(agent_prompt, side_prompt, agent_answer, side_answer):
+    """Near misses: in a later turn answered in text, nothing resends an answer and the shapes do
+    not tell the agent's call: both answers are kept rather than the agent's lost."""
+    first_answer = '{"answer": "Paris"}' if agent_answer.startswith("{") else "Sure! What is the problem?"
+    first_prompt = agent_prompt if agent_answer.startswith("{") else side_prompt
+    state = ConversationState.new("c1")
+    apply_trace(state, b"t1", [chat(1, [first_prompt, HOMEWORK], [assistant(first_answer)])])
+    history = [HOMEWORK, assistant(first_answer), user("And the next one?")]
+    apply_trace(
+        state,
+        b"t2",
+        [
+            chat(3, [agent_prompt, *history], [assistant(agent_answer)]),
+            chat(4, [side_prompt, *history], [assistant(side_answer)]),
+        ],
+    )
+    assert {("assistant", agent_answer), ("assistant", side_answer)} <= set(texts(state))
+
+
 def test_a_hand_off_agents_short_answer_joins():
     """Near miss: the first agent says it hands off and calls the hand-off tool; the next agent,
     under its own prompt, answers briefly after that text (the SDK filtered the call out of its
