@@ -6,7 +6,9 @@
   counts them (``metadata.pattern_type``): ``complaint`` (a phrase of the complaint, exasperation,
   sarcasm… groups), ``all_caps`` (shouting: ALL CAPS, or a run of capitalised words that are not names
   or keywords), ``rhetorical_question`` ("are you even listening?"), ``excessive_punctuation`` (a run of
-  "!"/"?" in a complaining sentence), ``annoyed_emoji`` (🙄, 😒, 😠, 😡, 🤬). "THIS IS RIDICULOUS!!!"
+  "!"/"?" in a complaining sentence), ``annoyed_emoji`` (🙄, 😒, 😠, 😡, 🤬), ``echoed_figure`` (a wait
+  or a price the agent gave, thrown back with what it is for: "24 hours for a refund on cold food.").
+  "THIS IS RIDICULOUS!!!"
   is three instances; the snippet is the words each cue matched. Dropped when the message blames a
   third party or the world and nothing in it points at the agent (``cues`` in
   ``phrases/interaction.yaml``). The word lists of the shouting, punctuation, rhetorical-question and
@@ -30,11 +32,12 @@ from otelsignals.signals.phrase_analysis import (
     analysis_of,
     best_match,
     detect_phrases,
+    previous_assistant_words,
     sentence_spans,
     user_texts,
 )
 from otelsignals.signals.tokens import Token, inside
-from otelsignals.signals.word_lists import word_sequences, word_set
+from otelsignals.signals.word_lists import canonical_forms, word_sequences, word_set
 
 CAPS_RATIO = 0.7
 CAPS_MIN_LETTERS = 12
@@ -59,6 +62,18 @@ ANNOYED_EMOJI = tuple(sorted(word_set("disengagement", "annoyed_emoji", "charact
 # "she replied 😒", "write a tweet about Mondays 🙄").
 EMOJI_NAMED_BY = word_set("disengagement", "annoyed_emoji", "named_by")
 EMOJI_CONFIDENCE = 0.6
+# The agent's wait or price thrown back ("24 hours for a refund on cold food."): rule echoed_figure.
+FIGURE_UNITS = canonical_forms("disengagement", "echoed_figure", "units")
+FIGURE_UNIT_QUALIFIERS = word_set("disengagement", "echoed_figure", "unit_qualifiers")
+FIGURE_CURRENCIES = word_set("disengagement", "echoed_figure", "currencies")
+FIGURE_NUMBER_WORDS = canonical_forms("disengagement", "echoed_figure", "number_words")
+FIGURE_WHAT_FOR = word_set("disengagement", "echoed_figure", "what_for")
+FIGURE_ONLY = word_set("disengagement", "echoed_figure", "only")
+FIGURE_OWN_VERBS = word_set("disengagement", "echoed_figure", "own_verbs")
+FIGURE_ACCEPTED = word_sequences("disengagement", "echoed_figure", "accepted")
+FIGURE_MIN_COMPLEMENT = 2  # words after "for": "24 hours for gems i paid for", not "24 hours for it"
+FIGURE_CONFIDENCE = 0.55
+_COMPACT_FIGURE = re.compile(r"(\d+)([a-z]+)")  # "24h", "10min"
 
 
 # --- disengagement ---------------------------------------------------------------------------------
@@ -86,7 +101,7 @@ class _Cue:
 def detect_negative_stance(ctx: DetectionContext) -> list[SignalInstance]:
     """Complaints and frustration phrases, ALL CAPS, or excessive "!!!" / "???" / "?!?"."""
     found: list[SignalInstance] = []
-    for i, text, _ in user_texts(ctx):
+    for i, text, after_assistant in user_texts(ctx):
         analysis = analysis_of(ctx, text)
         caps = caps_cue(text, analysis) or caps_run_cue(text, analysis)
         candidates = [
@@ -95,6 +110,7 @@ def detect_negative_stance(ctx: DetectionContext) -> list[SignalInstance]:
             _punctuation_cue(text, analysis),
             _rhetorical_cue(text, analysis),
             _emoji_cue(text, analysis),
+            _echoed_figure_cue(ctx, i, text, analysis) if after_assistant else None,
         ]
         cues = [cue for cue in candidates if cue is not None]
         if cues and not analysis.aimed_elsewhere:
@@ -257,6 +273,102 @@ def _emoji_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
         if not any(token.norm in EMOJI_NAMED_BY for token in _sentence_around(analysis.scan.tokens, at)):
             return _Cue("annoyed_emoji", EMOJI_CONFIDENCE, at, at + 1, {"emoji": text[at : at + 1]})
     return None
+
+
+@dataclass(frozen=True)
+class _Figure:
+    numbers: frozenset[str]  # digits ("5", "10" of "5-10 days"; "1" of "an hour")
+    kind: str  # a unit's kind ("hour") or "currency"
+    end: int  # the token after it
+
+
+def _echoed_figure_cue(ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis) -> _Cue | None:
+    """A message opening with a wait or a price the agent's last message gave, then, stated, what it
+    is for: "24 hours for a refund on cold food.", "10 days. for a 14 day ban." (rule echoed_figure)."""
+    tokens = analysis.scan.tokens
+    figure = _opening_figure(text, tokens)
+    if figure is None:
+        return None
+    at = figure.end + (figure.end < len(tokens) and tokens[figure.end].norm in FIGURE_ONLY)
+    if at >= len(tokens) or tokens[at].norm not in FIGURE_WHAT_FOR or "?" in text[: tokens[at].start]:
+        return None
+    end = next((k for k in range(at + 1, len(tokens)) if tokens[k].sentence_start), len(tokens))
+    complement = tokens[at + 1 : end]
+    closer = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+    if (
+        len(complement) < FIGURE_MIN_COMPLEMENT
+        or "?" in closer
+        or any(token.clause_start or token.quoted for token in complement)
+        or any(token.norm in FIGURE_OWN_VERBS for token in tokens[:end])
+        or analysis.satisfied
+        or _accepts(tokens)
+        or not _agent_gave(figure, previous_assistant_words(ctx, i))
+    ):
+        return None
+    metadata = {"head": f"{figure.kind} {tokens[at].norm}"}
+    return _Cue("echoed_figure", FIGURE_CONFIDENCE, tokens[0].start, tokens[end - 1].end, metadata)
+
+
+def _opening_figure(text: str, tokens: list[Token]) -> _Figure | None:
+    """The wait ("24 hours", "5-10 business days", "an hour", "24h") or price ("£150", "$11.50", "40
+    euros") the message opens with, or None."""
+    if not tokens or tokens[0].quoted:
+        return None
+    first = tokens[0].norm
+    compact = _COMPACT_FIGURE.fullmatch(first)
+    if compact and compact.group(2) in FIGURE_UNITS:
+        return _Figure(frozenset({compact.group(1)}), FIGURE_UNITS[compact.group(2)], 1)
+    number = first if first.isdigit() else FIGURE_NUMBER_WORDS.get(first)
+    if number is None:
+        return None
+    numbers, k = {number}, 1
+    # more of the figure: "11.50", "5-10", "3 to 5"
+    while k < len(tokens) and tokens[k].norm.isdigit():
+        between = text[tokens[k - 1].end : tokens[k].start].strip()
+        if between not in (".", ",", "-", "to"):
+            break
+        numbers.add(tokens[k].norm)
+        k += 1
+    if k + 1 < len(tokens) and tokens[k].norm == "to" and tokens[k + 1].norm.isdigit():
+        numbers.add(tokens[k + 1].norm)
+        k += 2
+    if text[: tokens[0].start].strip() in ("£", "$", "€"):
+        return _Figure(frozenset(numbers), "currency", k)
+    while k < len(tokens) and tokens[k].norm in FIGURE_UNIT_QUALIFIERS:
+        k += 1
+    if k < len(tokens) and tokens[k].norm in FIGURE_CURRENCIES:
+        return _Figure(frozenset(numbers), "currency", k + 1)
+    if k < len(tokens) and tokens[k].norm in FIGURE_UNITS:
+        return _Figure(frozenset(numbers), FIGURE_UNITS[tokens[k].norm], k + 1)
+    return None
+
+
+def _accepts(tokens: list[Token]) -> bool:
+    """The message accepts the figure somewhere ("…, ok thanks", "…then. go ahead")."""
+    words = [token.norm for token in tokens if not token.quoted]
+    return any(
+        words[k : k + len(sequence)] == list(sequence)
+        for sequence in FIGURE_ACCEPTED
+        for k in range(len(words) - len(sequence) + 1)
+    )
+
+
+def _agent_gave(figure: _Figure, agent_words: frozenset[str]) -> bool:
+    """The agent's words hold every number of the figure and, for a wait, a unit of its kind."""
+    numbers: set[str] = set()
+    kinds: set[str] = set()
+    for word in agent_words:
+        compact = _COMPACT_FIGURE.fullmatch(word)
+        if compact and compact.group(2) in FIGURE_UNITS:
+            numbers.add(compact.group(1))
+            kinds.add(FIGURE_UNITS[compact.group(2)])
+        elif word.isdigit():
+            numbers.add(word)
+        elif word in FIGURE_NUMBER_WORDS:
+            numbers.add(FIGURE_NUMBER_WORDS[word])
+        elif word in FIGURE_UNITS:
+            kinds.add(FIGURE_UNITS[word])
+    return figure.numbers <= numbers and (figure.kind == "currency" or figure.kind in kinds)
 
 
 def _sentence_around(tokens: list[Token], at: int) -> list[Token]:
