@@ -1,5 +1,5 @@
 """The blind corpora (tests/corpus_heldout/, tests/corpus_blind/, tests/corpus_blind3/ to
-tests/corpus_blind9/): schema, label placement and coverage.
+tests/corpus_blind10/): schema, label placement and coverage.
 
 Same schema and label-placement checks as the main corpus (tests/corpus/checks.py, the labelling rules
 at the top of tests/corpus/support.yaml). Each set was written from the rules alone, without access to
@@ -27,6 +27,7 @@ from tests.corpus import (
     BLIND7_DIR,
     BLIND8_DIR,
     BLIND9_DIR,
+    BLIND10_DIR,
     BLIND_DIR,
     CORPUS_DIR,
     HELDOUT_DIR,
@@ -140,14 +141,16 @@ FIFTH = BlindSet(
 )
 
 
-def briefed(directory: Path, prefix: str, mark: str, domains: str, header_file: str) -> BlindSet:
-    """A set written on 2026-12-02 from the same brief (six domains of seven conversations, every
+def briefed(
+    directory: Path, prefix: str, mark: str, domains: str, header_file: str, written: str = "2026-12-02"
+) -> BlindSet:
+    """A set written (on ``written``) from the same brief (six domains of seven conversations, every
     interaction leaf at least 6 times, 28 with a tool or environment failure, 6 clean, 85 user
     messages with a near miss, a quoted message and a pasted traceback)."""
     return BlindSet(
         directory,
         prefix,
-        (mark, "2026-12-02"),
+        (mark, written),
         frozenset(domains.split()),
         42,
         6,
@@ -187,6 +190,15 @@ NINTH = briefed(
     "gym_membership freelance_invoicing solar_installation school_portal bike_repair concert_streaming",
     "gym_membership.yaml",
 )
+TENTH = briefed(
+    BLIND10_DIR,
+    "b10-",
+    "TENTH BLIND",
+    "hotel_reservations mortgage_servicing furniture_returns childcare_booking marketplace_seller_support"
+    " phone_repair",
+    "hotel_reservations.yaml",
+    written="2026-12-03",
+)
 
 SETS = {
     "heldout": HELDOUT,
@@ -198,6 +210,7 @@ SETS = {
     "blind7": SEVENTH,
     "blind8": EIGHTH,
     "blind9": NINTH,
+    "blind10": TENTH,
 }
 CONVERSATIONS = [(name, conv) for name, blind in SETS.items() for conv in load_corpus(blind.directory)]
 RAW_CONVERSATIONS = [(name, raw) for name, blind in SETS.items() for raw in blind.raw]

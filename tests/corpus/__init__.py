@@ -42,6 +42,9 @@ BLIND8_DIR = CORPUS_DIR.parent / "corpus_blind8"
 # The ninth blind set (2026-12-02): six more new domains, written from the rules alone (see its
 # gym_membership.yaml); kept blind: only its totals are read.
 BLIND9_DIR = CORPUS_DIR.parent / "corpus_blind9"
+# The tenth set (2026-12-03): six more new domains, written from the rules alone (see its
+# hotel_reservations.yaml); scored once blind, then read to develop on (bench/RESULTS.md).
+BLIND10_DIR = CORPUS_DIR.parent / "corpus_blind10"
 # Every labelled set by name, in the order they were written (tests.corpus_eval --all).
 ALL_SETS = {
     "main": CORPUS_DIR,
@@ -54,6 +57,7 @@ ALL_SETS = {
     "blind7": BLIND7_DIR,
     "blind8": BLIND8_DIR,
     "blind9": BLIND9_DIR,
+    "blind10": BLIND10_DIR,
 }
 # The sets kept blind: only their totals are read (tests.corpus_eval prints no misses for them).
 KEPT_BLIND = frozenset({"blind5", "blind7", "blind9"})
