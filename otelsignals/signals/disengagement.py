@@ -32,6 +32,7 @@ from otelsignals.signals.phrase_analysis import (
     analysis_of,
     best_match,
     detect_phrases,
+    holds_any,
     previous_assistant_words,
     sentence_spans,
     user_texts,
@@ -345,12 +346,7 @@ def _opening_figure(text: str, tokens: list[Token]) -> _Figure | None:
 
 def _accepts(tokens: list[Token]) -> bool:
     """The message accepts the figure somewhere ("…, ok thanks", "…then. go ahead")."""
-    words = [token.norm for token in tokens if not token.quoted]
-    return any(
-        words[k : k + len(sequence)] == list(sequence)
-        for sequence in FIGURE_ACCEPTED
-        for k in range(len(words) - len(sequence) + 1)
-    )
+    return holds_any(tuple(token.norm for token in tokens if not token.quoted), FIGURE_ACCEPTED)
 
 
 def _agent_gave(figure: _Figure, agent_words: frozenset[str]) -> bool:

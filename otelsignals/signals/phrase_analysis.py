@@ -121,6 +121,9 @@ class GroupSpec:
     # "still", "if", "wrong", "pending"…) or trouble cue: a state read off a screen ("it says
     # delivered", "the dashboard is green") is an outcome only in a message that reports nothing amiss
     unless_troubled: bool = False
+    # dropped when its sentence is a condition about a later possibility ("if it jumps a lot I'd want
+    # to speak to someone"): ``conditions`` and ``hypothetical`` in interaction.yaml
+    unless_hypothetical: bool = False
     opening_positives: tuple[str, ...] = ()  # sent as the first message: must fire the group
     opening_near_misses: tuple[str, ...] = ()  # sent as the first message: must fire nothing of it
 
@@ -140,6 +143,9 @@ class PhraseLibrary:
     irony_markers: tuple[str, ...] = ()
     irony_cancelled_by: tuple[str, ...] = ()  # words of a user laughing at themself: no irony then
     troubled_words: frozenset[str] = frozenset()  # see GroupSpec.unless_troubled
+    # see GroupSpec.unless_hypothetical: word sequences of a condition and of a hypothetical want
+    conditions: tuple[tuple[str, ...], ...] = ()
+    hypothetical: tuple[tuple[str, ...], ...] = ()
 
     def signal_of(self, group: str) -> str:
         return self.groups[group].signal
@@ -261,6 +267,7 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             bool(entry.get("acknowledgement", False)),
             bool(entry.get("ironic", False)),
             bool(entry.get("unless_troubled", False)),
+            bool(entry.get("unless_hypothetical", False)),
             tuple(entry.get("opening_positives", ())),
             tuple(entry.get("opening_near_misses", ())),
         )
@@ -310,7 +317,22 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
         )
         | matcher.negators
     )
-    return PhraseLibrary(matcher, specs, praise, cues, examples, irony_markers, irony_cancelled_by, troubled)
+    return PhraseLibrary(
+        matcher,
+        specs,
+        praise,
+        cues,
+        examples,
+        irony_markers,
+        irony_cancelled_by,
+        troubled,
+        _word_sequences(data, "conditions"),
+        _word_sequences(data, "hypothetical"),
+    )
+
+
+def _word_sequences(data: dict[str, Any], key: str) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(phrase_tokens(phrase)[0]) for phrase in strings(data.get(key), key))
 
 
 THIRD_PARTY = "third_party"  # someone or something else caused the trouble ("the courier", "got delayed")
@@ -384,6 +406,7 @@ def analyse_text(text: str) -> TextAnalysis:
             or (groups[m.group].statement_only and asked(plain, m.start, m.end))
             or (groups[m.group].unless_plain_question and plainly_asked(plain, m.start, m.end))
             or (groups[m.group].unless_asking and asks_later(plain, m.end))
+            or (groups[m.group].unless_hypothetical and _hypothetical(scan, m.start, library))
         )
     ]
     trouble = [m for m in accepted if groups[m.group].with_praise]
@@ -467,6 +490,26 @@ def _troubled(scan: Scan, library: PhraseLibrary, hits: list[Match]) -> bool:
     return any(
         library.groups[m.group].with_praise and not any(h.start <= m.start < h.end for h in hits)
         for m in scan.matches
+    )
+
+
+def _hypothetical(scan: Scan, at: int, library: PhraseLibrary) -> bool:
+    """The sentence holding character ``at`` is a condition about a later possibility: it holds one
+    of the library's conditions ("if") and one of its hypothetical wants ("I'd want", "would need")."""
+    tokens = scan.tokens
+    here = next((k for k, token in enumerate(tokens) if token.end > at), len(tokens))
+    start = next((k for k in range(min(here, len(tokens) - 1), -1, -1) if tokens[k].sentence_start), 0)
+    end = next((k for k in range(here + 1, len(tokens)) if tokens[k].sentence_start), len(tokens))
+    words = tuple(token.norm for token in tokens[start:end])
+    return holds_any(words, library.conditions) and holds_any(words, library.hypothetical)
+
+
+def holds_any(words: tuple[str, ...], sequences: tuple[tuple[str, ...], ...]) -> bool:
+    """One of the word ``sequences`` stands, in order, somewhere in ``words``."""
+    return any(
+        words[k : k + len(sequence)] == sequence
+        for sequence in sequences
+        for k in range(len(words) - len(sequence) + 1)
     )
 
 
