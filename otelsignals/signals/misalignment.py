@@ -272,8 +272,10 @@ def _opens_with_no(tokens: list[Token], start: int, end: int) -> bool:
 def _fronted_rejection(tokens: list[Token], start: int, end: int) -> frozenset[str]:
     """Y's content words when the sentence opens "(no,) not Y, X…": the rejected item first ("no, not
     pannierstraße, that's the old one"), closed by a clause boundary, the sentence going on after it."""
-    k = start + 1 if tokens[start].norm in _FRONTED_LEADS and start + 1 < end else start
-    if tokens[k].norm != "not" or not tokens[k].clause_start or tokens[k].quoted:
+    led = tokens[start].norm in _FRONTED_LEADS and start + 1 < end
+    k = start + 1 if led else start
+    # "no, not leeds, manchester" and "no not leeds, manchester" alike: after "no" the comma may go
+    if tokens[k].norm != "not" or not (tokens[k].clause_start or led) or tokens[k].quoted:
         return frozenset()
     close = next(
         (j for j in range(k + 1, min(end, k + 2 + CONTRAST_MAX_WORDS)) if tokens[j].clause_start), None
