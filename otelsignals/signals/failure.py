@@ -79,6 +79,8 @@ QUERY_KEY_WORDS = word_set("failure", "query_argument", "key_words")
 QUERY_KEY_PREFIXES = word_order("failure", "query_argument", "key_prefixes")
 # A tool whose name has one of these words is a search when called with arguments.
 SEARCH_NAME_WORDS = word_set("failure", "query_argument", "search_name_words")
+# Keys whose numbers name an item or a page, or size the answer, rather than narrow what is looked for.
+UNNARROWING_KEY_WORDS = word_set("failure", "query_argument", "unnarrowing_key_words")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,10 +199,16 @@ def is_query_call(tool: str | None, arguments: Any) -> bool:
 def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
     """Whether every word of the call's text arguments was said by the user (in the last
     :data:`USER_MESSAGES_READ` user messages): the user's own constraints found nothing, the agent did
-    not narrow the query. Ids, dates and numbers are left out; no words left → False."""
+    not narrow the query. Ids and dates are left out; no words left → False. A number the user never
+    said, under a key that is a constraint (``width_cm: 98``, ``max_price: 40``; not an id, a page or a
+    result count: ``UNNARROWING_KEY_WORDS``), is the agent's own narrowing → False."""
     words: set[str] = set()
+    numbers: set[str] = set()
     leaves = argument_leaves(as_arguments(arguments))
-    for value in leaves.values():
+    for path, value in leaves.items():
+        number = _number_text(value)
+        if number is not None and not set(name_words(path.rsplit(".", 1)[-1])) & UNNARROWING_KEY_WORDS:
+            numbers.add(number)
         values = value if isinstance(value, frozenset) else [value]
         for text in values:
             if not isinstance(text, str) or (" " not in text.strip() and is_identifier(text)):
@@ -217,7 +225,16 @@ def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
             seen += 1
             if seen >= USER_MESSAGES_READ:
                 break
+    if not numbers <= said:
+        return False
     return all(word in said or any(same_word(word, other) for other in said) for word in words)
+
+
+def _number_text(value: Any) -> str | None:
+    """A JSON number as the user would write it (98, 49.5; 98.0 → "98"); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 def detect_bad_query(ctx: DetectionContext) -> list[SignalInstance]:

@@ -165,6 +165,15 @@ BAD_QUERY_POSITIVES = [
             '{"results": [], "total": 0}',
         ),
     ],
+    # a number the user never said, as a filter of the agent's own
+    [
+        user("I'd like the same Halden wardrobe in oak instead of walnut"),
+        *exchange(
+            "search_catalog",
+            {"query": "Halden wardrobe oak", "filters": {"finish": "oak", "width_cm": 98}},
+            '{"results": []}',
+        ),
+    ],
     succeeded(
         "run_sql",
         {"query": "SELECT region FROM customers WHERE status = 'Active'"},
@@ -195,6 +204,13 @@ BAD_QUERY_NEAR_MISSES = [
     [
         user("search for blue suede shoes size 14"),
         *exchange("search_products", {"query": "Blue suede shoes", "size": 14}, "[]"),
+    ],
+    # numbers that name an item or a page, or size the answer, narrow nothing
+    [
+        user("find my invoices about the oak desk"),
+        *exchange(
+            "search_invoices", {"query": "oak desk", "customer_id": 5521, "page": 2, "limit": 20}, "[]"
+        ),
     ],
 ]
 
