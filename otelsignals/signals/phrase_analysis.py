@@ -208,6 +208,35 @@ def expand_slots(phrases: tuple[str, ...], slots: dict[str, tuple[str, ...]], wh
     return tuple(expanded)
 
 
+def written_out(phrases: tuple[str, ...], contractions: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """``phrases`` and, for each with a contraction of ``contractions``, every variant with some or
+    all of them written out ("i don't follow" → also "i do not follow"; "can't" → "cannot", "can
+    not"), each phrase once, in order: formal and non-native writers spell them out."""
+    if not contractions:
+        return phrases
+    pattern = re.compile(
+        r"(?<![\w'])(" + "|".join(map(re.escape, sorted(contractions, key=len, reverse=True))) + r")(?![\w'])"
+    )
+    expanded: dict[str, None] = {}
+    for phrase in phrases:
+        parts = pattern.split(phrase)  # literal, contraction, literal, …
+        choices = [(part,) if at % 2 == 0 else (part, *contractions[part]) for at, part in enumerate(parts)]
+        for combination in itertools.product(*choices):
+            expanded["".join(combination)] = None
+    return tuple(expanded)
+
+
+def _contractions(value: Any) -> dict[str, tuple[str, ...]]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"contractions must map a contraction to its written-out forms; got {value!r}")
+    return {
+        key: strings(forms if isinstance(forms, list) else [forms], f"contraction {key!r}")
+        for key, forms in value.items()
+    }
+
+
 def _one_word(option: str) -> bool:
     """A slot alternative that is one plain word (no wildcard, anchor or set of its own)."""
     return len(phrase_tokens(option)[0]) == 1 and not any(mark in option for mark in "*^$()| ")
@@ -225,6 +254,7 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
     """Build the library from the YAML's parsed content; rejects unknown leaves and bad values."""
     specs: dict[str, GroupSpec] = {}
     slots = _slots(data.get("slots"))
+    contractions = _contractions(data.get("contractions"))
     for name, entry in data["groups"].items():
         signal = entry["signal"]
         if signal not in tx.LEAF_TYPES:
@@ -236,18 +266,24 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             raise ValueError(f"phrase group {name!r}: confidence {confidence} outside [0, 1]")
         group = PhraseGroup(
             name=name,
-            phrases=expand_slots(
-                strings(entry.get("phrases"), f"phrase group {name!r}: phrases"),
-                slots,
-                f"phrase group {name!r}",
+            phrases=written_out(
+                expand_slots(
+                    strings(entry.get("phrases"), f"phrase group {name!r}: phrases"),
+                    slots,
+                    f"phrase group {name!r}",
+                ),
+                contractions,
             ),
             negation=entry.get("negation", "respect") == "respect",
             unless_wanted=bool(entry.get("unless_wanted", False)),
             confidence=confidence,
-            exclude=expand_slots(
-                strings(entry.get("exclude"), f"phrase group {name!r}: exclude"),
-                slots,
-                f"phrase group {name!r} (exclude)",
+            exclude=written_out(
+                expand_slots(
+                    strings(entry.get("exclude"), f"phrase group {name!r}: exclude"),
+                    slots,
+                    f"phrase group {name!r} (exclude)",
+                ),
+                contractions,
             ),
             whole_message=strings(entry.get("whole_message"), f"phrase group {name!r}: whole_message"),
             starts_with=strings(entry.get("starts_with"), f"phrase group {name!r}: starts_with"),
@@ -294,9 +330,13 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
         cue_groups.append(
             PhraseGroup(
                 name=name,
-                phrases=strings(entry.get("phrases"), f"cue list {name!r}: phrases"),
+                phrases=written_out(
+                    strings(entry.get("phrases"), f"cue list {name!r}: phrases"), contractions
+                ),
                 negation=entry.get("negation", "respect") == "respect",
-                exclude=strings(entry.get("exclude"), f"cue list {name!r}: exclude"),
+                exclude=written_out(
+                    strings(entry.get("exclude"), f"cue list {name!r}: exclude"), contractions
+                ),
             )
         )
         examples[name] = (tuple(entry.get("positives", ())), tuple(entry.get("near_misses", ())))

@@ -12,11 +12,13 @@ from otelsignals.signals.matching import PhraseGroup, PhraseMatcher, phrase_toke
 from otelsignals.signals.misalignment import detect_clarification, detect_correction
 from otelsignals.signals.outcome import detect_persists
 from otelsignals.signals.phrase_analysis import (
+    PhraseLibrary,
     analyse_text,
     expand_slots,
     library_data,
     parse_library,
     phrase_library,
+    written_out,
 )
 from otelsignals.signals.rephrase import detect_rephrase
 from otelsignals.signals.satisfaction import detect_confirmation, detect_gratitude, detect_success
@@ -277,6 +279,58 @@ def test_a_one_word_slot_after_the_first_is_one_set_of_alternatives_matching_the
         assert [(m.start, m.end) for m in matcher.find(text)] == [
             (m.start, m.end) for m in expanded.find(text)
         ], text
+
+
+CONTRACTIONS = {"don't": ("do not",), "can't": ("cannot", "can not"), "it's": ("it is",)}
+
+
+@pytest.mark.parametrize(
+    ("phrase", "variants"),
+    [
+        ("i don't follow", ("i don't follow", "i do not follow")),
+        ("^can't log in$", ("^can't log in$", "^cannot log in$", "^can not log in$")),
+        (
+            "it's not what i asked",  # every combination of what is written out
+            ("it's not what i asked", "it is not what i asked"),
+        ),
+        (
+            "i don't think it's fine",
+            (
+                "i don't think it's fine",
+                "i don't think it is fine",
+                "i do not think it's fine",
+                "i do not think it is fine",
+            ),
+        ),
+        ("its owner", ("its owner",)),  # "its" is no "it's"
+        ("dont't", ("dont't",)),  # inside another word: nothing
+        ("thank you", ("thank you",)),
+    ],
+)
+def test_contractions_are_also_matched_written_out(phrase: str, variants: tuple[str, ...]) -> None:
+    assert written_out((phrase,), CONTRACTIONS) == variants
+
+
+WITHOUT_CONTRACTIONS = parse_library(
+    {key: value for key, value in library_data().items() if key != "contractions"}
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "signal"),
+    [
+        ("I do not follow. What is the escrow account?", tx.CLARIFICATION),
+        ("I am so frustrated", tx.NEGATIVE_STANCE),
+        ("I cannot believe this", tx.NEGATIVE_STANCE),
+    ],
+)
+def test_the_library_reads_contractions_written_out(text: str, signal: str) -> None:
+    """Written as the library's phrases are not ("I'm so frustrated"), found all the same."""
+
+    def signals(library: PhraseLibrary) -> set[str]:
+        return {library.signal_of(match.group) for match in library.matcher.find(text)}
+
+    assert signal in signals(LIBRARY) and signal not in signals(WITHOUT_CONTRACTIONS)
 
 
 @pytest.mark.parametrize(
