@@ -1,5 +1,5 @@
 """The blind corpora (tests/corpus_heldout/, tests/corpus_blind/, tests/corpus_blind3/ to
-tests/corpus_blind10/): schema, label placement and coverage.
+tests/corpus_blind11/): schema, label placement and coverage.
 
 Same schema and label-placement checks as the main corpus (tests/corpus/checks.py, the labelling rules
 at the top of tests/corpus/support.yaml). Each set was written from the rules alone, without access to
@@ -28,6 +28,7 @@ from tests.corpus import (
     BLIND8_DIR,
     BLIND9_DIR,
     BLIND10_DIR,
+    BLIND11_DIR,
     BLIND_DIR,
     CORPUS_DIR,
     HELDOUT_DIR,
@@ -199,6 +200,14 @@ TENTH = briefed(
     "hotel_reservations.yaml",
     written="2026-12-03",
 )
+ELEVENTH = briefed(
+    BLIND11_DIR,
+    "b11-",
+    "ELEVENTH BLIND",
+    "camping_reservations charity_donations driving_school ev_charging pension_admin storage_units",
+    "camping_reservations.yaml",
+    written="2026-12-03",
+)
 
 SETS = {
     "heldout": HELDOUT,
@@ -211,6 +220,7 @@ SETS = {
     "blind8": EIGHTH,
     "blind9": NINTH,
     "blind10": TENTH,
+    "blind11": ELEVENTH,
 }
 CONVERSATIONS = [(name, conv) for name, blind in SETS.items() for conv in load_corpus(blind.directory)]
 RAW_CONVERSATIONS = [(name, raw) for name, blind in SETS.items() for raw in blind.raw]
