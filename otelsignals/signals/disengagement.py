@@ -33,11 +33,11 @@ from otelsignals.signals.phrase_analysis import (
     best_match,
     detect_phrases,
     holds_any,
-    previous_assistant_words,
+    previous_assistant_text,
     sentence_spans,
     user_texts,
 )
-from otelsignals.signals.tokens import Token, inside
+from otelsignals.signals.tokens import Token, inside, tokenise, unify
 from otelsignals.signals.word_lists import canonical_forms, word_sequences, word_set
 
 CAPS_RATIO = 0.7
@@ -72,7 +72,11 @@ FIGURE_WHAT_FOR = word_set("disengagement", "echoed_figure", "what_for")
 FIGURE_ONLY = word_set("disengagement", "echoed_figure", "only")
 FIGURE_OWN_VERBS = word_set("disengagement", "echoed_figure", "own_verbs")
 FIGURE_ACCEPTED = word_sequences("disengagement", "echoed_figure", "accepted")
-FIGURE_MIN_COMPLEMENT = 2  # words after "for": "24 hours for gems i paid for", not "24 hours for it"
+# what the figure buys named as the known item ("24 hours for the refund."): a restatement
+FIGURE_KNOWN_ITEM = word_set("disengagement", "echoed_figure", "known_item")
+# words after "for": indignation characterises what the figure buys ("for gems i already paid for"); a
+# restatement only names it ("for a refund", "for express delivery")
+FIGURE_MIN_COMPLEMENT = 4
 FIGURE_CONFIDENCE = 0.55
 _COMPACT_FIGURE = re.compile(r"(\d+)([a-z]+)")  # "24h", "10min"
 
@@ -285,86 +289,76 @@ class _Figure:
 
 def _echoed_figure_cue(ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis) -> _Cue | None:
     """A message opening with a wait or a price the agent's last message gave, then, stated, what it
-    is for: "24 hours for a refund on cold food.", "10 days. for a 14 day ban." (rule echoed_figure)."""
+    is for, not named as the known item: "24 hours for a refund on cold food.", "10 days. for a 14
+    day ban." ("24 hours for the refund." restates it; rule echoed_figure)."""
     tokens = analysis.scan.tokens
-    figure = _opening_figure(text, tokens)
+    plain = text if text.isascii() else unify(text)
+    figure = _figure_at(plain, tokens, 0) if tokens and not tokens[0].quoted else None
     if figure is None:
         return None
     at = figure.end + (figure.end < len(tokens) and tokens[figure.end].norm in FIGURE_ONLY)
-    if at >= len(tokens) or tokens[at].norm not in FIGURE_WHAT_FOR or "?" in text[: tokens[at].start]:
+    if at >= len(tokens) or tokens[at].norm not in FIGURE_WHAT_FOR or "?" in plain[: tokens[at].start]:
         return None
     end = next((k for k in range(at + 1, len(tokens)) if tokens[k].sentence_start), len(tokens))
     complement = tokens[at + 1 : end]
-    closer = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+    closer = plain[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(plain)]
     if (
         len(complement) < FIGURE_MIN_COMPLEMENT
+        or complement[0].norm in FIGURE_KNOWN_ITEM
         or "?" in closer
         or any(token.clause_start or token.quoted for token in complement)
         or any(token.norm in FIGURE_OWN_VERBS for token in tokens[:end])
         or analysis.satisfied
-        or _accepts(tokens)
-        or not _agent_gave(figure, previous_assistant_words(ctx, i))
+        or holds_any(tuple(token.norm for token in tokens if not token.quoted), FIGURE_ACCEPTED)
+        or not _agent_gave(figure, previous_assistant_text(ctx, i))
     ):
         return None
     metadata = {"head": f"{figure.kind} {tokens[at].norm}"}
     return _Cue("echoed_figure", FIGURE_CONFIDENCE, tokens[0].start, tokens[end - 1].end, metadata)
 
 
-def _opening_figure(text: str, tokens: list[Token]) -> _Figure | None:
+def _figure_at(plain: str, tokens: list[Token], k: int) -> _Figure | None:
     """The wait ("24 hours", "5-10 business days", "an hour", "24h") or price ("£150", "$11.50", "40
-    euros") the message opens with, or None."""
-    if not tokens or tokens[0].quoted:
-        return None
-    first = tokens[0].norm
+    euros") starting at ``tokens[k]`` (``plain``: the text with its dashes unified), or None."""
+    first = tokens[k].norm
     compact = _COMPACT_FIGURE.fullmatch(first)
     if compact and compact.group(2) in FIGURE_UNITS:
-        return _Figure(frozenset({compact.group(1)}), FIGURE_UNITS[compact.group(2)], 1)
+        return _Figure(frozenset({compact.group(1)}), FIGURE_UNITS[compact.group(2)], k + 1)
     number = first if first.isdigit() else FIGURE_NUMBER_WORDS.get(first)
     if number is None:
         return None
-    numbers, k = {number}, 1
-    # more of the figure: "11.50", "5-10", "3 to 5"
-    while k < len(tokens) and tokens[k].norm.isdigit():
-        between = text[tokens[k - 1].end : tokens[k].start].strip()
-        if between not in (".", ",", "-", "to"):
-            break
-        numbers.add(tokens[k].norm)
-        k += 1
-    if k + 1 < len(tokens) and tokens[k].norm == "to" and tokens[k + 1].norm.isdigit():
-        numbers.add(tokens[k + 1].norm)
-        k += 2
-    if text[: tokens[0].start].strip() in ("£", "$", "€"):
-        return _Figure(frozenset(numbers), "currency", k)
-    while k < len(tokens) and tokens[k].norm in FIGURE_UNIT_QUALIFIERS:
-        k += 1
-    if k < len(tokens) and tokens[k].norm in FIGURE_CURRENCIES:
-        return _Figure(frozenset(numbers), "currency", k + 1)
-    if k < len(tokens) and tokens[k].norm in FIGURE_UNITS:
-        return _Figure(frozenset(numbers), FIGURE_UNITS[tokens[k].norm], k + 1)
+    before = plain[tokens[k - 1].end if k else 0 : tokens[k].start].strip()
+    numbers, j = {number}, k + 1
+    # more of the figure: "11.50", "5-10"
+    while (
+        j < len(tokens) and tokens[j].norm.isdigit() and plain[tokens[j - 1].end : tokens[j].start] in ".,-"
+    ):
+        numbers.add(tokens[j].norm)
+        j += 1
+    if j + 1 < len(tokens) and tokens[j].norm == "to" and tokens[j + 1].norm.isdigit():  # "3 to 5 days"
+        numbers.add(tokens[j + 1].norm)
+        j += 2
+    if before[-1:] in ("£", "$", "€"):
+        return _Figure(frozenset(numbers), "currency", j)
+    while j < len(tokens) and tokens[j].norm in FIGURE_UNIT_QUALIFIERS:
+        j += 1
+    if j < len(tokens) and tokens[j].norm in FIGURE_CURRENCIES:
+        return _Figure(frozenset(numbers), "currency", j + 1)
+    if j < len(tokens) and tokens[j].norm in FIGURE_UNITS:
+        return _Figure(frozenset(numbers), FIGURE_UNITS[tokens[j].norm], j + 1)
     return None
 
 
-def _accepts(tokens: list[Token]) -> bool:
-    """The message accepts the figure somewhere ("…, ok thanks", "…then. go ahead")."""
-    return holds_any(tuple(token.norm for token in tokens if not token.quoted), FIGURE_ACCEPTED)
-
-
-def _agent_gave(figure: _Figure, agent_words: frozenset[str]) -> bool:
-    """The agent's words hold every number of the figure and, for a wait, a unit of its kind."""
-    numbers: set[str] = set()
-    kinds: set[str] = set()
-    for word in agent_words:
-        compact = _COMPACT_FIGURE.fullmatch(word)
-        if compact and compact.group(2) in FIGURE_UNITS:
-            numbers.add(compact.group(1))
-            kinds.add(FIGURE_UNITS[compact.group(2)])
-        elif word.isdigit():
-            numbers.add(word)
-        elif word in FIGURE_NUMBER_WORDS:
-            numbers.add(FIGURE_NUMBER_WORDS[word])
-        elif word in FIGURE_UNITS:
-            kinds.add(FIGURE_UNITS[word])
-    return figure.numbers <= numbers and (figure.kind == "currency" or figure.kind in kinds)
+def _agent_gave(figure: _Figure, agent_text: str) -> bool:
+    """The agent's text gives a figure of the same kind holding every number of ``figure`` ("within
+    5-10 business days" for "5-10 days"; "Order 10 ships in 3 days" gives no "10 days")."""
+    plain = agent_text if agent_text.isascii() else unify(agent_text)
+    tokens = tokenise(plain)
+    for k in range(len(tokens)):
+        given = _figure_at(plain, tokens, k)
+        if given is not None and given.kind == figure.kind and figure.numbers <= given.numbers:
+            return True
+    return False
 
 
 def _sentence_around(tokens: list[Token], at: int) -> list[Token]:

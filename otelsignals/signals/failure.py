@@ -28,6 +28,7 @@ The helpers that find a tool result's call are shared with :mod:`otelsignals.sig
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,6 +50,7 @@ from otelsignals.signals.taxonomy import (
 )
 from otelsignals.signals.tool_calls import (
     ARGS_CHARS,
+    ARGS_KEPT,
     LOOKBACK,
     PROGRESS,
     argument_leaves,
@@ -203,7 +205,7 @@ def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
     said, under a key that is a constraint (``width_cm: 98``, ``max_price: 40``; not an id, a page or a
     result count: ``UNNARROWING_KEY_WORDS``), is the agent's own narrowing → False."""
     words: set[str] = set()
-    numbers: set[str] = set()
+    numbers: set[float] = set()
     leaves = argument_leaves(as_arguments(arguments))
     for path, value in leaves.items():
         number = _number_text(value)
@@ -225,16 +227,41 @@ def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
             seen += 1
             if seen >= USER_MESSAGES_READ:
                 break
-    if not numbers <= said:
+    if numbers and not numbers <= _said_numbers(ctx, index):
         return False
     return all(word in said or any(same_word(word, other) for other in said) for word in words)
 
 
-def _number_text(value: Any) -> str | None:
-    """A JSON number as the user would write it (98, 49.5; 98.0 → "98"); None for anything else."""
+def _number_text(value: Any) -> float | None:
+    """A JSON number's value; None for anything else (a boolean is no number)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return str(int(value)) if float(value).is_integer() else str(value)
+    return float(value)
+
+
+# A number as people write it: "49.50", "1,000", "-18", "1k", "2.5m".
+_WRITTEN_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?:[km]\b)?", re.IGNORECASE)
+_MULTIPLIERS = {"k": 1e3, "m": 1e6}
+
+
+def _said_numbers(ctx: DetectionContext, index: int) -> set[float]:
+    """The numbers of the last USER_MESSAGES_READ user messages before ``index``, as values."""
+    found: set[float] = set()
+    seen = 0
+    for j in range(index - 1, max(-1, index - 1 - LOOKBACK), -1):
+        message = ctx.messages[j]
+        if message.role is Role.USER and isinstance(message.content, str):
+            for written in _WRITTEN_NUMBER.findall(message.content[:ARGS_KEPT]):
+                multiplier = _MULTIPLIERS.get(written[-1].lower(), 1.0)
+                digits = written.rstrip("kKmM").replace(",", "")
+                try:
+                    found.add(float(digits) * multiplier)
+                except ValueError:
+                    continue
+            seen += 1
+            if seen >= USER_MESSAGES_READ:
+                break
+    return found
 
 
 def detect_bad_query(ctx: DetectionContext) -> list[SignalInstance]:

@@ -26,6 +26,7 @@ from otelsignals.signals.phrase_analysis import (
     TextAnalysis,
     analysis_of,
     clause_spans,
+    holds_any,
     phrase_instance,
     previous_assistant_words,
     sentence_spans,
@@ -194,6 +195,8 @@ CONTRAST_CONFIDENCE = 0.7
 CONTRAST_MAX_WORDS = 3  # "…, not tokyo", "…, not the 7am one": a short rejected item
 # Words after a clause-opening "not" that make an idiom or a hedge, not a rejected item ("not bad").
 _CONTRAST_IDIOMS = word_set("misalignment", "contrast", "idioms")
+# An agent message offering a choice ("I can send it by express for £5", "would you like…").
+_CONTRAST_OFFERS = word_sequences("misalignment", "contrast", "offers")
 
 
 def _contrast_instance(
@@ -272,8 +275,9 @@ def _opens_with_no(tokens: list[Token], start: int, end: int) -> bool:
 def _fronted_rejection(tokens: list[Token], start: int, end: int) -> frozenset[str]:
     """Y's content words when the sentence opens "(no,) not Y, X…": the rejected item first ("no, not
     pannierstraße, that's the old one"), closed by a clause boundary, the sentence going on after it."""
-    led = tokens[start].norm in _FRONTED_LEADS and start + 1 < end
-    k = start + 1 if led else start
+    lead = start + 1 if tokens[start].norm in _INTERJECTIONS and start + 1 < end else start  # "wait no not…"
+    led = tokens[lead].norm in _FRONTED_LEADS and lead + 1 < end
+    k = lead + 1 if led else start
     # "no, not leeds, manchester" and "no not leeds, manchester" alike: after "no" the comma may go
     if tokens[k].norm != "not" or not (tokens[k].clause_start or led) or tokens[k].quoted:
         return frozenset()
@@ -295,8 +299,16 @@ def _conversation_words(ctx: DetectionContext, i: int) -> frozenset[str]:
         message = ctx.messages[j]
         content = (message.content or "")[:COMPARE_CHARS]
         if message.role is Role.ASSISTANT and content:
-            if not content.rstrip().endswith("?"):
-                words.update(t.norm for t in tokenise(content))
+            tokens = tokenise(content)
+            norms = tuple(t.norm for t in tokens)
+            # a question or an offer ("I can send it by express for £5") gives a choice, not a claim
+            if not content.rstrip().endswith("?") and not holds_any(norms, _CONTRAST_OFFERS):
+                # what the agent itself denied ("it's not urgent") is no claim to reject either
+                words.update(
+                    norm
+                    for k, norm in enumerate(norms)
+                    if not set(norms[max(0, k - 2) : k]) & DEFAULT_NEGATORS
+                )
             break
     return frozenset(words)
 

@@ -48,6 +48,7 @@ in the library, never the user's words; the user's own words (``rejected``, ``te
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import math
@@ -143,9 +144,11 @@ class PhraseLibrary:
     irony_markers: tuple[str, ...] = ()
     irony_cancelled_by: tuple[str, ...] = ()  # words of a user laughing at themself: no irony then
     troubled_words: frozenset[str] = frozenset()  # see GroupSpec.unless_troubled
-    # see GroupSpec.unless_hypothetical: word sequences of a condition and of a hypothetical want
-    conditions: tuple[tuple[str, ...], ...] = ()
-    hypothetical: tuple[tuple[str, ...], ...] = ()
+    # see GroupSpec.unless_hypothetical: word sequences (by first word) of a condition, of a courtesy
+    # that is no condition ("if possible"), and of a hypothetical want
+    conditions: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    courtesies: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    hypothetical: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
 
     def signal_of(self, group: str) -> str:
         return self.groups[group].signal
@@ -221,9 +224,15 @@ def written_out(phrases: tuple[str, ...], contractions: dict[str, tuple[str, ...
     for phrase in phrases:
         parts = pattern.split(phrase)  # literal, contraction, literal, …
         choices = [(part,) if at % 2 == 0 else (part, *contractions[part]) for at, part in enumerate(parts)]
+        if math.prod(len(options) for options in choices) > MAX_EXPANSIONS:
+            raise ValueError(f"{phrase!r} stands for more than {MAX_EXPANSIONS} phrases written out")
         for combination in itertools.product(*choices):
-            expanded["".join(combination)] = None
+            # "'s" before "been" or "got" is "has": "it's been fine" → "it has been fine"
+            expanded[_HAS_NOT_IS.sub(r"\1has \2", "".join(combination))] = None
     return tuple(expanded)
+
+
+_HAS_NOT_IS = re.compile(r"\b(it |he |she |that |there |what |who )is (been|got)\b")
 
 
 def _contractions(value: Any) -> dict[str, tuple[str, ...]]:
@@ -366,13 +375,18 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
         irony_markers,
         irony_cancelled_by,
         troubled,
-        _word_sequences(data, "conditions"),
-        _word_sequences(data, "hypothetical"),
+        _word_sequences(data, "conditions", contractions),
+        _word_sequences(data, "courtesies", contractions),
+        _word_sequences(data, "hypothetical", contractions),
     )
 
 
-def _word_sequences(data: dict[str, Any], key: str) -> tuple[tuple[str, ...], ...]:
-    return tuple(tuple(phrase_tokens(phrase)[0]) for phrase in strings(data.get(key), key))
+def _word_sequences(
+    data: dict[str, Any], key: str, contractions: dict[str, tuple[str, ...]]
+) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """A list of phrases (written out too) as word sequences indexed by their first word."""
+    phrases = written_out(strings(data.get(key), key), contractions)
+    return _by_first_word(tuple(tuple(phrase_tokens(phrase)[0]) for phrase in phrases))
 
 
 THIRD_PARTY = "third_party"  # someone or something else caused the trouble ("the courier", "got delayed")
@@ -446,9 +460,12 @@ def analyse_text(text: str) -> TextAnalysis:
             or (groups[m.group].statement_only and asked(plain, m.start, m.end))
             or (groups[m.group].unless_plain_question and plainly_asked(plain, m.start, m.end))
             or (groups[m.group].unless_asking and asks_later(plain, m.end))
-            or (groups[m.group].unless_hypothetical and _hypothetical(scan, m.start, library))
         )
     ]
+    conditional = [m for m in accepted if groups[m.group].unless_hypothetical]
+    if conditional:
+        later = _hypothetical_hits(scan, conditional, library)
+        accepted = [m for m in accepted if not (groups[m.group].unless_hypothetical and m.start in later)]
     trouble = [m for m in accepted if groups[m.group].with_praise]
     if trouble or any(groups[m.group].signal in SATISFACTION for m in accepted):
         # A status readout's values ("Signal strength: excellent", "Data roaming: still off") report a
@@ -533,24 +550,62 @@ def _troubled(scan: Scan, library: PhraseLibrary, hits: list[Match]) -> bool:
     )
 
 
-def _hypothetical(scan: Scan, at: int, library: PhraseLibrary) -> bool:
-    """The sentence holding character ``at`` is a condition about a later possibility: it holds one
-    of the library's conditions ("if") and one of its hypothetical wants ("I'd want", "would need")."""
+def _hypothetical_hits(scan: Scan, hits: list[Match], library: PhraseLibrary) -> set[int]:
+    """The starts of ``hits`` said as a condition about a later possibility: the hit's clause holds
+    a hypothetical want ("I'd want", "would need") and its sentence a condition ("if", "in case")
+    that is not a courtesy ("if possible", "if you can"). Each clause and sentence is read once, so
+    a message of many hits stays linear."""
     tokens = scan.tokens
-    here = next((k for k, token in enumerate(tokens) if token.end > at), len(tokens))
-    start = next((k for k in range(min(here, len(tokens) - 1), -1, -1) if tokens[k].sentence_start), 0)
-    end = next((k for k in range(here + 1, len(tokens)) if tokens[k].sentence_start), len(tokens))
-    words = tuple(token.norm for token in tokens[start:end])
-    return holds_any(words, library.conditions) and holds_any(words, library.hypothetical)
+    if not tokens:
+        return set()
+    starts = [token.start for token in tokens]
+    words = [token.norm for token in tokens]
+    clause_of: list[int] = []
+    sentence_of: list[int] = []
+    for token in tokens:
+        clause_of.append(len(clause_of) if token.clause_start or not clause_of else clause_of[-1])
+        sentence_of.append(len(sentence_of) if token.sentence_start or not sentence_of else sentence_of[-1])
+    wanting: dict[int, bool] = {}
+    conditional: dict[int, bool] = {}
+    found: set[int] = set()
+    for hit in hits:
+        k = max(0, bisect.bisect_right(starts, hit.start) - 1)
+        clause, sentence = clause_of[k], sentence_of[k]
+        if clause not in wanting:
+            end = next((j for j in range(clause + 1, len(tokens)) if clause_of[j] != clause), len(tokens))
+            wanting[clause] = any(_sequence_at(words, j, library.hypothetical) for j in range(clause, end))
+        if not wanting[clause]:
+            continue
+        if sentence not in conditional:
+            end = next(
+                (j for j in range(sentence + 1, len(tokens)) if sentence_of[j] != sentence), len(tokens)
+            )
+            conditional[sentence] = any(
+                _sequence_at(words, j, library.conditions) and not _sequence_at(words, j, library.courtesies)
+                for j in range(sentence, end)
+            )
+        if conditional[sentence]:
+            found.add(hit.start)
+    return found
+
+
+def _sequence_at(words: list[str], at: int, sequences: dict[str, tuple[tuple[str, ...], ...]]) -> bool:
+    """One of ``sequences`` (indexed by first word) starts at ``words[at]``."""
+    return any(tuple(words[at : at + len(sequence)]) == sequence for sequence in sequences.get(words[at], ()))
 
 
 def holds_any(words: tuple[str, ...], sequences: tuple[tuple[str, ...], ...]) -> bool:
     """One of the word ``sequences`` stands, in order, somewhere in ``words``."""
-    return any(
-        words[k : k + len(sequence)] == sequence
-        for sequence in sequences
-        for k in range(len(words) - len(sequence) + 1)
-    )
+    by_first = _by_first_word(sequences)
+    return any(_sequence_at(list(words), k, by_first) for k in range(len(words)))
+
+
+def _by_first_word(sequences: tuple[tuple[str, ...], ...]) -> dict[str, tuple[tuple[str, ...], ...]]:
+    index: dict[str, list[tuple[str, ...]]] = {}
+    for sequence in sequences:
+        if sequence:
+            index.setdefault(sequence[0], []).append(sequence)
+    return {word: tuple(found) for word, found in index.items()}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -789,13 +844,18 @@ def sentence_spans(tokens: list[Token]) -> list[tuple[int, int]]:
     return list(zip(starts[:MAX_SENTENCES], ends, strict=False))
 
 
-def previous_assistant_words(ctx: DetectionContext, i: int) -> frozenset[str]:
-    """The token norms of the nearest assistant message with text before local index ``i``."""
+def previous_assistant_text(ctx: DetectionContext, i: int) -> str:
+    """The nearest assistant message with text before local index ``i`` (its first COMPARE_CHARS), or ""."""
     for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
         message = ctx.messages[j]
         if message.role is Role.ASSISTANT and message.content:
-            return frozenset(t.norm for t in tokenise(message.content[:COMPARE_CHARS]))
-    return frozenset()
+            return message.content[:COMPARE_CHARS]
+    return ""
+
+
+def previous_assistant_words(ctx: DetectionContext, i: int) -> frozenset[str]:
+    """The token norms of the nearest assistant message with text before local index ``i``."""
+    return frozenset(t.norm for t in tokenise(previous_assistant_text(ctx, i)))
 
 
 def clause_spans(tokens: list[Token], start: int, end: int) -> list[tuple[int, int]]:

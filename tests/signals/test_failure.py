@@ -205,6 +205,19 @@ BAD_QUERY_NEAR_MISSES = [
         user("search for blue suede shoes size 14"),
         *exchange("search_products", {"query": "Blue suede shoes", "size": 14}, "[]"),
     ],
+    # the user's own numbers, however written
+    [
+        user("find oak desks under £49.50"),
+        *exchange("search_catalog", {"query": "oak desks", "max_price": 49.5}, '{"results": []}'),
+    ],
+    [
+        user("oak desks under 1,000 pounds or a 2k sofa"),
+        *exchange("search_catalog", {"query": "oak desks", "max_price": 1000, "sofa_max": 2000}, "[]"),
+    ],
+    [
+        user("freezers that reach -18 degrees"),
+        *exchange("search_catalog", {"query": "freezers", "min_temp": -18}, "[]"),
+    ],
     # numbers that name an item or a page, or size the answer, narrow nothing
     [
         user("find my invoices about the oak desk"),

@@ -303,6 +303,7 @@ CONTRACTIONS = {"don't": ("do not",), "can't": ("cannot", "can not"), "it's": ("
             ),
         ),
         ("its owner", ("its owner",)),  # "its" is no "it's"
+        ("it's been fine since", ("it's been fine since", "it has been fine since")),  # "'s" as "has"
         ("dont't", ("dont't",)),  # inside another word: nothing
         ("thank you", ("thank you",)),
     ],
