@@ -343,3 +343,35 @@ def test_a_phrase_naming_an_unknown_slot_or_too_many_phrases_is_refused(phrase: 
     slots = {"reach": ("call",), "many": tuple(f"two words{n}" for n in range(50))}
     with pytest.raises(ValueError, match=message):
         expand_slots((phrase,), slots, "test")
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "let me speak to a human ",  # one long sentence of requests: one clause, read once
+        "if I would want to speak to a human ",  # conditions and hypothetical wants throughout
+        "get me a human. if not I'd have to cancel, ",  # many short sentences and clauses
+    ],
+)
+def test_the_hypothetical_check_reads_each_word_a_bounded_number_of_times(
+    monkeypatch: pytest.MonkeyPatch, unit: str
+) -> None:
+    """Every request of a long message is checked for a condition about later, but its clause and
+    sentence are read once: the work grows with the text, not with requests × text."""
+    import otelsignals.signals.phrase_analysis as phrase_analysis
+
+    calls = 0
+    sequence_at = phrase_analysis._sequence_at
+
+    def counted(*args: object) -> bool:
+        nonlocal calls
+        calls += 1
+        return sequence_at(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(phrase_analysis, "_sequence_at", counted)
+    work = []
+    for repeats in (100, 1000):
+        calls = 0
+        analyse_text(unit * repeats)
+        work.append(calls)
+    assert work[0] > 0 and work[1] <= 11 * work[0]
