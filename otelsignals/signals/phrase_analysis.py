@@ -275,25 +275,11 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             raise ValueError(f"phrase group {name!r}: confidence {confidence} outside [0, 1]")
         group = PhraseGroup(
             name=name,
-            phrases=written_out(
-                expand_slots(
-                    strings(entry.get("phrases"), f"phrase group {name!r}: phrases"),
-                    slots,
-                    f"phrase group {name!r}",
-                ),
-                contractions,
-            ),
+            phrases=_group_list(entry, name, "phrases", slots, contractions),
             negation=entry.get("negation", "respect") == "respect",
             unless_wanted=bool(entry.get("unless_wanted", False)),
             confidence=confidence,
-            exclude=written_out(
-                expand_slots(
-                    strings(entry.get("exclude"), f"phrase group {name!r}: exclude"),
-                    slots,
-                    f"phrase group {name!r} (exclude)",
-                ),
-                contractions,
-            ),
+            exclude=_group_list(entry, name, "exclude", slots, contractions),
             whole_message=strings(entry.get("whole_message"), f"phrase group {name!r}: whole_message"),
             starts_with=strings(entry.get("starts_with"), f"phrase group {name!r}: starts_with"),
         )
@@ -378,6 +364,20 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
         _word_sequences(data, "conditions", contractions),
         _word_sequences(data, "courtesies", contractions),
         _word_sequences(data, "hypothetical", contractions),
+    )
+
+
+def _group_list(
+    entry: dict[str, Any],
+    name: str,
+    key: str,
+    slots: dict[str, tuple[str, ...]],
+    contractions: dict[str, tuple[str, ...]],
+) -> tuple[str, ...]:
+    """A group's ``phrases`` or ``exclude``: its slots expanded, its contractions written out too."""
+    where = f"phrase group {name!r}" if key == "phrases" else f"phrase group {name!r} ({key})"
+    return written_out(
+        expand_slots(strings(entry.get(key), f"phrase group {name!r}: {key}"), slots, where), contractions
     )
 
 
