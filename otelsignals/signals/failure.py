@@ -208,7 +208,7 @@ def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
     numbers: set[float] = set()
     leaves = argument_leaves(as_arguments(arguments))
     for path, value in leaves.items():
-        number = _number_text(value)
+        number = _number_value(value)
         if number is not None and not set(name_words(path.rsplit(".", 1)[-1])) & UNNARROWING_KEY_WORDS:
             numbers.add(number)
         values = value if isinstance(value, frozenset) else [value]
@@ -218,21 +218,26 @@ def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
             words.update(word for word in argument_words(text) if not is_identifier(word))
     if not words:
         return False
-    said: set[str] = set()
-    seen = 0
-    for j in range(index - 1, max(-1, index - 1 - LOOKBACK), -1):
-        message = ctx.messages[j]
-        if message.role is Role.USER and isinstance(message.content, str):
-            said.update(argument_words(message.content))
-            seen += 1
-            if seen >= USER_MESSAGES_READ:
-                break
-    if numbers and not numbers <= _said_numbers(ctx, index):
+    texts = _recent_user_texts(ctx, index)
+    said = {word for text in texts for word in argument_words(text)}
+    if numbers and not numbers <= {value for text in texts for value in _written_numbers(text)}:
         return False
     return all(word in said or any(same_word(word, other) for other in said) for word in words)
 
 
-def _number_text(value: Any) -> float | None:
+def _recent_user_texts(ctx: DetectionContext, index: int) -> list[str]:
+    """The last USER_MESSAGES_READ user messages before ``index`` (within LOOKBACK messages)."""
+    texts: list[str] = []
+    for j in range(index - 1, max(-1, index - 1 - LOOKBACK), -1):
+        message = ctx.messages[j]
+        if message.role is Role.USER and isinstance(message.content, str):
+            texts.append(message.content)
+            if len(texts) >= USER_MESSAGES_READ:
+                break
+    return texts
+
+
+def _number_value(value: Any) -> float | None:
     """A JSON number's value; None for anything else (a boolean is no number)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -244,24 +249,14 @@ _WRITTEN_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?:[km]\b)?", re.IG
 _MULTIPLIERS = {"k": 1e3, "m": 1e6}
 
 
-def _said_numbers(ctx: DetectionContext, index: int) -> set[float]:
-    """The numbers of the last USER_MESSAGES_READ user messages before ``index``, as values."""
-    found: set[float] = set()
-    seen = 0
-    for j in range(index - 1, max(-1, index - 1 - LOOKBACK), -1):
-        message = ctx.messages[j]
-        if message.role is Role.USER and isinstance(message.content, str):
-            for written in _WRITTEN_NUMBER.findall(message.content[:ARGS_KEPT]):
-                multiplier = _MULTIPLIERS.get(written[-1].lower(), 1.0)
-                digits = written.rstrip("kKmM").replace(",", "")
-                try:
-                    found.add(float(digits) * multiplier)
-                except ValueError:
-                    continue
-            seen += 1
-            if seen >= USER_MESSAGES_READ:
-                break
-    return found
+def _written_numbers(text: str) -> Iterator[float]:
+    """The values of the numbers written in ``text`` (its first ARGS_KEPT characters)."""
+    for written in _WRITTEN_NUMBER.findall(text[:ARGS_KEPT]):
+        multiplier = _MULTIPLIERS.get(written[-1].lower(), 1.0)
+        try:
+            yield float(written.rstrip("kKmM").replace(",", "")) * multiplier
+        except ValueError:
+            continue
 
 
 def detect_bad_query(ctx: DetectionContext) -> list[SignalInstance]:

@@ -195,7 +195,7 @@ CONTRAST_CONFIDENCE = 0.7
 CONTRAST_MAX_WORDS = 3  # "…, not tokyo", "…, not the 7am one": a short rejected item
 # Words after a clause-opening "not" that make an idiom or a hedge, not a rejected item ("not bad").
 _CONTRAST_IDIOMS = word_set("misalignment", "contrast", "idioms")
-# An agent message offering a choice ("I can send it by express for £5", "would you like…").
+# An agent message offering a choice ("I could send it by express for £5", "would you like…").
 _CONTRAST_OFFERS = word_sequences("misalignment", "contrast", "offers")
 
 
@@ -301,7 +301,7 @@ def _conversation_words(ctx: DetectionContext, i: int) -> frozenset[str]:
         if message.role is Role.ASSISTANT and content:
             tokens = tokenise(content)
             norms = tuple(t.norm for t in tokens)
-            # a question or an offer ("I can send it by express for £5") gives a choice, not a claim
+            # a question or an offer ("I could send it by express for £5") gives a choice, not a claim
             if not content.rstrip().endswith("?") and not holds_any(norms, _CONTRAST_OFFERS):
                 # what the agent itself denied ("it's not urgent") is no claim to reject either
                 words.update(

@@ -122,8 +122,9 @@ class GroupSpec:
     # "still", "if", "wrong", "pending"…) or trouble cue: a state read off a screen ("it says
     # delivered", "the dashboard is green") is an outcome only in a message that reports nothing amiss
     unless_troubled: bool = False
-    # dropped when its sentence is a condition about a later possibility ("if it jumps a lot I'd want
-    # to speak to someone"): ``conditions`` and ``hypothetical`` in interaction.yaml
+    # dropped when said as a condition about a later possibility: a hypothetical want in its clause and
+    # a condition that is no courtesy in its sentence ("if it jumps a lot I'd want to speak to
+    # someone"): ``conditions``, ``courtesies`` and ``hypothetical`` in interaction.yaml
     unless_hypothetical: bool = False
     opening_positives: tuple[str, ...] = ()  # sent as the first message: must fire the group
     opening_near_misses: tuple[str, ...] = ()  # sent as the first message: must fire nothing of it
@@ -595,11 +596,13 @@ def _sequence_at(words: list[str], at: int, sequences: dict[str, tuple[tuple[str
 
 
 def holds_any(words: tuple[str, ...], sequences: tuple[tuple[str, ...], ...]) -> bool:
-    """One of the word ``sequences`` stands, in order, somewhere in ``words``."""
+    """One of the word ``sequences`` stands, in order, somewhere in ``words`` (one pass)."""
     by_first = _by_first_word(sequences)
-    return any(_sequence_at(list(words), k, by_first) for k in range(len(words)))
+    listed = list(words)
+    return any(_sequence_at(listed, k, by_first) for k in range(len(listed)))
 
 
+@functools.lru_cache(maxsize=64)  # a few fixed lists of the data files: indexed once each
 def _by_first_word(sequences: tuple[tuple[str, ...], ...]) -> dict[str, tuple[tuple[str, ...], ...]]:
     index: dict[str, list[tuple[str, ...]]] = {}
     for sequence in sequences:
