@@ -20,7 +20,13 @@ a value, or the tool's name has a search word (:data:`SEARCH_NAME_WORDS`: ``sear
 ``findUser``) and it was called with arguments (the three lists are data, with example calls:
 ``rules.query_argument`` in ``phrases/failure.yaml``). ``list_todos()`` answering ``[]`` is no bad query,
 and neither is a query made only of the user's own words (the user's constraints found nothing; the
-agent did not narrow anything).
+agent did not narrow anything) or a look-up of another item's records by its identifier
+(``find_claims(policy_id=…)`` answering ``{"claims": []}``: the policy has no claims).
+An empty result of any other call is a bad query too when the agent itself judged it one: in the same
+turn it calls the same tool again with the request adjusted (:func:`otelsignals.signals.loops.adjusted`:
+a threshold moved, a filter dropped, the text reformulated; ``get_transactions(days=1)`` → ``[]`` →
+``get_transactions(days=7)``; metadata ``pattern: "adjusted_after_empty:<kind>"``). Another item
+(``order_id`` 1001 → 1002) or the same call again is no judgement on the query.
 
 The helpers that find a tool result's call are shared with :mod:`otelsignals.signals.loops` and
 :mod:`otelsignals.signals.exhaustion`.
@@ -41,6 +47,7 @@ from otelsignals.signals.errors import (
     result_failed,
     tool_failure,
 )
+from otelsignals.signals.loops import adjusted
 from otelsignals.signals.taxonomy import (
     AUTH_MISUSE,
     BAD_QUERY,
@@ -83,6 +90,8 @@ QUERY_KEY_PREFIXES = word_order("failure", "query_argument", "key_prefixes")
 SEARCH_NAME_WORDS = word_set("failure", "query_argument", "search_name_words")
 # Keys whose numbers name an item or a page, or size the answer, rather than narrow what is looked for.
 UNNARROWING_KEY_WORDS = word_set("failure", "query_argument", "unnarrowing_key_words")
+# A key one of whose name's words is one of these identifies an item (policy_id, order_number).
+IDENTIFYING_KEY_WORDS = word_set("failure", "records_of_an_item", "key_words")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,6 +207,29 @@ def is_query_call(tool: str | None, arguments: Any) -> bool:
     return bool(tool and has_value(arguments) and set(name_words(tool)) & SEARCH_NAME_WORDS)
 
 
+def _word_forms(words: list[str]) -> set[str]:
+    """Each word and its singular as a plural's ending would give it: claims → claim."""
+    return set(words) | {word[:-1] for word in words if len(word) > 3 and word.endswith("s")}
+
+
+def records_of_an_item(tool: str | None, arguments: Any) -> bool:
+    """A look-up of another item's records by its identifier: every argument identifies an item
+    (a word of its key is an :data:`IDENTIFYING_KEY_WORDS` word: ``policy_id``, ``order_number``) and
+    names none of the things the tool looks for (``find_claims(policy_id=…)``, not
+    ``find_order(order_id=…)``): finding none says the item has none, it narrows nothing."""
+    leaves = argument_leaves(as_arguments(arguments))
+    if not tool or not isinstance(as_arguments(arguments), dict) or not leaves:
+        return False
+    sought = _word_forms(name_words(tool))
+    for path in leaves:
+        words = name_words(path.rsplit(".", 1)[-1].rstrip("[]"))
+        if not IDENTIFYING_KEY_WORDS.intersection(words):
+            return False
+        if sought & _word_forms([word for word in words if word not in IDENTIFYING_KEY_WORDS]):
+            return False
+    return True
+
+
 def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
     """Whether every word of the call's text arguments was said by the user (in the last
     :data:`USER_MESSAGES_READ` user messages): the user's own constraints found nothing, the agent did
@@ -259,8 +291,79 @@ def _written_numbers(text: str) -> Iterator[float]:
             continue
 
 
+def _call_of(ctx: DetectionContext, index: int) -> tuple[str | None, Any]:
+    """(tool name, arguments) of the TOOL message ``ctx.messages[index]``: the result's own when it
+    has them, else the assistant call it answers."""
+    result = ctx.messages[index].tool_result
+    name, arguments = assistant_call(ctx, index, result)
+    if result is not None and result.arguments is not None:
+        arguments = result.arguments
+    return (result.name if result is not None and result.name else None) or name, arguments
+
+
+def _empty_success(ctx: DetectionContext, index: int) -> str | None:
+    """How the TOOL message ``ctx.messages[index]`` found nothing, when it succeeded; else None."""
+    message = ctx.messages[index]
+    kind = empty_result_at(ctx, index)
+    if kind is None or result_failed(message.tool_result) or content_is_error(content_of(message)):
+        return None
+    return kind
+
+
+def _narrowed(ctx: DetectionContext, index: int, name: str | None, arguments: Any) -> bool:
+    """The agent narrowed the request: not only the user's own words, not another item's records."""
+    return not records_of_an_item(name, arguments) and not _users_own_words(ctx, index, arguments)
+
+
+def _bad_query(
+    ctx: DetectionContext, index: int, kind: str, name: str | None, arguments: Any
+) -> SignalInstance:
+    return SignalInstance(
+        type=BAD_QUERY,
+        message_index=ctx.absolute_index(index),
+        confidence=CONF_EMPTY_RESULT,
+        snippet=(content_of(ctx.messages[index]) or "").strip()[:ARGS_CHARS],
+        metadata={
+            "pattern": kind,
+            "tool": name,
+            "arguments": shown_arguments(canonical_arguments(arguments)),
+            "status_code": None,
+            "source": "tool",
+        },
+    )
+
+
+def _adjusted_after_empty(ctx: DetectionContext, index: int) -> Iterator[SignalInstance]:
+    """For each call of the ASSISTANT message ``ctx.messages[index]``: the same tool's latest result in
+    this turn, when it found nothing, was no query by its arguments, and this call adjusts that
+    request — the agent's own verdict that it was a bad query."""
+    for call in ctx.messages[index].tool_calls[:8]:
+        for j in range(index - 1, max(-1, index - 1 - LOOKBACK), -1):
+            message = ctx.messages[j]
+            if message.role is Role.USER:
+                break
+            if message.role is not Role.TOOL:
+                continue
+            result = message.tool_result
+            if result is not None and result.name and result.name != call.name:
+                continue  # another tool's result, told apart without finding its call
+            name, arguments = _call_of(ctx, j)
+            if name != call.name:
+                continue
+            kind = _empty_success(ctx, j)
+            if (
+                kind is not None
+                and not is_query_call(name, arguments)
+                and adjusted(canonical_arguments(arguments), canonical_arguments(call.arguments))
+                and _narrowed(ctx, j, name, arguments)
+            ):
+                yield _bad_query(ctx, j, f"adjusted_after_empty:{kind}", name, arguments)
+            break
+
+
 def detect_bad_query(ctx: DetectionContext) -> list[SignalInstance]:
-    """Failed queries (the classifier's bad_query) and successful queries that found nothing."""
+    """Failed queries (the classifier's bad_query), successful queries that found nothing, and empty
+    results the agent adjusted its request after."""
     key = memory_key(BAD_QUERY, f"empty:{PROGRESS}")
     try:
         found = tool_failure_signals(ctx, BAD_QUERY)
@@ -268,39 +371,20 @@ def detect_bad_query(ctx: DetectionContext) -> list[SignalInstance]:
         start = progress_start(ctx, key)
         for index in range(start, len(ctx.messages)):
             message = ctx.messages[index]
+            if message.role is Role.ASSISTANT and message.tool_calls:
+                found.extend(_adjusted_after_empty(ctx, index))
             if message.role is not Role.TOOL or ctx.absolute_index(index) in failed_at:
                 continue
-            result = message.tool_result
-            if result_failed(result):
+            kind = _empty_success(ctx, index)
+            if kind is None:
                 continue
-            content = content_of(message)
-            kind = empty_result_at(ctx, index)
-            if kind is None or content_is_error(content):
-                continue
-            name, arguments = assistant_call(ctx, index, result)
-            if result is not None and result.arguments is not None:
-                arguments = result.arguments
-            name = (result.name if result is not None and result.name else None) or name
-            if not is_query_call(name, arguments) or _users_own_words(ctx, index, arguments):
-                continue
-            found.append(
-                SignalInstance(
-                    type=BAD_QUERY,
-                    message_index=ctx.absolute_index(index),
-                    confidence=CONF_EMPTY_RESULT,
-                    snippet=(content or "").strip()[:ARGS_CHARS],
-                    metadata={
-                        "pattern": f"empty_result:{kind}",
-                        "tool": name,
-                        "arguments": shown_arguments(canonical_arguments(arguments)),
-                        "status_code": None,
-                        "source": "tool",
-                    },
-                )
-            )
+            name, arguments = _call_of(ctx, index)
+            if is_query_call(name, arguments) and _narrowed(ctx, index, name, arguments):
+                found.append(_bad_query(ctx, index, f"empty_result:{kind}", name, arguments))
         progress_done(ctx, key)
-        found.sort(key=lambda instance: instance.message_index)
-        return found
+        # one instance per message: parallel calls may each adjust the same empty request
+        by_message = {instance.message_index: instance for instance in reversed(found)}
+        return [by_message[position] for position in sorted(by_message)]
     except Exception:
         return []
 

@@ -47,6 +47,7 @@ identifiers. A new key must be declared there.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -99,6 +100,13 @@ SCORE_REFINEMENT = 90.0
 SCORE_SLOT = 50.0  # the most one word replaced by another can score
 # Keys whose numbers name items (a different order, page or row), not thresholds to adjust.
 ITEM_KEY_WORDS = word_set("loops", "item_key", "key_words")
+# Values that ask for anything: a filter set to one of them is a filter dropped ("any", "all").
+WILDCARD_WORDS = word_set("loops", "wildcard_value", "words")
+# Text that is still a quantity: a time, a date (with its time), a decimal amount ("14:00",
+# "2026-12-02", "2026-12-02T09:00", "212.40", "£9.99"). Moving one moves a threshold.
+_QUANTITY_TEXT = re.compile(
+    r"\d{1,2}:\d{2}(?::\d{2})?|\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?Z?)?|[£$€]?\d+\.\d+"
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,10 +373,28 @@ def _parsed(canonical: str) -> Any:
         return canonical
 
 
+def _wildcard(value: Any) -> bool:
+    """A value that asks for anything: null, "", "*", "any", "all"."""
+    if value is None:
+        return True
+    return isinstance(value, str) and (value.strip() in ("", "*") or value.strip().lower() in WILDCARD_WORDS)
+
+
+def _location(text: str) -> bool:
+    """A path or address ("/srv/app", "https://example.com/a"): another one is another item."""
+    return " " not in text.strip() and ("/" in text or "\\" in text)
+
+
+def _quantities(x: str, y: str) -> bool:
+    return bool(_QUANTITY_TEXT.fullmatch(x.strip()) and _QUANTITY_TEXT.fullmatch(y.strip()))
+
+
 def adjusted(a: str | None, b: str | None) -> bool:
     """Whether ``b`` adjusts the same request ``a`` rather than asking about another item: every
-    leaf that changed is a reformulated text (:func:`_reformulated`), a threshold moved (a number
-    under a key that does not name items: ``max_distance_m`` 300 → 500, not ``page`` or ``id``), or a
+    leaf that changed is a reformulated text (:func:`_reformulated`; a path or address changed is
+    another item), a threshold moved (a number, or a time, date or amount written as text, under a
+    key that does not name items: ``max_distance_m`` 300 → 500, ``before`` "12:00" → "14:00", not
+    ``page`` or ``id``), a filter dropped or added (set to a wildcard: null, "", "*", "any"), or a
     list with items added or dropped; and the two share at least one leaf."""
     if a is None or b is None or a == b:
         return False
@@ -380,8 +406,15 @@ def adjusted(a: str | None, b: str | None) -> bool:
         x, y = leaves_a[path], leaves_b[path]
         if x == y and type(x) is type(y):
             continue
+        if _wildcard(x) or _wildcard(y):
+            continue
         if isinstance(x, str) and isinstance(y, str):
-            if not _reformulated(x, y):
+            if _location(x) or _location(y):
+                return False
+            if _quantities(x, y):
+                if _item_key(path):
+                    return False
+            elif not _reformulated(x, y):
                 return False
         elif _number(x) and _number(y):
             if _item_key(path):
@@ -399,8 +432,9 @@ def arguments_similarity(a: str | None, b: str | None) -> float:
 
     The arguments are flattened to leaves (``.query``, ``.filters.city``); the score is the lowest
     over the leaves whose values differ: :func:`text_similarity` for two strings, 0 for anything else
-    that changed (numbers, booleans: page 1 → 2, limit 10 → 20 are other items, not a drift). Leaves
-    only added or removed, with the others unchanged, are a refinement (90). No leaf in common → 0.
+    that changed (numbers, booleans, paths and addresses: page 1 → 2, limit 10 → 20, /srv/app →
+    /srv/app/logs are other items, not a drift). Leaves only added or removed, with the others
+    unchanged, are a refinement (90). No leaf in common → 0.
     """
     if a is None or b is None:
         return 0.0
@@ -420,7 +454,7 @@ def arguments_similarity(a: str | None, b: str | None) -> float:
         if x == y and type(x) is type(y):
             continue
         if isinstance(x, str) and isinstance(y, str):
-            scores.append(text_similarity(x, y))
+            scores.append(0.0 if _location(x) or _location(y) else text_similarity(x, y))
         elif isinstance(x, frozenset) and isinstance(y, frozenset) and (x <= y or y <= x):
             scores.append(SCORE_REFINEMENT)  # list items added or dropped
         else:

@@ -57,11 +57,18 @@ _EMPTY_RESULTS = "tool_calls.empty_results"  # in ctx.scratch: local index → e
 
 
 def empty_result_at(ctx: DetectionContext, index: int) -> str | None:
-    """empty_result_of the content of the TOOL message ``ctx.messages[index]``, worked out once per
-    trace: the bad-query rule and the three loop detectors all ask, and it parses the result's JSON."""
+    """empty_result_of the content of the TOOL message ``ctx.messages[index]`` and the tool's name,
+    worked out once per trace: the bad-query rule and the three loop detectors all ask, and it parses
+    the result's JSON."""
     known: dict[int, str | None] = ctx.scratch.setdefault(_EMPTY_RESULTS, {})
     if index not in known:
-        known[index] = empty_result_of(content_of(ctx.messages[index]))
+        message = ctx.messages[index]
+        content = content_of(message)
+        tool = None
+        if content is not None and content.lstrip().startswith("{"):
+            result = message.tool_result
+            tool = (result.name if result is not None else None) or assistant_call(ctx, index, result)[0]
+        known[index] = empty_result_of(content, tool if isinstance(tool, str) else None)
     return known[index]
 
 

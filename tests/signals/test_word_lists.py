@@ -12,7 +12,7 @@ import pytest
 
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals import word_lists
-from otelsignals.signals.failure import is_query_call
+from otelsignals.signals.failure import is_query_call, records_of_an_item
 from otelsignals.signals.tokens import tokenise
 from otelsignals.signals.word_lists import canonical_forms, phrase_file, word_sequences, word_set
 from tests.signals.conversations import assert_fires, of_type, only, rule_conversations
@@ -20,6 +20,7 @@ from tests.signals.tool_conversations import (
     EXECUTION_DETECTORS,
     assert_none,
     assert_one,
+    exchange,
     repeated,
     run,
     succeeded,
@@ -46,11 +47,12 @@ def conversations(kind: str) -> list[Any]:
     ]
 
 
-def tool_examples(leaf: str, kind: str) -> list[Any]:
+def tool_examples(leaf: str, kind: str, rule: str | None = None) -> list[Any]:
+    """The ``kind`` examples of every rule of ``leaf`` (only of ``rule`` when given)."""
     return [
         pytest.param(example, id=f"{category}:{name}:{example}"[:80])
         for (category, name), entry in RULES.items()
-        if entry["leaf"] == leaf
+        if entry["leaf"] == leaf and rule in (None, name)
         for example in entry[kind]
     ]
 
@@ -160,7 +162,7 @@ def test_conversation_near_miss_fires_nothing_of_its_leaf(
 # --- tool-call examples: the execution layer ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("example", tool_examples(tx.BAD_QUERY, "positives"))
+@pytest.mark.parametrize("example", tool_examples(tx.BAD_QUERY, "positives", "query_argument"))
 def test_a_query_call_with_an_empty_result_is_a_bad_query(example: list[Any]) -> None:
     tool, arguments = example
     assert is_query_call(tool, arguments)
@@ -168,11 +170,40 @@ def test_a_query_call_with_an_empty_result_is_a_bad_query(example: list[Any]) ->
     assert instance.metadata["pattern"] == "empty_result:empty"
 
 
-@pytest.mark.parametrize("example", tool_examples(tx.BAD_QUERY, "near_misses"))
+@pytest.mark.parametrize("example", tool_examples(tx.BAD_QUERY, "near_misses", "query_argument"))
 def test_another_call_with_an_empty_result_is_no_bad_query(example: list[Any]) -> None:
     tool, arguments = example
     assert not is_query_call(tool, arguments)
     assert_none(succeeded(tool, arguments, "[]"), tx.BAD_QUERY)
+
+
+@pytest.mark.parametrize("example", tool_examples(tx.BAD_QUERY, "positives", "records_of_an_item"))
+def test_a_query_that_narrows_beyond_an_item_is_a_bad_query(example: list[Any]) -> None:
+    tool, arguments = example
+    assert is_query_call(tool, arguments) and not records_of_an_item(tool, arguments)
+    assert_one(succeeded(tool, arguments, "[]"), tx.BAD_QUERY, 2)
+
+
+@pytest.mark.parametrize("example", tool_examples(tx.BAD_QUERY, "near_misses", "records_of_an_item"))
+def test_an_items_records_found_empty_are_no_bad_query(example: list[Any]) -> None:
+    tool, arguments = example
+    assert is_query_call(tool, arguments) and records_of_an_item(tool, arguments)
+    assert_none(succeeded(tool, arguments, "[]"), tx.BAD_QUERY)
+
+
+@pytest.mark.parametrize("example", tool_examples(tx.BAD_QUERY, "positives", "adjusted_after_empty"))
+def test_an_empty_result_the_agent_adjusts_after_is_a_bad_query(example: list[Any]) -> None:
+    tool, first, adjusted = example
+    assert not is_query_call(tool, first)
+    messages = [*succeeded(tool, first, "[]"), *exchange(tool, adjusted, '[{"id": 1}]')]
+    instance = assert_one(messages, tx.BAD_QUERY, 2)
+    assert instance.metadata["pattern"] == "adjusted_after_empty:empty"
+
+
+@pytest.mark.parametrize("example", tool_examples(tx.BAD_QUERY, "near_misses", "adjusted_after_empty"))
+def test_an_empty_result_followed_by_another_request_is_no_bad_query(example: list[Any]) -> None:
+    tool, first, other = example
+    assert_none([*succeeded(tool, first, "[]"), *exchange(tool, other, '[{"id": 1}]')], tx.BAD_QUERY)
 
 
 NOTHING_FOUND = '{"results": [], "total": 0}'  # a result that makes the agent adjust its next call

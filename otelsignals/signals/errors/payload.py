@@ -322,7 +322,7 @@ def _result_lists(node: dict[str, Any], depth: int = 0) -> tuple[int, int] | Non
     return lists, nonempty
 
 
-def _empty_json(stripped: str) -> str | None:
+def _empty_json(stripped: str, tool: str | None) -> str | None:
     """How a JSON body says it found nothing ("empty", "empty_results"), else None."""
     if len(stripped) > EMPTY_JSON_MAX_CHARS:
         return None  # a body this large returned something
@@ -335,7 +335,47 @@ def _empty_json(stripped: str) -> str | None:
             return "empty_results"
         if counted is not None and counted[0] == 0 and _counted_nothing(parsed):
             return "empty_results"
+        if tool and _sought_list_empty(parsed, tool):
+            return "empty_results"
     return None
+
+
+def _word_forms(words: list[str]) -> set[str]:
+    """Each word and its singular as a plural's ending would give it: slots → slot, matches → match."""
+    forms = set(words)
+    for word in words:
+        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+            forms.add(word[:-1])
+            if word.endswith("es"):
+                forms.add(word[:-2])
+    return forms
+
+
+def _sought_list_empty(node: dict[str, Any], tool: str) -> bool:
+    """The list named for what the tool looks for is empty: ``{"slots": []}`` from
+    ``find_equine_slots``, ``{"offers": [], "region": "US"}`` from ``search_offers`` (a word of the
+    list's name, or its singular, is one of the tool's). Whatever else the body holds only describes
+    the request: plain values, lists of plain values, objects of plain values; a list or object
+    holding records elsewhere means something was returned, a count other than 0 says so too. An
+    empty list of problems is good news, not a search that found nothing (``get_fraud_alerts`` →
+    ``{"alerts": []}``)."""
+    sought = _word_forms(_key_words(tool[:200]))
+    named = 0
+    for key, value in list(node.items())[:64]:
+        words = _key_words(str(key))
+        if isinstance(value, list):
+            if sought & _word_forms(words):
+                if value or PROBLEM_LIST_WORDS.intersection(words):
+                    return False
+                named += 1
+            elif any(isinstance(item, dict | list) for item in value[:64]):
+                return False
+        elif isinstance(value, dict):
+            if any(isinstance(inner, dict | list) for inner in list(value.values())[:64]):
+                return False
+        elif str(key).lower() in COUNT_KEYS and type(value) is int and value != 0:
+            return False
+    return named > 0
 
 
 def _key_words(key: str) -> list[str]:
@@ -373,10 +413,12 @@ def _empty_text(stripped: str) -> str | None:
     return None
 
 
-def empty_result_of(content: str | None) -> str | None:
+def empty_result_of(content: str | None, tool: str | None = None) -> str | None:
     """How a successful result says it found nothing ("empty", "empty_results", "text"), else None.
 
-    None for content that was not captured (None). Never raises.
+    ``tool``, the name of the tool that answered, lets an object whose list is named for what the
+    tool looks for say so (:func:`_sought_list_empty`). None for content that was not captured
+    (None). Never raises.
     """
     if not isinstance(content, str):
         return None
@@ -385,7 +427,7 @@ def empty_result_of(content: str | None) -> str | None:
         if stripped in _EMPTY_LITERALS:
             return "empty"
         if stripped[0] in "[{":
-            return _empty_json(stripped)
+            return _empty_json(stripped, tool)
         return _empty_text(stripped)
     except Exception:
         return None

@@ -76,6 +76,12 @@ def self_test(lib: ErrorLibrary | None = None) -> list[str]:
     for example in empty.get("near_misses") or []:
         if empty_result_of(example) is not None:
             problems.append(f"empty_results: near-miss {example!r} taken for an empty result")
+    for tool, example in empty.get("tool_positives") or []:
+        if empty_result_of(example, tool) is None:
+            problems.append(f"empty_results: positive {example!r} of {tool} not recognised")
+    for tool, example in empty.get("tool_near_misses") or []:
+        if empty_result_of(example, tool) is not None:
+            problems.append(f"empty_results: near-miss {example!r} of {tool} taken for an empty result")
     return problems
 
 
