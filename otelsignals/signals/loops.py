@@ -339,8 +339,10 @@ def text_similarity(a: str, b: str) -> float:
 def _reformulated(a: str, b: str) -> bool:
     """The same request in other words: words added or removed, or several replaced while at least
     half of the shorter one's words stay ("map SMB share fs01 on macOS…" → "map network drive mac smb
-    fs01"). One word replaced by one other is another item, not a reformulation."""
-    set_a, set_b = set(argument_words(a)), set(argument_words(b))
+    fs01"). One word replaced by one other in its place is another item, not a reformulation
+    ("weather paris" → "weather tokyo"); one dropped and another added elsewhere is (:func:`_moved`)."""
+    words_a, words_b = argument_words(a), argument_words(b)
+    set_a, set_b = set(words_a), set(words_b)
     if not set_a or not set_b:
         return False
     only_a, only_b = set_a - set_b, set_b - set_a
@@ -352,8 +354,23 @@ def _reformulated(a: str, b: str) -> bool:
     if not only_a or not only_b:
         return True
     if len(only_a) == 1 and len(only_b) == 1:
-        return False
+        return _moved(words_a, words_b, only_a.pop(), only_b.pop())
     return len(set_a & set_b) >= 0.5 * min(len(set_a), len(set_b))
+
+
+MOVED_MIN_KEPT = 3  # words kept, in order, for one dropped and one added elsewhere to be a rewording
+
+
+def _moved(words_a: list[str], words_b: list[str], dropped: str, added: str) -> bool:
+    """One word dropped at one place and another added at another, the other words kept in their
+    order ("ford focus 2019 airbag" → "focus 2019 airbag recall"): the request reworded. In the same
+    place the new word fills the old one's slot: another item ("cheap flights paris june" → "cheap
+    flights tokyo june")."""
+    kept_a = [word for word in words_a if word != dropped]
+    kept_b = [word for word in words_b if word != added]
+    if kept_a != kept_b or len(kept_a) < MOVED_MIN_KEPT or dropped in kept_a or added in kept_b:
+        return False
+    return words_a.index(dropped) != words_b.index(added)
 
 
 def _number(value: Any) -> bool:
