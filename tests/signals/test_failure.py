@@ -14,6 +14,7 @@ import pytest
 
 from otelsignals.model import Message, Role
 from otelsignals.signals import taxonomy as tx
+from otelsignals.signals.failure import detect_bad_query
 from tests.signals.tool_conversations import (
     assert_none,
     assert_one,
@@ -23,6 +24,7 @@ from tests.signals.tool_conversations import (
     exchange,
     failed,
     run,
+    run_traces,
     succeeded,
     tool,
     user,
@@ -246,6 +248,40 @@ def test_empty_result_metadata_and_confidence() -> None:
     assert instance.metadata["pattern"] == "empty_result:empty"
     assert instance.metadata["tool"] == "search_products"
     assert instance.metadata["arguments"] == '{"query":"headphones under $5"}'
+
+
+def test_an_adjustment_in_a_later_trace_marks_the_empty_result_once() -> None:
+    """The empty result ends one trace and the adjusted call opens the next: the instance lands on
+    the empty result when the call arrives, and analysing more traces never repeats it."""
+    first = [user(), *exchange("get_transactions", {"account": "A1", "days": 1}, "[]")]
+    second = exchange("get_transactions", {"account": "A1", "days": 7}, '[{"id": "t1"}]')
+    third = exchange("get_transactions", {"account": "A1", "days": 30}, '[{"id": "t1"}]')
+    found = run_traces([(first, []), (second, []), (third, [])], detectors=(detect_bad_query,))
+    assert [(i.message_index, i.metadata["pattern"]) for i in found] == [(2, "adjusted_after_empty:empty")]
+
+
+def test_an_adjustment_after_the_user_spoke_is_the_users_request() -> None:
+    messages = [
+        *succeeded("get_transactions", {"account": "A1", "days": 1}, "[]"),
+        assistant(text="Nothing in the last day."),
+        user("try the whole week"),
+        *exchange("get_transactions", {"account": "A1", "days": 7}, '[{"id": "t1"}]'),
+    ]
+    assert_none(messages, tx.BAD_QUERY)
+
+
+def test_parallel_adjustments_of_one_empty_result_give_one_instance() -> None:
+    week, month = (
+        call("get_transactions", {"account": "A1", "days": 7}),
+        call("get_transactions", {"account": "A1", "days": 30}),
+    )
+    messages = [
+        *succeeded("get_transactions", {"account": "A1", "days": 1}, "[]"),
+        assistant(week, month),
+        tool('[{"id": "t1"}]', answers=week),
+        tool('[{"id": "t1"}]', answers=month),
+    ]
+    assert_one(messages, tx.BAD_QUERY, 2)
 
 
 # --- failure.tool_not_found ----------------------------------------------------------------------------
