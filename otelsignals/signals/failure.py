@@ -22,11 +22,12 @@ a value, or the tool's name has a search word (:data:`SEARCH_NAME_WORDS`: ``sear
 and neither is a query made only of the user's own words (the user's constraints found nothing; the
 agent did not narrow anything) or a look-up of another item's records by its identifier
 (``find_claims(policy_id=…)`` answering ``{"claims": []}``: the policy has no claims).
-An empty result of any other call is a bad query too when the agent itself judged it one: in the same
-turn it calls the same tool again with the request adjusted (:func:`otelsignals.signals.loops.adjusted`:
-a threshold moved, a filter dropped, the text reformulated; ``get_transactions(days=1)`` → ``[]`` →
-``get_transactions(days=7)``; metadata ``pattern: "adjusted_after_empty:<kind>"``). Another item
-(``order_id`` 1001 → 1002) or the same call again is no judgement on the query.
+An empty result of any other call is a bad query too when the agent itself judged it too narrow: in
+the same turn its next call of the same tool loosens the request
+(:func:`otelsignals.signals.loops.relaxed`: a bound moved outwards, a filter dropped, the text
+reworded, no filter added; ``get_transactions(days=1)`` → ``[]`` → ``get_transactions(days=7)``;
+metadata ``pattern: "adjusted_after_empty:<kind>"``). Another item (``order_id`` 1001 → 1002),
+another day, a poll moved on or the same call again is no judgement on the query.
 
 The helpers that find a tool result's call are shared with :mod:`otelsignals.signals.loops` and
 :mod:`otelsignals.signals.exhaustion`.
@@ -46,8 +47,9 @@ from otelsignals.signals.errors import (
     content_is_error,
     result_failed,
     tool_failure,
+    word_forms,
 )
-from otelsignals.signals.loops import adjusted
+from otelsignals.signals.loops import relaxed
 from otelsignals.signals.taxonomy import (
     AUTH_MISUSE,
     BAD_QUERY,
@@ -63,12 +65,12 @@ from otelsignals.signals.tool_calls import (
     argument_leaves,
     argument_words,
     as_arguments,
-    assistant_call,
+    call_of,
     canonical_arguments,
     content_of,
     empty_result_at,
-    has_value,
     is_identifier,
+    is_query_call,
     name_words,
     progress_done,
     progress_start,
@@ -76,22 +78,18 @@ from otelsignals.signals.tool_calls import (
     shown_arguments,
     tool_name_of,
 )
-from otelsignals.signals.word_lists import word_order, word_set
+from otelsignals.signals.word_lists import word_set
 
 USER_MESSAGES_READ = 3  # recent user messages whose words an empty query may consist of
 
 CONF_EMPTY_RESULT = 0.6
 
-# A query-like argument: one of its name's words (snake_case or camelCase) is one of these or starts
-# with one of the prefixes: query, q, search_term, searchQuery, filters, where, sql, keywords…
-QUERY_KEY_WORDS = word_set("failure", "query_argument", "key_words")
-QUERY_KEY_PREFIXES = word_order("failure", "query_argument", "key_prefixes")
-# A tool whose name has one of these words is a search when called with arguments.
-SEARCH_NAME_WORDS = word_set("failure", "query_argument", "search_name_words")
 # Keys whose numbers name an item or a page, or size the answer, rather than narrow what is looked for.
 UNNARROWING_KEY_WORDS = word_set("failure", "query_argument", "unnarrowing_key_words")
-# A key one of whose name's words is one of these identifies an item (policy_id, order_number).
+# A key whose last word is one of these identifies an item (policy_id, order_number, booking_ref).
 IDENTIFYING_KEY_WORDS = word_set("failure", "records_of_an_item", "key_words")
+# A key with one of these words pages or sizes the answer: it narrows nothing (page, limit, cursor).
+PAGING_KEY_WORDS = word_set("failure", "records_of_an_item", "paging_words")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,48 +184,24 @@ def detect_state_error(ctx: DetectionContext) -> list[SignalInstance]:
     return tool_failure_signals(ctx, STATE_ERROR)
 
 
-def _query_key(key: str) -> bool:
-    return any(word in QUERY_KEY_WORDS or word.startswith(QUERY_KEY_PREFIXES) for word in name_words(key))
-
-
-def is_query_call(tool: str | None, arguments: Any) -> bool:
-    """A query: a query-like argument with a value, or a search-verb tool called with arguments."""
-    arguments = as_arguments(arguments)
-    if isinstance(arguments, dict):
-        for key, value in list(arguments.items())[:64]:
-            if isinstance(key, str) and _query_key(key) and has_value(value):
-                return True
-            nested = (
-                isinstance(value, dict) and isinstance(key, str) and key.lower() in ("params", "parameters")
-            )
-            if nested and any(
-                isinstance(k, str) and _query_key(k) and has_value(v) for k, v in value.items()
-            ):
-                return True
-    return bool(tool and has_value(arguments) and set(name_words(tool)) & SEARCH_NAME_WORDS)
-
-
-def _word_forms(words: list[str]) -> set[str]:
-    """Each word and its singular as a plural's ending would give it: claims → claim."""
-    return set(words) | {word[:-1] for word in words if len(word) > 3 and word.endswith("s")}
-
-
 def records_of_an_item(tool: str | None, arguments: Any) -> bool:
-    """A look-up of another item's records by its identifier: every argument identifies an item
-    (a word of its key is an :data:`IDENTIFYING_KEY_WORDS` word: ``policy_id``, ``order_number``) and
-    names none of the things the tool looks for (``find_claims(policy_id=…)``, not
-    ``find_order(order_id=…)``): finding none says the item has none, it narrows nothing."""
-    leaves = argument_leaves(as_arguments(arguments))
-    if not tool or not isinstance(as_arguments(arguments), dict) or not leaves:
+    """A look-up of another item's records by its identifier: every argument but the paging ones
+    (:data:`PAGING_KEY_WORDS`) identifies an item — its key ends in an :data:`IDENTIFYING_KEY_WORDS`
+    word (``policy_id``, ``account_number``; not ``number_of_people``) — and names an item the tool
+    does not look for (``find_claims(policy_id=…)``; not ``find_order(order_id=…)``, ``find_policies
+    (policy_id=…)`` or a bare ``id``). Finding none says the item has none: it narrows nothing."""
+    if not tool or not isinstance(as_arguments(arguments), dict):
         return False
-    sought = _word_forms(name_words(tool))
-    for path in leaves:
+    sought = word_forms(name_words(tool))
+    identified = 0
+    for path in argument_leaves(as_arguments(arguments)):
         words = name_words(path.rsplit(".", 1)[-1].rstrip("[]"))
-        if not IDENTIFYING_KEY_WORDS.intersection(words):
+        if set(words) & PAGING_KEY_WORDS:
+            continue
+        if len(words) < 2 or words[-1] not in IDENTIFYING_KEY_WORDS or sought & word_forms(words[:-1]):
             return False
-        if sought & _word_forms([word for word in words if word not in IDENTIFYING_KEY_WORDS]):
-            return False
-    return True
+        identified += 1
+    return identified > 0
 
 
 def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
@@ -291,16 +265,6 @@ def _written_numbers(text: str) -> Iterator[float]:
             continue
 
 
-def _call_of(ctx: DetectionContext, index: int) -> tuple[str | None, Any]:
-    """(tool name, arguments) of the TOOL message ``ctx.messages[index]``: the result's own when it
-    has them, else the assistant call it answers."""
-    result = ctx.messages[index].tool_result
-    name, arguments = assistant_call(ctx, index, result)
-    if result is not None and result.arguments is not None:
-        arguments = result.arguments
-    return (result.name if result is not None and result.name else None) or name, arguments
-
-
 def _empty_success(ctx: DetectionContext, index: int) -> str | None:
     """How the TOOL message ``ctx.messages[index]`` found nothing, when it succeeded; else None."""
     message = ctx.messages[index]
@@ -333,28 +297,35 @@ def _bad_query(
     )
 
 
-def _adjusted_after_empty(ctx: DetectionContext, index: int) -> Iterator[SignalInstance]:
-    """For each call of the ASSISTANT message ``ctx.messages[index]``: the same tool's latest result in
-    this turn, when it found nothing, was no query by its arguments, and this call adjusts that
-    request — the agent's own verdict that it was a bad query."""
+def _relaxed_after_empty(ctx: DetectionContext, index: int) -> Iterator[SignalInstance]:
+    """For each call of the ASSISTANT message ``ctx.messages[index]``: the same tool's previous call
+    in this turn, when its result found nothing, it was no query by its arguments, and this call
+    loosens that request (:func:`otelsignals.signals.loops.relaxed`) — the agent's own verdict that
+    the query was too narrow. Only the call right before is compared (its result may be missing:
+    then nothing), so an empty result is judged once however many calls follow."""
     for call in ctx.messages[index].tool_calls[:8]:
+        if not call.name:
+            continue
         for j in range(index - 1, max(-1, index - 1 - LOOKBACK), -1):
             message = ctx.messages[j]
-            if message.role is Role.USER:
-                break
+            if message.role is Role.USER or (
+                message.role is Role.ASSISTANT
+                and any(other.name == call.name for other in message.tool_calls)
+            ):
+                break  # the user spoke, or the previous call's result was not captured
             if message.role is not Role.TOOL:
                 continue
             result = message.tool_result
             if result is not None and result.name and result.name != call.name:
                 continue  # another tool's result, told apart without finding its call
-            name, arguments = _call_of(ctx, j)
+            name, arguments = call_of(ctx, j)
             if name != call.name:
                 continue
             kind = _empty_success(ctx, j)
             if (
                 kind is not None
                 and not is_query_call(name, arguments)
-                and adjusted(canonical_arguments(arguments), canonical_arguments(call.arguments))
+                and relaxed(canonical_arguments(arguments), canonical_arguments(call.arguments))
                 and _narrowed(ctx, j, name, arguments)
             ):
                 yield _bad_query(ctx, j, f"adjusted_after_empty:{kind}", name, arguments)
@@ -372,13 +343,13 @@ def detect_bad_query(ctx: DetectionContext) -> list[SignalInstance]:
         for index in range(start, len(ctx.messages)):
             message = ctx.messages[index]
             if message.role is Role.ASSISTANT and message.tool_calls:
-                found.extend(_adjusted_after_empty(ctx, index))
+                found.extend(_relaxed_after_empty(ctx, index))
             if message.role is not Role.TOOL or ctx.absolute_index(index) in failed_at:
                 continue
             kind = _empty_success(ctx, index)
             if kind is None:
                 continue
-            name, arguments = _call_of(ctx, index)
+            name, arguments = call_of(ctx, index)
             if is_query_call(name, arguments) and _narrowed(ctx, index, name, arguments):
                 found.append(_bad_query(ctx, index, f"empty_result:{kind}", name, arguments))
         progress_done(ctx, key)

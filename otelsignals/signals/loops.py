@@ -46,6 +46,7 @@ identifiers. A new key must be declared there.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import re
 from collections.abc import Iterator
@@ -72,9 +73,12 @@ from otelsignals.signals.tool_calls import (
     PROGRESS,
     argument_leaves,
     argument_words,
+    call_of,
     canonical_arguments,
     content_of,
     empty_result_at,
+    is_identifier,
+    is_query_call,
     name_words,
     progress_done,
     progress_start,
@@ -102,11 +106,14 @@ SCORE_SLOT = 50.0  # the most one word replaced by another can score
 ITEM_KEY_WORDS = word_set("loops", "item_key", "key_words")
 # Values that ask for anything: a filter set to one of them is a filter dropped ("any", "all").
 WILDCARD_WORDS = word_set("loops", "wildcard_value", "words")
-# Text that is still a quantity: a time, a date (with its time), a decimal amount ("14:00",
-# "2026-12-02", "2026-12-02T09:00", "212.40", "£9.99"). Moving one moves a threshold.
-_QUANTITY_TEXT = re.compile(
-    r"\d{1,2}:\d{2}(?::\d{2})?|\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?Z?)?|[£$€]?\d+\.\d+"
-)
+# Keys that bound what is looked for, by a word of their name: an upper bound (max_price, before,
+# within_days, radius_miles) loosens as it grows, a lower bound (min_rating, after, since) as it falls.
+UPPER_BOUND_WORDS = word_set("loops", "bound_key", "upper_words")
+LOWER_BOUND_WORDS = word_set("loops", "bound_key", "lower_words")
+# Text that is still a quantity: a time ("14:00", "9am", "9:30 pm"), a date with or without its time
+# ("2026-12-02", "2026-12-02T09:00"), an amount ("90", "212.40", "£9.99").
+_TIME_TEXT = re.compile(r"(\d{1,2})(?::(\d{2}))?(?::\d{2})?\s*([ap]\.?m\.?)?", re.IGNORECASE)
+_AMOUNT_TEXT = re.compile(r"[£$€]?\s*(\d+(?:\.\d+)?)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,25 +146,40 @@ def _consume(pending: list[list[Any]], call_id: str | None, name: str | None) ->
 
 
 _UNSATISFYING = "loops.unsatisfying"  # in ctx.scratch: local index → _unsatisfying_at(index)
+# How unsatisfying a tool result was (:func:`_unsatisfying_at`).
+SATISFIED = 0
+ANSWERED_EMPTY = 1  # the list named for what the tool looks for came back empty from no query
+UNSATISFIED = 2  # failed, or found nothing
 
 
-def _unsatisfying_at(ctx: DetectionContext, index: int) -> bool:
-    """Whether the tool result ``ctx.messages[index]`` gave the agent reason to try again: it failed
-    or it found nothing. Worked out once per trace for the three loop detectors (it parses JSON)."""
-    known: dict[int, bool] = ctx.scratch.setdefault(_UNSATISFYING, {})
+def _unsatisfying_at(ctx: DetectionContext, index: int) -> int:
+    """How the tool result ``ctx.messages[index]`` left the agent: :data:`UNSATISFIED` when it failed
+    or found nothing; :data:`ANSWERED_EMPTY` when only the list named for what the tool looks for is
+    empty and the call was no query (``get_notifications`` → ``{"notifications": []}``: a reason to
+    adjust the next call in the same turn, but an answer a user may well ask for again); else
+    :data:`SATISFIED`. Worked out once per trace for the three loop detectors (it parses JSON)."""
+    known: dict[int, int] = ctx.scratch.setdefault(_UNSATISFYING, {})
     verdict = known.get(index)
     if verdict is None:
         message = ctx.messages[index]
         content = content_of(message)
-        verdict = known[index] = result_failed(message.tool_result) or bool(
-            content is not None and (content_is_error(content) or empty_result_at(ctx, index) is not None)
-        )
+        if result_failed(message.tool_result) or (
+            content is not None
+            and (content_is_error(content) or empty_result_at(ctx, index, tool_named=False) is not None)
+        ):
+            verdict = UNSATISFIED
+        elif content is not None and empty_result_at(ctx, index) is not None:
+            verdict = UNSATISFIED if is_query_call(*call_of(ctx, index)) else ANSWERED_EMPTY
+        else:
+            verdict = SATISFIED
+        known[index] = verdict
     return verdict
 
 
 def _call_events(ctx: DetectionContext, state: dict[str, Any], start: int) -> Iterator[tuple[int, str, Any]]:
     """(local index, kind, payload) in order: ``("user", None)``; ``("call", (name, canonical
-    arguments or None))``; ``("result", unsatisfying)`` for the tool result of a call."""
+    arguments or None))``; ``("result", how unsatisfying)`` for the tool result of a call
+    (:func:`_unsatisfying_at`)."""
     pending: list[list[Any]] = state.setdefault("pending", [])
     for index in range(start, len(ctx.messages)):
         message = ctx.messages[index]
@@ -214,10 +236,10 @@ def _loop_detector(leaf: str, step: Any) -> Detector:
             found: dict[int, SignalInstance] = {}
             for index, kind, payload in _call_events(ctx, state, start):
                 if kind == "result":
-                    state["unsatisfied"] = bool(payload)
+                    state["unsatisfied"] = payload
                     continue
                 if kind == "user":
-                    if not _moves_on(ctx, index, bool(state.get("unsatisfied"))):
+                    if not _moves_on(ctx, index, state.get("unsatisfied") == UNSATISFIED):
                         continue
                     instance = step(ctx, state, index, None, False)
                 else:
@@ -363,12 +385,16 @@ MOVED_MIN_KEPT = 3  # words kept, in order, for one dropped and one added elsewh
 
 def _moved(words_a: list[str], words_b: list[str], dropped: str, added: str) -> bool:
     """One word dropped at one place and another added at another, the other words kept in their
-    order ("ford focus 2019 airbag" → "focus 2019 airbag recall"): the request reworded. In the same
-    place the new word fills the old one's slot: another item ("cheap flights paris june" → "cheap
-    flights tokyo june")."""
+    order (up to typos and plurals: "ford focus 2019 airbags" → "focus 2019 airbag recall"): the
+    request reworded. In the same place the new word fills the old one's slot: another item ("cheap
+    flights paris june" → "cheap flights tokyo june"); so is a number or code for another."""
+    if is_identifier(dropped) and is_identifier(added):
+        return False
     kept_a = [word for word in words_a if word != dropped]
     kept_b = [word for word in words_b if word != added]
-    if kept_a != kept_b or len(kept_a) < MOVED_MIN_KEPT or dropped in kept_a or added in kept_b:
+    if len(kept_a) != len(kept_b) or len(kept_a) < MOVED_MIN_KEPT:
+        return False
+    if not all(same_word(x, y) for x, y in zip(kept_a, kept_b, strict=True)):
         return False
     return words_a.index(dropped) != words_b.index(added)
 
@@ -377,10 +403,13 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _key_words(path: str) -> set[str]:
+    return set(name_words(path.rsplit(".", 1)[-1]))
+
+
 def _item_key(path: str) -> bool:
-    """A key whose numbers name items, not thresholds: ``id``, ``order_number``, ``page``, ``offset``."""
-    last = path.rsplit(".", 1)[-1]
-    return bool(set(name_words(last)) & ITEM_KEY_WORDS)
+    """A key whose values name items, not thresholds: ``id``, ``order_number``, ``page``, ``offset``."""
+    return bool(_key_words(path) & ITEM_KEY_WORDS)
 
 
 def _parsed(canonical: str) -> Any:
@@ -397,51 +426,128 @@ def _wildcard(value: Any) -> bool:
     return isinstance(value, str) and (value.strip() in ("", "*") or value.strip().lower() in WILDCARD_WORDS)
 
 
-def _location(text: str) -> bool:
-    """A path or address ("/srv/app", "https://example.com/a"): another one is another item."""
-    return " " not in text.strip() and ("/" in text or "\\" in text)
+def _location(text: str) -> str | None:
+    """A path or address as compared ("/srv/app", "~/notes", "C:\\data", "https://example.com/a",
+    trailing slash aside); None for other text ("12/03/2026", "n/a", "km/h" are no places)."""
+    stripped = text.strip()
+    if " " in stripped:
+        return None
+    if (
+        stripped.startswith(("/", "~/", "./", "../"))
+        or "://" in stripped
+        or re.match(r"[A-Za-z]:\\", stripped)
+    ):
+        return stripped.rstrip("/\\") or stripped
+    return None
 
 
-def _quantities(x: str, y: str) -> bool:
-    return bool(_QUANTITY_TEXT.fullmatch(x.strip()) and _QUANTITY_TEXT.fullmatch(y.strip()))
+def _quantity(text: str) -> tuple[str, float] | None:
+    """(kind, value) of text that is a time (minutes), a date and time (seconds) or an amount; None
+    for other text."""
+    stripped = text.strip()
+    if len(stripped) > 32:
+        return None
+    time = _TIME_TEXT.fullmatch(stripped)
+    if time and (time.group(2) or time.group(3)):
+        hours, meridiem = int(time.group(1)), (time.group(3) or "").lower()
+        if meridiem:
+            hours = hours % 12 + (12 if meridiem.startswith("p") else 0)
+        return "time", hours * 60.0 + int(time.group(2) or 0)
+    try:
+        moment = datetime.datetime.fromisoformat(stripped.replace("Z", "+00:00")).replace(tzinfo=None)
+    except ValueError:
+        amount = _AMOUNT_TEXT.fullmatch(stripped)
+        return ("amount", float(amount.group(1))) if amount else None
+    return "date", (moment - _EPOCH).total_seconds()
 
 
-def adjusted(a: str | None, b: str | None) -> bool:
-    """Whether ``b`` adjusts the same request ``a`` rather than asking about another item: every
-    leaf that changed is a reformulated text (:func:`_reformulated`; a path or address changed is
-    another item), a threshold moved (a number, or a time, date or amount written as text, under a
-    key that does not name items: ``max_distance_m`` 300 → 500, ``before`` "12:00" → "14:00", not
-    ``page`` or ``id``), a filter dropped or added (set to a wildcard: null, "", "*", "any"), or a
-    list with items added or dropped; and the two share at least one leaf."""
+_EPOCH = datetime.datetime(1970, 1, 1)
+
+
+def _bound_move(path: str, x: float, y: float) -> str:
+    """How a bound moved: "looser" or "tighter" under a bound's key, "other" under any other key."""
+    words = _key_words(path)
+    if words & UPPER_BOUND_WORDS and not words & LOWER_BOUND_WORDS:
+        return "looser" if y > x else "tighter"
+    if words & LOWER_BOUND_WORDS and not words & UPPER_BOUND_WORDS:
+        return "looser" if y < x else "tighter"
+    return "other"
+
+
+def _leaf_change(path: str, x: Any, y: Any) -> str:
+    """How one argument leaf changed from one call to the next: "same"; "dropped" (set to a wildcard
+    in the later call); "reworded" (text, :func:`_reformulated`); "looser" or "tighter" (a bound's
+    number, time, date or amount moved, :func:`_bound_move`); "moved" (a number under any other key
+    that names no item); "fewer" or "more" (list items dropped or added); "other" (another item: an
+    id, a page, a path, a word in another's place, a filter added)."""
+    if x == y and type(x) is type(y):
+        return "same"
+    if _item_key(path):
+        return "other"
+    if _wildcard(y):
+        return "dropped"
+    if _wildcard(x):
+        return "other"
+    if isinstance(x, str) and isinstance(y, str):
+        place_x, place_y = _location(x), _location(y)
+        if place_x is not None or place_y is not None:
+            return "same" if place_x == place_y else "other"
+        quantity_x, quantity_y = _quantity(x), _quantity(y)
+        if quantity_x is not None and quantity_y is not None:
+            same_kind = quantity_x[0] == quantity_y[0]
+            return _bound_move(path, quantity_x[1], quantity_y[1]) if same_kind else "other"
+        return "reworded" if _reformulated(x, y) else "other"
+    if _number(x) and _number(y):
+        move = _bound_move(path, float(x), float(y))
+        return "moved" if move == "other" else move
+    if isinstance(x, frozenset) and isinstance(y, frozenset):
+        return "fewer" if y < x else "more" if x < y else "other"
+    return "other"
+
+
+_ADJUSTMENTS = frozenset({"same", "dropped", "reworded", "looser", "tighter", "moved", "fewer", "more"})
+_RELAXATIONS = frozenset({"same", "dropped", "reworded", "looser", "fewer"})
+
+
+def _changes(a: str | None, b: str | None) -> tuple[set[str], set[str]] | None:
+    """(the kinds of change of the leaves the two calls share, and "dropped" when the earlier has a
+    leaf the later lacks; the kinds of the leaves only the later has: "dropped" for a wildcard, else
+    "other"); None when they share no leaf or are the same call."""
     if a is None or b is None or a == b:
-        return False
+        return None
     leaves_a, leaves_b = argument_leaves(_parsed(a)), argument_leaves(_parsed(b))
     shared = leaves_a.keys() & leaves_b.keys()
     if not shared:
+        return None
+    kinds = {_leaf_change(path, leaves_a[path], leaves_b[path]) for path in shared}
+    if leaves_a.keys() - shared:
+        kinds.add("dropped")
+    added = {"dropped" if _wildcard(leaves_b[path]) else "other" for path in leaves_b.keys() - shared}
+    return kinds, added
+
+
+def adjusted(a: str | None, b: str | None) -> bool:
+    """Whether ``b`` adjusts the same request ``a`` rather than asking about another item: the two
+    share a leaf, and every shared leaf that changed was reworded, moved as a threshold (a number
+    under a key that names no item: ``max_distance_m`` 300 → 500, not ``page`` or ``id``; a time,
+    date or amount written as text only under a bound's key: ``before`` "12:00" → "14:00"), dropped
+    (a wildcard in the later call: null, "", "*", "any"), or is a list with items added or dropped
+    (:func:`_leaf_change`)."""
+    changes = _changes(a, b)
+    return changes is not None and changes[0] <= _ADJUSTMENTS
+
+
+def relaxed(a: str | None, b: str | None) -> bool:
+    """Whether ``b`` loosens the request ``a``: it is :func:`adjusted`, and every change widens what
+    is looked for — text reworded, a bound moved outwards (``days`` 1 → 7, ``min_rating`` 4.8 → 4,
+    ``before`` "12:00" → "14:00"), a filter dropped (gone, or a wildcard), list items dropped — with
+    no filter added. Another day, account or page, a poll's ``since`` moved on, or a number under a
+    key that bounds nothing (``issue`` 41 → 42) is no loosening."""
+    changes = _changes(a, b)
+    if changes is None:
         return False
-    for path in shared:
-        x, y = leaves_a[path], leaves_b[path]
-        if x == y and type(x) is type(y):
-            continue
-        if _wildcard(x) or _wildcard(y):
-            continue
-        if isinstance(x, str) and isinstance(y, str):
-            if _location(x) or _location(y):
-                return False
-            if _quantities(x, y):
-                if _item_key(path):
-                    return False
-            elif not _reformulated(x, y):
-                return False
-        elif _number(x) and _number(y):
-            if _item_key(path):
-                return False
-        elif isinstance(x, frozenset) and isinstance(y, frozenset):
-            if not (x <= y or y <= x):
-                return False
-        else:
-            return False
-    return True
+    kinds, added = changes
+    return kinds <= _RELAXATIONS and added <= {"dropped"} and (kinds | added) != {"same"}
 
 
 def arguments_similarity(a: str | None, b: str | None) -> float:
@@ -471,7 +577,8 @@ def arguments_similarity(a: str | None, b: str | None) -> float:
         if x == y and type(x) is type(y):
             continue
         if isinstance(x, str) and isinstance(y, str):
-            scores.append(0.0 if _location(x) or _location(y) else text_similarity(x, y))
+            places = _location(x), _location(y)
+            scores.append(text_similarity(x, y) if places == (None, None) else 0.0)
         elif isinstance(x, frozenset) and isinstance(y, frozenset) and (x <= y or y <= x):
             scores.append(SCORE_REFINEMENT)  # list items added or dropped
         else:

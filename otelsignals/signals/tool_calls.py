@@ -16,13 +16,20 @@ from otelsignals.signals.errors import (
     empty_result_of,
     normalise,
 )
-from otelsignals.signals.word_lists import word_set
+from otelsignals.signals.word_lists import word_order, word_set
 
 LOOKBACK = 32  # messages searched back for the assistant call of a tool result
 ARGS_KEPT = 8000  # canonical arguments kept in memory for the similarity of the next call
 ARGS_CHARS = 200  # arguments shown in metadata and snippets
 # Words left out when argument texts are compared ("cheap flights paris" / "cheap flights to paris").
 ARGUMENT_STOP_WORDS = word_set("tool_calls", "argument_words", "stop_words")
+
+# A query-like argument: one of its name's words (snake_case or camelCase) is one of these or starts
+# with one of the prefixes: query, q, search_term, searchQuery, filters, where, sql, keywords…
+QUERY_KEY_WORDS = word_set("failure", "query_argument", "key_words")
+QUERY_KEY_PREFIXES = word_order("failure", "query_argument", "key_prefixes")
+# A tool whose name has one of these words is a search when called with arguments.
+SEARCH_NAME_WORDS = word_set("failure", "query_argument", "search_name_words")
 
 
 # The last part of every progress marker's key (memory_key(leaf, PROGRESS)): the marker is the number
@@ -53,23 +60,23 @@ def content_of(message: Message) -> str | None:
     return result.content if result is not None and isinstance(result.content, str) else None
 
 
-_EMPTY_RESULTS = "tool_calls.empty_results"  # in ctx.scratch: local index → empty_result_at(index)
+_EMPTY_RESULTS = "tool_calls.empty_results"  # in ctx.scratch: (local index, tool_named) → kind
 
 
-def empty_result_at(ctx: DetectionContext, index: int) -> str | None:
-    """empty_result_of the content of the TOOL message ``ctx.messages[index]`` and the tool's name,
-    worked out once per trace: the bad-query rule and the three loop detectors all ask, and it parses
-    the result's JSON."""
-    known: dict[int, str | None] = ctx.scratch.setdefault(_EMPTY_RESULTS, {})
-    if index not in known:
-        message = ctx.messages[index]
-        content = content_of(message)
-        tool = None
-        if content is not None and content.lstrip().startswith("{"):
-            result = message.tool_result
-            tool = (result.name if result is not None else None) or assistant_call(ctx, index, result)[0]
-        known[index] = empty_result_of(content, tool if isinstance(tool, str) else None)
-    return known[index]
+def empty_result_at(ctx: DetectionContext, index: int, *, tool_named: bool = True) -> str | None:
+    """empty_result_of the content of the TOOL message ``ctx.messages[index]``, worked out once per
+    trace: the bad-query rule and the three loop detectors all ask, and it parses the result's JSON.
+    ``tool_named``: an object whose list is named for what the tool looks for counts too (the loop
+    detectors ask it only of queries: ``get_notifications`` answering ``{"notifications": []}`` is
+    an answer that a user may well ask for again)."""
+    known: dict[tuple[int, bool], str | None] = ctx.scratch.setdefault(_EMPTY_RESULTS, {})
+    key = (index, tool_named)
+    if key not in known:
+        content = content_of(ctx.messages[index])
+        object_body = content is not None and content[:64].lstrip().startswith("{")
+        tool = tool_name_of(ctx, index) if tool_named and object_body else None
+        known[key] = empty_result_of(content, tool)
+    return known[key]
 
 
 def assistant_call(ctx: DetectionContext, index: int, result: ToolResult | None) -> tuple[str | None, Any]:
@@ -101,6 +108,37 @@ def tool_name_of(ctx: DetectionContext, index: int) -> str | None:
     if result is not None and result.name:
         return result.name
     return assistant_call(ctx, index, result)[0]
+
+
+def call_of(ctx: DetectionContext, index: int) -> tuple[str | None, Any]:
+    """(tool name, arguments) of the TOOL message ``ctx.messages[index]``: the result's own when it
+    has them, else the assistant call it answers."""
+    result = ctx.messages[index].tool_result
+    name, arguments = assistant_call(ctx, index, result)
+    if result is not None and result.arguments is not None:
+        arguments = result.arguments
+    return (result.name if result is not None and result.name else None) or name, arguments
+
+
+def _query_key(key: str) -> bool:
+    return any(word in QUERY_KEY_WORDS or word.startswith(QUERY_KEY_PREFIXES) for word in name_words(key))
+
+
+def is_query_call(tool: str | None, arguments: Any) -> bool:
+    """A query: a query-like argument with a value, or a search-verb tool called with arguments."""
+    arguments = as_arguments(arguments)
+    if isinstance(arguments, dict):
+        for key, value in list(arguments.items())[:64]:
+            if isinstance(key, str) and _query_key(key) and has_value(value):
+                return True
+            nested = (
+                isinstance(value, dict) and isinstance(key, str) and key.lower() in ("params", "parameters")
+            )
+            if nested and any(
+                isinstance(k, str) and _query_key(k) and has_value(v) for k, v in value.items()
+            ):
+                return True
+    return bool(tool and has_value(arguments) and set(name_words(tool)) & SEARCH_NAME_WORDS)
 
 
 def as_arguments(value: Any) -> Any:

@@ -260,6 +260,16 @@ def test_an_adjustment_in_a_later_trace_marks_the_empty_result_once() -> None:
     assert [(i.message_index, i.metadata["pattern"]) for i in found] == [(2, "adjusted_after_empty:empty")]
 
 
+def test_a_call_whose_result_was_not_captured_ends_the_look_back() -> None:
+    """days=1 → [], days=7 (its result never recorded), then days=30 in the next trace: the empty
+    result is judged once, by the call right after it, however the traces are cut."""
+    seven = call("get_transactions", {"account": "A1", "days": 7})
+    first = [*succeeded("get_transactions", {"account": "A1", "days": 1}, "[]"), assistant(seven)]
+    second = exchange("get_transactions", {"account": "A1", "days": 30}, '[{"id": "t1"}]')
+    found = run_traces([(first, []), (second, [])], detectors=(detect_bad_query,))
+    assert [i.message_index for i in found] == [2]
+
+
 def test_an_adjustment_after_the_user_spoke_is_the_users_request() -> None:
     messages = [
         *succeeded("get_transactions", {"account": "A1", "days": 1}, "[]"),

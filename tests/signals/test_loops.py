@@ -155,6 +155,25 @@ def test_a_user_turn_continues_a_loop_when_the_last_attempt_did_not_do_it(betwee
     assert found == ([(tx.RETRY, 7)] if fires else [])
 
 
+@pytest.mark.parametrize(
+    ("tool", "arguments", "fires"),
+    [
+        # a search whose sought list came back empty: the user asking again keeps the loop going
+        ("search_notifications", {"query": "invoice"}, True),
+        # an answer that the list is empty (no unread notifications): asking again is a new request
+        ("get_notifications", {"unread": True}, False),
+    ],
+)
+def test_a_list_named_for_the_tool_left_empty_continues_a_loop_only_for_a_query(
+    tool: str, arguments: dict[str, object], fires: bool
+) -> None:
+    turns: list[Message] = []
+    for _ in range(3):
+        turns += [user("anything new?"), *exchange(tool, arguments, '{"notifications": []}')]
+    found = of_type(run(turns), tx.RETRY)
+    assert [i.message_index for i in found] == ([7] if fires else [])
+
+
 def test_two_identical_calls_are_not_a_retry_three_are() -> None:
     assert not of_type(run(repeated("get_weather", [{"city": "Paris"}] * 2)), tx.RETRY)
     (instance,) = of_type(run(repeated("get_weather", [{"city": "Paris"}] * 3)), tx.RETRY)

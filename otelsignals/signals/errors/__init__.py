@@ -89,7 +89,7 @@ returns lines saying "timeout" fires nothing.
 
 from otelsignals.signals.errors.classify import Classification, classify_failure, result_failed, tool_failure
 from otelsignals.signals.errors.library import LEAF_OF_GROUP, PHRASES_FILE, library, load_library, normalise
-from otelsignals.signals.errors.payload import content_is_error, empty_result_of, error_payload_of
+from otelsignals.signals.errors.payload import content_is_error, empty_result_of, error_payload_of, word_forms
 from otelsignals.signals.errors.rules import RULES, Rule
 from otelsignals.signals.errors.selftest import classify_example, self_test
 
@@ -110,4 +110,5 @@ __all__ = [
     "result_failed",
     "self_test",
     "tool_failure",
+    "word_forms",
 ]

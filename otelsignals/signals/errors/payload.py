@@ -340,15 +340,44 @@ def _empty_json(stripped: str, tool: str | None) -> str | None:
     return None
 
 
-def _word_forms(words: list[str]) -> set[str]:
-    """Each word and its singular as a plural's ending would give it: slots → slot, matches → match."""
+def word_forms(words: list[str]) -> set[str]:
+    """Each word and its singular as a plural's ending would give it: slots → slot, matches → match,
+    policies → policy."""
     forms = set(words)
     for word in words:
         if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
             forms.add(word[:-1])
-            if word.endswith("es"):
+            if word.endswith("ies"):
+                forms.add(word[:-3] + "y")
+            elif word.endswith("es"):
                 forms.add(word[:-2])
     return forms
+
+
+def _count_value(value: Any) -> float | None:
+    """A count as a number: 3, 3.0 or "3"; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return float(value.strip())
+    return None
+
+
+def _counts_something(node: dict[str, Any]) -> bool:
+    """A count other than 0 beside the lists, at the top or one object down ({"meta": {"total": 5}})."""
+    for key, value in list(node.items())[:64]:
+        if isinstance(value, dict):
+            if any(
+                _count_value(inner) not in (None, 0.0)
+                for name, inner in list(value.items())[:64]
+                if str(name).lower() in COUNT_KEYS
+            ):
+                return True
+        elif str(key).lower() in COUNT_KEYS and _count_value(value) not in (None, 0.0):
+            return True
+    return False
 
 
 def _sought_list_empty(node: dict[str, Any], tool: str) -> bool:
@@ -357,30 +386,34 @@ def _sought_list_empty(node: dict[str, Any], tool: str) -> bool:
     list's name, or its singular, is one of the tool's). Whatever else the body holds only describes
     the request: plain values, lists of plain values, objects of plain values; a list or object
     holding records elsewhere means something was returned, a count other than 0 says so too. An
-    empty list of problems is good news, not a search that found nothing (``get_fraud_alerts`` →
-    ``{"alerts": []}``)."""
-    sought = _word_forms(_key_words(tool[:200]))
+    empty list of problems is good news, not a search that found nothing, whether the list or the
+    tool names them (``get_fraud_alerts`` → ``{"alerts": []}``, ``list_failed_jobs`` →
+    ``{"jobs": []}``)."""
+    tool_words = _key_words(tool[:200])
+    if PROBLEM_LIST_WORDS.intersection(tool_words) or _counts_something(node):
+        return False
+    sought = word_forms(tool_words)
     named = 0
     for key, value in list(node.items())[:64]:
         words = _key_words(str(key))
         if isinstance(value, list):
-            if sought & _word_forms(words):
+            if sought & word_forms(words):
                 if value or PROBLEM_LIST_WORDS.intersection(words):
                     return False
                 named += 1
             elif any(isinstance(item, dict | list) for item in value[:64]):
                 return False
-        elif isinstance(value, dict):
-            if any(isinstance(inner, dict | list) for inner in list(value.values())[:64]):
-                return False
-        elif str(key).lower() in COUNT_KEYS and type(value) is int and value != 0:
+        elif isinstance(value, dict) and any(
+            isinstance(inner, dict | list) for inner in list(value.values())[:64]
+        ):
             return False
     return named > 0
 
 
 def _key_words(key: str) -> list[str]:
-    """The words of a JSON key: snake_case, kebab-case and camelCase split (fraudAlerts → fraud, alerts)."""
-    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).lower().replace("-", "_").split("_")
+    """The words of a JSON key or a tool's name: snake_case, kebab-case, camelCase and dotted names
+    split (fraudAlerts → fraud, alerts; slack.conversations_list → slack, conversations, list)."""
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).lower().replace("-", "_").replace(".", "_").split("_")
 
 
 def _counted_nothing(node: dict[str, Any]) -> bool:
