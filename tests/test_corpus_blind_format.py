@@ -1,5 +1,5 @@
 """The blind corpora (tests/corpus_heldout/, tests/corpus_blind/, tests/corpus_blind3/ to
-tests/corpus_blind11/): schema, label placement and coverage.
+tests/corpus_blind12/): schema, label placement and coverage.
 
 Same schema and label-placement checks as the main corpus (tests/corpus/checks.py, the labelling rules
 at the top of tests/corpus/support.yaml). Each set was written from the rules alone, without access to
@@ -29,6 +29,7 @@ from tests.corpus import (
     BLIND9_DIR,
     BLIND10_DIR,
     BLIND11_DIR,
+    BLIND12_DIR,
     BLIND_DIR,
     CORPUS_DIR,
     HELDOUT_DIR,
@@ -65,6 +66,9 @@ class BlindSet:
     quoted_and_pasted: bool  # a quoted message and a pasted stack trace among the user messages
     header_file: str = "support.yaml"  # the file whose header says how the set was written
     min_per_interaction_leaf: int = MIN_PER_INTERACTION_LEAF
+    # Leaves its brief did not ask for (the twelfth's listed the user-message leaves only, so its
+    # stagnation labels are the writer's own, fewer than the floor).
+    unasked: frozenset[str] = frozenset()
 
     @property
     def raw(self) -> list[dict[str, Any]]:
@@ -143,7 +147,13 @@ FIFTH = BlindSet(
 
 
 def briefed(
-    directory: Path, prefix: str, mark: str, domains: str, header_file: str, written: str = "2026-12-02"
+    directory: Path,
+    prefix: str,
+    mark: str,
+    domains: str,
+    header_file: str,
+    written: str = "2026-12-02",
+    unasked: frozenset[str] = frozenset(),
 ) -> BlindSet:
     """A set written (on ``written``) from the same brief (six domains of seven conversations, every
     interaction leaf at least 6 times, 28 with a tool or environment failure, 6 clean, 85 user
@@ -160,6 +170,7 @@ def briefed(
         True,
         header_file=header_file,
         min_per_interaction_leaf=6,
+        unasked=unasked,
     )
 
 
@@ -209,6 +220,16 @@ ELEVENTH = briefed(
     written="2026-12-03",
 )
 
+TWELFTH = briefed(
+    BLIND12_DIR,
+    "b12-",
+    "TWELFTH BLIND",
+    "veterinary_pharmacy coworking_spaces museum_tickets boat_rentals home_broadband_install student_loans",
+    "veterinary_pharmacy.yaml",
+    written="2026-12-03",
+    unasked=frozenset({"interaction.stagnation.repetition", "interaction.stagnation.dragging"}),
+)
+
 SETS = {
     "heldout": HELDOUT,
     "blind": SECOND,
@@ -221,6 +242,7 @@ SETS = {
     "blind9": NINTH,
     "blind10": TENTH,
     "blind11": ELEVENTH,
+    "blind12": TWELFTH,
 }
 CONVERSATIONS = [(name, conv) for name, blind in SETS.items() for conv in load_corpus(blind.directory)]
 RAW_CONVERSATIONS = [(name, raw) for name, blind in SETS.items() for raw in blind.raw]
@@ -323,7 +345,9 @@ def test_size_and_interaction_coverage(blind: BlindSet) -> None:
     corpus = conversations(blind)
     assert len(corpus) >= blind.min_conversations
     counts = Counter(leaf for conv in corpus for leaf, _ in conv.expected)
-    interaction = [leaf for leaf in LABELLED_LEAF_TYPES if leaf.startswith("interaction.")]
+    interaction = [
+        leaf for leaf in LABELLED_LEAF_TYPES if leaf.startswith("interaction.") and leaf not in blind.unasked
+    ]
     short = {leaf: counts[leaf] for leaf in interaction if counts[leaf] < blind.min_per_interaction_leaf}
     assert not short, f"interaction leaves under {blind.min_per_interaction_leaf} instances: {short}"
 

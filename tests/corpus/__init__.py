@@ -48,6 +48,9 @@ BLIND10_DIR = CORPUS_DIR.parent / "corpus_blind10"
 # The eleventh blind set (2026-12-03): six more new domains, written from the rules alone (see its
 # camping_reservations.yaml); kept blind: only its totals are read.
 BLIND11_DIR = CORPUS_DIR.parent / "corpus_blind11"
+# The twelfth blind set (2026-12-03): six more new domains, written from the rules alone (see its
+# veterinary_pharmacy.yaml); kept blind: only its totals are read.
+BLIND12_DIR = CORPUS_DIR.parent / "corpus_blind12"
 # Every labelled set by name, in the order they were written (tests.corpus_eval --all).
 ALL_SETS = {
     "main": CORPUS_DIR,
@@ -62,9 +65,10 @@ ALL_SETS = {
     "blind9": BLIND9_DIR,
     "blind10": BLIND10_DIR,
     "blind11": BLIND11_DIR,
+    "blind12": BLIND12_DIR,
 }
 # The sets kept blind: only their totals are read (tests.corpus_eval prints no misses for them).
-KEPT_BLIND = frozenset({"blind5", "blind7", "blind9", "blind11"})
+KEPT_BLIND = frozenset({"blind5", "blind7", "blind9", "blind11", "blind12"})
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
