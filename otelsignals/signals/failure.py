@@ -71,6 +71,7 @@ from otelsignals.signals.tool_calls import (
     empty_result_at,
     is_identifier,
     is_query_call,
+    leaf_key_words,
     name_words,
     progress_done,
     progress_start,
@@ -195,7 +196,7 @@ def records_of_an_item(tool: str | None, arguments: Any) -> bool:
     sought = word_forms(name_words(tool))
     identified = 0
     for path in argument_leaves(as_arguments(arguments)):
-        words = name_words(path.rsplit(".", 1)[-1].rstrip("[]"))
+        words = leaf_key_words(path)
         if set(words) & PAGING_KEY_WORDS:
             continue
         if len(words) < 2 or words[-1] not in IDENTIFYING_KEY_WORDS or sought & word_forms(words[:-1]):
@@ -215,7 +216,7 @@ def _users_own_words(ctx: DetectionContext, index: int, arguments: Any) -> bool:
     leaves = argument_leaves(as_arguments(arguments))
     for path, value in leaves.items():
         number = _number_value(value)
-        if number is not None and not set(name_words(path.rsplit(".", 1)[-1])) & UNNARROWING_KEY_WORDS:
+        if number is not None and not set(leaf_key_words(path)) & UNNARROWING_KEY_WORDS:
             numbers.add(number)
         values = value if isinstance(value, frozenset) else [value]
         for text in values:

@@ -79,7 +79,7 @@ from otelsignals.signals.tool_calls import (
     empty_result_at,
     is_identifier,
     is_query_call,
-    name_words,
+    leaf_key_words,
     progress_done,
     progress_start,
     same_word,
@@ -403,13 +403,9 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _key_words(path: str) -> set[str]:
-    return set(name_words(path.rsplit(".", 1)[-1]))
-
-
 def _item_key(path: str) -> bool:
     """A key whose values name items, not thresholds: ``id``, ``order_number``, ``page``, ``offset``."""
-    return bool(_key_words(path) & ITEM_KEY_WORDS)
+    return bool(set(leaf_key_words(path)) & ITEM_KEY_WORDS)
 
 
 def _parsed(canonical: str) -> Any:
@@ -466,7 +462,7 @@ _EPOCH = datetime.datetime(1970, 1, 1)
 
 def _bound_move(path: str, x: float, y: float) -> str:
     """How a bound moved: "looser" or "tighter" under a bound's key, "other" under any other key."""
-    words = _key_words(path)
+    words = set(leaf_key_words(path))
     if words & UPPER_BOUND_WORDS and not words & LOWER_BOUND_WORDS:
         return "looser" if y > x else "tighter"
     if words & LOWER_BOUND_WORDS and not words & UPPER_BOUND_WORDS:

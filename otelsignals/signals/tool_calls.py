@@ -167,6 +167,12 @@ def name_words(name: str) -> list[str]:
     return normalise(spaced).split()
 
 
+def leaf_key_words(path: str) -> list[str]:
+    """The words of an argument leaf's own key (:func:`argument_leaves`): ``.filters.maxPrice`` →
+    ["max", "price"]; ``.amenities[]`` → ["amenities"]."""
+    return name_words(path.rsplit(".", 1)[-1])
+
+
 def canonical_arguments(arguments: Any) -> str | None:
     """Canonical JSON of a call's arguments (keys sorted); None when they were not captured."""
     if arguments is None:
