@@ -8,6 +8,7 @@ a warning, when ``OTELSIGNALS_PURE_PYTHON`` is set, when mypyc is missing, or wh
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import json
@@ -39,7 +40,8 @@ class BuildNativeOrPure(build_ext):
         package = (ROOT if self.inplace else Path(self.build_lib)) / "otelsignals"
         _forget_unlisted(package)  # also where a wheel is built: build/ keeps earlier builds' files
         try:
-            super().run()
+            with _parallel_compile():
+                super().run()
         except Exception as error:  # CompileError, LinkError, a missing compiler or header
             self._forget_built(package)
             _warn(f"compiling failed ({error})")
@@ -58,8 +60,22 @@ class BuildNativeOrPure(build_ext):
 # The manifest of the modules compiled (native.manifest), taken before compiling them: an edit made
 # during the build then shows as a change.
 BUILT: dict[str, object] = {}
+# Each compiler at -O3 on the larger modules holds a few hundred MB: more at once than this gains
+# little and risks a small builder's memory.
+MAX_COMPILE_JOBS = 8
 # The commands that build; the others (egg_info, dist_info) only ask for metadata: no type check.
 _BUILDING = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop"}
+
+
+def _parallel_compile() -> contextlib.AbstractContextManager[object]:
+    """The compiled modules' C files compiled side by side, a compiler per core (at most
+    ``MAX_COMPILE_JOBS``; ``OTELSIGNALS_BUILD_JOBS`` sets the count): setuptools compiles the files
+    of one extension one after another, and the core is one extension of some sixty files."""
+    try:
+        from pybind11.setup_helpers import ParallelCompile
+    except ImportError:  # a build without the build-system's requirements (setup.py run by hand)
+        return contextlib.nullcontext()
+    return ParallelCompile("OTELSIGNALS_BUILD_JOBS", max=MAX_COMPILE_JOBS)
 
 
 def _forget_unlisted(package: Path) -> None:

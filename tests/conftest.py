@@ -49,6 +49,14 @@ def postgres_server() -> Iterator[str]:
         pytest.fail(str(exc))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with a test marked ``slow`` first, each file's tests together and in their order:
+    with a file per test process at a time (the Makefile's ``--dist loadfile``), a long file left to
+    the end keeps one process busy while the other has nothing left."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # a stable sort: the rest keep their order
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """A test marked ``source_modules`` replaces functions of the analysis core to watch it work

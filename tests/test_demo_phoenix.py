@@ -9,11 +9,14 @@ import signal
 import socket
 import subprocess
 
+import pytest
+
 from tests.support.agent_env import ROOT
 from tests.support.phoenix import PhoenixServer, wait_until
 from tests.support.servers import free_port
 
 
+@pytest.mark.slow
 def test_the_demo_lands_enriched_spans_and_verdicts_in_a_running_phoenix(tmp_path):
     http_port, grpc_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PHOENIX_", "OTELSIGNALS_", "OTEL_"))}

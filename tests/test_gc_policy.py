@@ -63,6 +63,7 @@ def test_instrumentation_fixtures_leave_no_cyclic_garbage(collector_restored) ->
     assert _analyse_and_close_everything(paths) == 0
 
 
+@pytest.mark.slow
 def test_real_agent_conversations_leave_no_cyclic_garbage(collector_restored, tmp_path: Path) -> None:
     data = triage_real.DEFAULT_DATA
     if not (data / "dev.jsonl").exists():

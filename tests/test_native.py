@@ -45,6 +45,7 @@ def test_the_core_is_compiled_where_a_compiler_is():
         assert loaded.__file__ is not None and loaded.__file__.endswith(EXTENSION), module
 
 
+@pytest.mark.slow
 def test_compiled_and_source_give_the_same_analysis(tmp_path):
     """The same traffic through the compiled core (this process, where it is built) and through its
     source (a process with OTELSIGNALS_PURE_PYTHON=1): every signal, score, priority and metric."""

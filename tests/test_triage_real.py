@@ -62,6 +62,7 @@ def analysed(tmp_path_factory: pytest.TempPathFactory) -> list:
     return list(outcomes.values())
 
 
+@pytest.mark.slow  # the first to ask for `analysed`: the development set's analysis (~30 s)
 def test_every_conversation_is_analysed(analysed: list) -> None:
     assert len(analysed) == 473 and all(o.last is not None for o in analysed)
 
