@@ -234,11 +234,17 @@ def written_out(phrases: tuple[str, ...], contractions: dict[str, tuple[str, ...
             raise ValueError(f"{phrase!r} stands for more than {MAX_EXPANSIONS} phrases written out")
         for combination in itertools.product(*choices):
             # "'s" before "been" or "got" is "has": "it's been fine" → "it has been fine"
-            expanded[_HAS_NOT_IS.sub(r"\1has \2", "".join(combination))] = None
+            variant = _HAS_NOT_IS.sub(r"\1has \2", "".join(combination))
+            # a question's "not" goes after its subject: "why didn't you say so" → "why did you not say so"
+            expanded[_ASKED_NOT.sub(r"\1\2 \4 not", variant)] = None
     return tuple(expanded)
 
 
 _HAS_NOT_IS = re.compile(r"\b(it |he |she |that |there |what |who )is (been|got)\b")
+_ASKED_NOT = re.compile(
+    r"(^\^?|\bwhy |\bhow come )(do|does|did|can|could|would|will|should|are|is|was|were|have|has|had)"
+    r"( ?not) (you|i|we|they|it|he|she)\b"
+)
 
 
 def _contractions(value: Any) -> dict[str, tuple[str, ...]]:

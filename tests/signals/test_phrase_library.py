@@ -285,7 +285,13 @@ def test_a_one_word_slot_after_the_first_is_one_set_of_alternatives_matching_the
         ], text
 
 
-CONTRACTIONS = {"don't": ("do not",), "can't": ("cannot", "can not"), "it's": ("it is",)}
+CONTRACTIONS = {
+    "don't": ("do not",),
+    "can't": ("cannot", "can not"),
+    "it's": ("it is",),
+    "didn't": ("did not",),
+    "isn't": ("is not",),
+}
 
 
 @pytest.mark.parametrize(
@@ -309,6 +315,12 @@ CONTRACTIONS = {"don't": ("do not",), "can't": ("cannot", "can not"), "it's": ("
         ("its owner", ("its owner",)),  # "its" is no "it's"
         ("it's been fine since", ("it's been fine since", "it has been fine since")),  # "'s" as "has"
         ("dont't", ("dont't",)),  # inside another word: nothing
+        # a question's "not" follows its subject, written out
+        ("why didn't you say so", ("why didn't you say so", "why did you not say so")),
+        ("^can't you read", ("^can't you read", "^can you not read")),
+        # no question's word order: "not" stays
+        ("how come it isn't here", ("how come it isn't here", "how come it is not here")),
+        ("that isn't it", ("that isn't it", "that is not it")),  # a statement: "not" stays
         ("thank you", ("thank you",)),
     ],
 )
@@ -327,6 +339,7 @@ WITHOUT_CONTRACTIONS = parse_library(
         ("I do not follow. What is the escrow account?", tx.CLARIFICATION),
         ("I am so frustrated", tx.NEGATIVE_STANCE),
         ("I cannot believe this", tx.NEGATIVE_STANCE),
+        ("Why did you not tell me that before I paid?", tx.NEGATIVE_STANCE),
     ],
 )
 def test_the_library_reads_contractions_written_out(text: str, signal: str) -> None:
