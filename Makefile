@@ -15,8 +15,8 @@ TEST_STAMP := $(VENV)/.installed-test
 NATIVE_SOURCES := $(shell $(PYTHON) -c "import runpy; n = runpy.run_path('otelsignals/native.py'); print(' '.join(str(n['source_path'](m)) for m in n['build_inputs']()))")
 
 # uv (Astral's installer, from PyPI) installs the packages: it fetches and unpacks them side by side
-# and compiles no bytecode up front, where pip takes one after another (the test extra: 58 s -> 8 s;
-# Phoenix's hundred packages in .venv-phoenix, scripts/phoenix-venv: 140 s -> 10 s). It reads
+# and compiles no bytecode up front, where pip takes one after another (the test extra: 58 s -> 4 s;
+# Phoenix's hundred packages in .venv-phoenix, scripts/phoenix-venv: 140 s -> 6-10 s). It reads
 # UV_INDEX_URL / UV_DEFAULT_INDEX, not pip.conf. The package itself is built again (no cached build):
 # its compiled modules must be those of the source as it is.
 UV_REQUIREMENT := uv>=0.9

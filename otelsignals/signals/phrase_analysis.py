@@ -126,11 +126,6 @@ class GroupSpec:
     # a condition that is no courtesy in its sentence ("if it jumps a lot I'd want to speak to
     # someone"): ``conditions``, ``courtesies`` and ``hypothetical`` in interaction.yaml
     unless_hypothetical: bool = False
-    # counts only as the flat last clause of a message that states something first and asks nothing
-    # (praise thrown at news: "case by case. lovely.", "48 hours. brilliant."); opening a message
-    # ("Brilliant, book it"), alone, with "!" or an emoji, beside a question, thanks or a success it is
-    # sincere (see closes_a_statement)
-    closing_statement: bool = False
     opening_positives: tuple[str, ...] = ()  # sent as the first message: must fire the group
     opening_near_misses: tuple[str, ...] = ()  # sent as the first message: must fire nothing of it
 
@@ -311,7 +306,6 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             bool(entry.get("ironic", False)),
             bool(entry.get("unless_troubled", False)),
             bool(entry.get("unless_hypothetical", False)),
-            bool(entry.get("closing_statement", False)),
             tuple(entry.get("opening_positives", ())),
             tuple(entry.get("opening_near_misses", ())),
         )
@@ -473,7 +467,6 @@ def analyse_text(text: str) -> TextAnalysis:
             or (groups[m.group].statement_only and asked(plain, m.start, m.end))
             or (groups[m.group].unless_plain_question and plainly_asked(plain, m.start, m.end))
             or (groups[m.group].unless_asking and asks_later(plain, m.end))
-            or (groups[m.group].closing_statement and not closes_a_statement(plain, m.start, m.end))
         )
     ]
     conditional = [m for m in accepted if groups[m.group].unless_hypothetical]
@@ -502,8 +495,6 @@ def analyse_text(text: str) -> TextAnalysis:
     irony = [m for m in accepted if groups[m.group].ironic]
     if irony:
         accepted = _ironic(text, accepted, irony, library)
-    if any(groups[m.group].signal in (tx.GRATITUDE, tx.SUCCESS) for m in accepted):
-        accepted = [m for m in accepted if not groups[m.group].closing_statement]
     if any(_complains(groups[m.group]) for m in accepted):
         accepted = [m for m in accepted if not groups[m.group].unless_complaining]
     calm = [m for m in accepted if groups[m.group].unless_troubled]
@@ -695,16 +686,6 @@ def asks_later(text: str, end: int) -> bool:
         if text[at] in _CLAUSE_CLOSERS:
             return "?" in text[at + 1 :]
     return False
-
-
-def closes_a_statement(text: str, start: int, end: int) -> bool:
-    """The hit ``text[start:end]`` is the message's flat last clause after a sentence of its own, and
-    the message asks nothing: "case by case. lovely.", "two charges and a chatbot that can't refund.
-    fantastic"; not "Lovely, book it", "lovely!", "nice 👍" or "…, lovely" (one sentence)."""
-    if "?" in text or text[end:].strip(" .\t\n") or not text[:start].strip():
-        return False
-    before = text[:start].rstrip(" \t")
-    return before.endswith((".", "\n")) and not before.endswith("..")
 
 
 def plainly_asked(text: str, start: int, end: int) -> bool:
