@@ -42,11 +42,13 @@ starting with ``>``, or after an e-mail reply header ("On Mon, … wrote:", "---
 
 Phrase syntax (in the phrase lists): words as a person writes them; a leading ``^`` requires the
 phrase to start a clause, a trailing ``$`` requires it to end one ("^perfect$" fires on "Perfect,
-thanks!" but not on "the perfect gift"). A clause still starts at a phrase preceded only by up to two
-*lead-in* words ("ok", "yeah", "ah": "ok great" is "^great$"), and still ends at one followed only
-by up to three *trailer* words ("thanks", "thank you", "mate": "awesome thanks" is "^awesome$"); both
-lists are data (the library's ``lead_ins`` and ``trailers``), empty by default. Per group,
-``exclude`` phrases veto any overlapping hit of that group ("thanks to", "thank you note"),
+thanks!" but not on "the perfect gift"). A phrase, an exclude too, lies within one sentence ("forget
+it" is not in "I always forget. It happens"); a line break or an ellipsis ends none, and an emoji goes
+with the sentence before it. A clause still starts at a phrase preceded only by up to two *lead-in*
+words ("ok", "yeah", "ah": "ok great" is "^great$"), and still ends at one followed only by up to
+three *trailer* words ("thanks", "thank you", "mate": "awesome thanks" is "^awesome$"); both lists
+are data (the library's ``lead_ins`` and ``trailers``), empty by default. Per group, ``exclude``
+phrases veto any overlapping hit of that group ("thanks to", "thank you note"),
 ``whole_message`` entries fire only when they are the whole message ("huh?", "ty"), and
 ``starts_with`` entries are literal message prefixes ("again:").
 
@@ -70,7 +72,7 @@ from typing import NamedTuple
 
 import ahocorasick
 
-from otelsignals.signals.tokens import FAR, Token, mark_quoted, quoted_spans, tokens_of, unify
+from otelsignals.signals.tokens import EMOJI_WORDS, FAR, Token, mark_quoted, quoted_spans, tokens_of, unify
 
 MIN_TYPO_LEN = 5  # words shorter than this are matched exactly
 MAX_TYPO_LEN = 30  # longer tokens are not typo-corrected (keeps the per-token cost constant)
@@ -404,7 +406,11 @@ class PhraseMatcher:
                 probe = entry.probe
                 if probe is not None and (first + probe[0] >= count or words[first + probe[0]] != probe[1]):
                     continue  # (the cheap look first: _tail_matches would say no too)
-                if self._tail_matches(words, first, entry) and self._anchored(tokens, first, entry):
+                if (
+                    self._tail_matches(words, first, entry)
+                    and self._anchored(tokens, first, entry)
+                    and not _crosses_a_sentence(scan.text, tokens, first, entry.length)
+                ):
                     hits.append((first, entry))
         excluded = self._excluded(hits)
         any_fuzzy = any(fuzzy)
@@ -525,6 +531,24 @@ def _overlaps(excluded: set[tuple[int, int]], group: int, first: int, last: int)
 
 
 CLAUSE_TAIL_LIMIT = 60  # characters a phrase's snippet may run on after the match
+
+
+def _crosses_a_sentence(text: str, tokens: list[Token], first: int, length: int) -> bool:
+    """A phrase (or exclude) is read within one sentence: "forget it" is not in "I always forget. It
+    happens", nor "i quit my" in "I quit. My patience is gone". Only a ".", "!" or "?" ends one here: a
+    line break (wrapped text), an ellipsis ("Transferring… you") or a ";" does not, and an emoji goes
+    with the sentence before it ("please!! 🙏" is still "please 🙏")."""
+    for at in range(first + 1, first + length):
+        token = tokens[at]
+        if not token.sentence_start or token.norm in _EMOJI_NORMS:
+            continue
+        gap = text[tokens[at - 1].end : token.start]
+        if any(mark in gap for mark in ".!?") and "…" not in gap and ".." not in gap:
+            return True
+    return False
+
+
+_EMOJI_NORMS = frozenset(EMOJI_WORDS.values())
 
 
 def clause_snippet(text: str, start: int, end: int) -> str:

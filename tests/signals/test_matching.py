@@ -153,6 +153,21 @@ def test_anchored_phrases_need_clause_boundaries(matcher: PhraseMatcher, text: s
     assert found is (fires or text == "perfect, thanks")
 
 
+@pytest.mark.parametrize(
+    ("text", "group", "fires"),
+    [
+        ("I always forget. It happens to everyone.", "quit", False),  # no "forget it" across a full stop
+        ("forget it, I'll do it myself", "quit", True),
+        ("I quit. My patience is gone.", "quit", True),  # nor the exclude "i quit my"
+        ("I quit my job last year", "quit", False),
+        ("Yes please!! 🙏", "gratitude", False),  # an emoji goes with its sentence: "please 🙏" excludes
+    ],
+)
+def test_a_phrase_is_read_within_one_sentence(text: str, group: str, fires: bool) -> None:
+    found = {m.group for m in phrase_library().matcher.find(text) if not (m.negated or m.quoted)}
+    assert (group in found) is fires
+
+
 def test_whole_message_entries_fire_only_alone(matcher: PhraseMatcher) -> None:
     assert groups(matcher, "huh?") == ["clarification"]
     assert groups(matcher, "  Huh ?! ") == ["clarification"]
