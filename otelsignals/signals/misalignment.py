@@ -28,6 +28,7 @@ from otelsignals.signals.phrase_analysis import (
     clause_spans,
     holds_any,
     phrase_instance,
+    previous_assistant_text,
     previous_assistant_words,
     sentence_spans,
     user_texts,
@@ -331,6 +332,9 @@ def detect_clarification(ctx: DetectionContext) -> list[SignalInstance]:
 
 TERM_QUESTION_CONFIDENCE = 0.7
 TERM_QUESTION_MAX_WORDS = 2  # "what's intune?", "what is open jaw?": a term, not a new question
+# "what's shared parental leave?": a longer term counts when the agent wrote those words in that order
+# (three words merely found here and there in its answer make a new question)
+TERM_RUN_MAX_WORDS = 3
 # A bare "what" echoes the agent's words back ("what unpaid invoice?", "what fee?"): the user does not
 # know what the agent is talking about. Not when the words ask for something new ("what else?", "what
 # about the hotel?", "what happened?", "what time?" names no word of the agent's unless it used it).
@@ -338,10 +342,15 @@ _ECHO_NOT_TERMS = word_set("misalignment", "echo_question", "not_terms")
 _TERM_QUESTION_HEADS = word_sequences("misalignment", "term_question", "heads")
 # "what does R01 mean?", "what does ACH stand for?": the same question, the term inside
 _MEANING_HEADS = word_sequences("misalignment", "term_question", "meaning_heads")
-_MEANING_TAILS = word_sequences("misalignment", "term_question", "meaning_tails")
+# the longest first: "mean" must not take the end of "what does X really mean"
+_MEANING_TAILS = tuple(
+    sorted(word_sequences("misalignment", "term_question", "meaning_tails"), key=len, reverse=True)
+)
 # "what means 'service name'?" (non-native word order), "what's shared parental leave exactly?"
 _PLAIN_MEANING_HEADS = word_sequences("misalignment", "term_question", "plain_meaning_heads")
 _TERM_HEDGES = word_order("misalignment", "term_question", "hedges")
+# acknowledgements before the question in its sentence ("ok what does 'transit hop' mean?")
+_TERM_OPENERS = word_set("misalignment", "term_question", "openers")
 # a term quoted back from the agent's answer ("what does 're-applied to the term' mean")
 QUOTED_TERM_MAX_WORDS = 6
 _TERM_QUESTION_LONGEST = max(map(len, _TERM_QUESTION_HEADS)) + QUOTED_TERM_MAX_WORDS + 3
@@ -358,6 +367,8 @@ def _term_question(ctx: DetectionContext, i: int, text: str, analysis: TextAnaly
         token = tokens[start]
         if token.quoted:
             continue
+        while start < sentence_end - 1 and tokens[start].norm in _TERM_OPENERS:
+            start += 1
         # the first clause, when a question follows it ("what does X mean, will the 8k be moved?")
         end = next(
             (k for k in range(start + 1, sentence_end) if tokens[k].clause_start and not tokens[k].quoted),
@@ -369,10 +380,13 @@ def _term_question(ctx: DetectionContext, i: int, text: str, analysis: TextAnaly
         head = next((h for h in _TERM_QUESTION_HEADS[::-1] if tuple(words[: len(h)]) == h), None)
         head = next((h for h in _PLAIN_MEANING_HEADS if tuple(words[: len(h)]) == h), head)
         term = words[len(head) :] if head else []
+        # "what does X mean" asks without its question mark ("what does GRIEF-AFK even mean, I wasn't
+        # afk"); "what X" needs one ("what invoice." is said, not asked)
+        meant = False
         for meaning in _MEANING_HEADS:
             tail = next((t for t in _MEANING_TAILS if tuple(words[-len(t) :]) == t), None)
             if tail and tuple(words[: len(meaning)]) == meaning:
-                head, term = meaning, words[len(meaning) : -len(tail)]
+                head, term, meant = meaning, words[len(meaning) : -len(tail)], True
                 break
         while len(term) > 1 and term[-1] in _TERM_HEDGES:
             term = term[:-1]
@@ -382,12 +396,14 @@ def _term_question(ctx: DetectionContext, i: int, text: str, analysis: TextAnaly
         after = text[tokens[sentence_end - 1].end : closing]
         first = start + (len(head) if head else 0)
         quoted = bool(term) and all(t.quoted for t in tokens[first : first + len(term)])
-        limit = QUOTED_TERM_MAX_WORDS if quoted else TERM_QUESTION_MAX_WORDS
-        if not (0 < len(term) <= limit and "?" in after):
+        limit = QUOTED_TERM_MAX_WORDS if quoted else TERM_RUN_MAX_WORDS
+        if not (0 < len(term) <= limit and (meant or "?" in after)):
             continue
         previous = previous_assistant_words(ctx, i) if previous is None else previous
         content = [w for w in term if w not in STOP_WORDS]
-        if content and all(w in previous for w in content) and (quoted or len(content) == len(term)):
+        if not (content and all(w in previous for w in content) and (quoted or len(content) == len(term))):
+            continue
+        if quoted or len(term) <= TERM_QUESTION_MAX_WORDS or _written_in_order(ctx, i, term):
             pattern = "echo_question" if head == ("what",) else "term_question"
             metadata = {"pattern": pattern, "term": " ".join(term)}
             span = snippet(text, token.start, tokens[end - 1].end)
@@ -395,6 +411,12 @@ def _term_question(ctx: DetectionContext, i: int, text: str, analysis: TextAnaly
                 tx.CLARIFICATION, ctx.absolute_index(i), TERM_QUESTION_CONFIDENCE, span, metadata
             )
     return None
+
+
+def _written_in_order(ctx: DetectionContext, i: int, term: list[str]) -> bool:
+    """The assistant message before local index ``i`` has ``term``'s words one after another."""
+    said = " " + " ".join(t.norm for t in tokenise(previous_assistant_text(ctx, i))) + " "
+    return f" {' '.join(term)} " in said
 
 
 DETECTORS: tuple[DetectorSpec, ...] = (
