@@ -418,9 +418,9 @@ def _key_words(key: str) -> list[str]:
 
 def _counted_nothing(node: dict[str, Any]) -> bool:
     """A list under a name of its own, empty, and a count of 0 beside it ({"slots": [], "count": 0}).
-    Every list must be empty and the count must be a number: {"count": 0} alone is an answer (no
-    unread messages), not a search that found nothing; and so is an empty list of problems
-    ({"conflicts": [], "count": 0}: none found is good news). A page size is no count."""
+    Every list must be empty and the count a number (0, 0.0 or "0": :func:`_count_value`): {"count": 0}
+    alone is an answer (no unread messages), not a search that found nothing; and so is an empty list
+    of problems ({"conflicts": [], "count": 0}: none found is good news). A page size is no count."""
     lists = [value for value in node.values() if isinstance(value, list)]
     counts = [value for key, value in node.items() if str(key).lower() in COUNT_KEYS]
     listed = [str(key) for key, value in node.items() if isinstance(value, list)]
@@ -428,8 +428,8 @@ def _counted_nothing(node: dict[str, Any]) -> bool:
         bool(lists)
         and not any(PROBLEM_LIST_WORDS.intersection(_key_words(key)) for key in listed)
         and not any(lists)
-        and any(type(count) is int and count == 0 for count in counts)
-        and not any(type(count) is int and count != 0 for count in counts)
+        and any(_count_value(count) == 0.0 for count in counts)
+        and not any(_count_value(count) not in (None, 0.0) for count in counts)
     )
 
 
