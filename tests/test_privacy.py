@@ -365,7 +365,7 @@ KEY_TABLE = {
         "asked_by", "after", "via", "unresolved", "emoji",
     },
     "identifier": {"tool", "tools", "model", "error_type"},
-    "content": {"arguments", "rejected", "term", "shared", "brought_back", "marker"},
+    "content": {"arguments", "rejected", "term", "shared", "brought_back", "marker", "left_out"},
     "nested": {"signatures"},
 }  # fmt: skip
 

@@ -15,7 +15,7 @@ declared here in exactly one of four sets:
   ``error_type``): kept when they look like an identifier (:func:`looks_like_identifier`), else
   hashed;
 - :data:`CONTENT_METADATA_KEYS`: words of a message or a tool call's arguments (``arguments``,
-  ``rejected``, ``term``, ``shared``, ``brought_back``, ``marker``…);
+  ``rejected``, ``term``, ``shared``, ``brought_back``, ``left_out``, ``marker``…);
 - :data:`NESTED_METADATA_KEYS`: lists or objects whose own keys follow these same rules
   (``signatures``).
 
@@ -195,7 +195,7 @@ PLAIN_METADATA_KEYS = frozenset(
 # late system prompt is put in front: analysis._renumber).
 MESSAGE_NUMBER_METADATA_KEYS = frozenset({"similar_to", "repeated_answer", "request_index"})
 IDENTIFIER_METADATA_KEYS = frozenset({"tool", "tools", "model", "error_type"})
-CONTENT_METADATA_KEYS = frozenset({"arguments", "rejected", "term", "shared", "brought_back", "marker"})
+CONTENT_METADATA_KEYS = frozenset({"arguments", "rejected", "term", "shared", "brought_back", "marker", "left_out"})
 NESTED_METADATA_KEYS = frozenset({"signatures"})
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.:/@+\-]{0,127}")

@@ -1,18 +1,21 @@
 """interaction.misalignment.rephrase: the user asks again for what they already asked.
 
-Five rules, tried in order on each new user message; the first that fires gives the instance, and
+Six rules, tried in order on each new user message; the first that fires gives the instance, and
 its ``pattern`` metadata names the rule (the phrase group, ``near_duplicate``, ``restatement``,
-``insistence``, ``asked_again``). Rules 2–5 need the agent to have answered since the earlier
-message, and never fire on a message that expresses satisfaction:
+``insistence``, ``asked_again``, ``unanswered``). Rules 2–6 need the agent to have answered since
+the earlier message, and never fire on a message that expresses satisfaction:
 
 1. a phrase that says so ("let me rephrase", "again:"; group ``rephrase`` in ``phrases/misalignment.yaml``);
 2. a near-duplicate of one of the user's last REPHRASE_WINDOW messages over content words
    (rapidfuzz token_set ≥ REPHRASE_SIMILARITY and token_sort ≥ REPHRASE_ORDER_SIMILARITY);
 3. a restatement: a short request whose key words the user already wrote in an earlier sentence;
 4. insistence: the task brought back after the agent steered away from it;
-5. asked again after the agent repeated an answer.
+5. asked again after the agent repeated an answer;
+6. asked again, pushing back, for what the agent's answers left out: a short question or request
+   with words of the user's previous one that no answer since used ("I can see the total. I want to
+   know why it went up by 18 quid" after "Your bill is £52.40").
 
-The word lists of rules 3–5 are data, with their examples: ``rules`` in ``phrases/misalignment.yaml``.
+The word lists of rules 3–6 are data, with their examples: ``rules`` in ``phrases/misalignment.yaml``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from otelsignals.signals.phrase_analysis import (
     user_texts,
 )
 from otelsignals.signals.stagnation import REPETITION_WINDOW, Answer, most_similar, prepared_answer
-from otelsignals.signals.tokens import Token
+from otelsignals.signals.tokens import Token, tokenise
 from otelsignals.signals.word_lists import canonical_forms, word_order, word_sequences, word_set
 
 # The near-duplicate thresholds were calibrated on the labelled pairs REPHRASE_PAIRS (tests/signals/
@@ -149,6 +152,7 @@ def detect_rephrase(ctx: DetectionContext) -> list[SignalInstance]:
                 or _restatement_instance(ctx, i, text, analysis, keys)
                 or _insistence_instance(ctx, i, text, analysis, [*keys, *_task(ctx)])
                 or _reask_instance(ctx, i, text, analysis, [*keys, *_task(ctx)])
+                or _unanswered_instance(ctx, i, text, analysis, keys[-1:])
             )
         if instance is not None:
             found.append(instance)
@@ -279,6 +283,7 @@ class KeptSentence(NamedTuple):
     # this detector's memory); the rules make a set of them only where they compare.
     keys: tuple[str, ...]
     request: bool  # a request word, or a question asking the agent to act
+    asks: bool = False  # a question of any kind ("what time do you open on Sunday?")
 
 
 KeptMessage = tuple[int, tuple[KeptSentence, ...]]  # a user message's absolute index, its sentences
@@ -287,7 +292,7 @@ KeptMessage = tuple[int, tuple[KeptSentence, ...]]  # a user message's absolute 
 def sentence_keys(ctx: DetectionContext, text: str) -> tuple[KeptSentence, ...]:
     """The sentences of ``text`` as :class:`KeptSentence` records."""
     return tuple(
-        KeptSentence(tuple(sorted(unit.keys)), unit.wants or unit.asks_for)
+        KeptSentence(tuple(sorted(unit.keys)), unit.wants or unit.asks_for, unit.asks)
         for unit in _units(ctx, text, clauses=False)
     )
 
@@ -507,6 +512,88 @@ def _reask_instance(
                 span = snippet(text, 0, min(len(text), 200))
                 return SignalInstance(tx.REPHRASE, ctx.absolute_index(i), REASK_CONFIDENCE, span, metadata)
     return None
+
+
+# --- asked again for what the answer left out ------------------------------------------------------
+# "Why is my bill £18 higher?" … "Your bill is £52.40, due on 28 May." … "I can see the total. I want to
+# know why it went up by 18 quid": the user pushes back (a word such as "not", "but", "still", "I know",
+# or "??") and asks again (a short question or request) with words of their previous question or
+# request that none of the agent's answers since then used ("and sunday??", "not sort code, I need the
+# IBAN"). A follow-up about what the agent did answer shares only words the agent used ("is the Osaka
+# flight direct?" after "booked the Osaka flight"); a new request shares none; and without pushback a
+# question on the same template is a new one ("how do I sort a dictionary?" after "how do I sort a
+# list?", the answer in other words).
+UNANSWERED_CONFIDENCE = 0.55
+
+
+def _root(key: str) -> str:
+    """What is compared to tell whether the agent used a word: its first four letters ("monthly" and
+    "month", "tops" and "top up", "cancellation" and "cancel" are one word here), a short word without
+    a plural "s". Coarse on purpose: a word taken for answered only spares a signal."""
+    return key[:4] if len(key) > 4 else key.removesuffix("s")
+
+
+_PUSHBACK = word_set("misalignment", "unanswered", "pushback_words")
+# words that say nothing of what was asked for ("could you guide me", "am I doing something wrong?")
+_VAGUE = frozenset(_root(_key(word)) for word in word_order("misalignment", "unanswered", "vague_words"))
+# asking again is short: a longer message or sentence is a new, fuller request or a report
+UNANSWERED_MAX_KEYS = 8
+UNANSWERED_MAX_SENTENCES = 3
+
+
+def _unanswered_instance(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, earlier: Sequence[KeptMessage]
+) -> SignalInstance | None:
+    tokens = analysis.scan.tokens
+    if not tokens or _accepts(tokens) or not earlier or analysis.hits.get(tx.CLARIFICATION):
+        return None
+    units = [
+        u
+        for u in _units(ctx, text, clauses=False)
+        if (u.asks or u.wants) and not u.progress and len(u.keys - _GENERIC_KEYS) <= UNANSWERED_MAX_KEYS
+    ]
+    if not units or len(sentence_spans(tokens)) > UNANSWERED_MAX_SENTENCES:
+        return None
+    asked = [
+        (at, frozenset(s.keys) - _GENERIC_KEYS)
+        for at, sentences in earlier
+        for s in sentences
+        if s.request or s.asks
+    ]
+    candidates = [
+        (at, unit.keys & before) for unit in units for at, before in asked if not unit.keys.isdisjoint(before)
+    ]
+    if not candidates:
+        return None
+    pushback: bool | None = None  # read lazily
+    for at, shared in candidates:
+        answered = _answers_keys(ctx, at, i)
+        left_out = {word for word in shared if _root(word) not in answered and _root(word) not in _VAGUE}
+        if not left_out:
+            continue
+        pushback = _pushes_back(text, tokens) if pushback is None else pushback
+        if not pushback:
+            continue
+        metadata = {"pattern": "unanswered", "similar_to": at, "left_out": sorted(left_out)}
+        span = snippet(text, 0, min(len(text), 200))
+        return SignalInstance(tx.REPHRASE, ctx.absolute_index(i), UNANSWERED_CONFIDENCE, span, metadata)
+    return None
+
+
+def _pushes_back(text: str, tokens: list[Token]) -> bool:
+    """A word of pushback ("not", "but", "still", "already"…), or "??"."""
+    return "??" in text or any(t.norm in _PUSHBACK for t in tokens if not t.quoted)
+
+
+def _answers_keys(ctx: DetectionContext, at: int, i: int) -> frozenset[str]:
+    """The :func:`_root` of the key form of every word the assistant wrote between absolute index ``at``
+    and local index ``i``."""
+    keys: set[str] = set()
+    for j in range(max(at - ctx.conversation.message_offset + 1, 0), i):
+        message = ctx.messages[j]
+        if message.role is Role.ASSISTANT and message.content:
+            keys.update(_root(_key(t.norm)) for t in tokenise(message.content[:COMPARE_CHARS]))
+    return frozenset(keys)
 
 
 def _repeated_answer(ctx: DetectionContext, i: int) -> int | None:
