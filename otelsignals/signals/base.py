@@ -195,7 +195,9 @@ PLAIN_METADATA_KEYS = frozenset(
 # late system prompt is put in front: analysis._renumber).
 MESSAGE_NUMBER_METADATA_KEYS = frozenset({"similar_to", "repeated_answer", "request_index"})
 IDENTIFIER_METADATA_KEYS = frozenset({"tool", "tools", "model", "error_type"})
-CONTENT_METADATA_KEYS = frozenset({"arguments", "rejected", "term", "shared", "brought_back", "marker", "left_out"})
+CONTENT_METADATA_KEYS = frozenset(
+    {"arguments", "rejected", "term", "shared", "brought_back", "marker", "left_out"}
+)
 NESTED_METADATA_KEYS = frozenset({"signatures"})
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.:/@+\-]{0,127}")

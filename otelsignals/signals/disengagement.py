@@ -115,6 +115,8 @@ def detect_negative_stance(ctx: DetectionContext) -> list[SignalInstance]:
             _punctuation_cue(text, analysis),
             _rhetorical_cue(text, analysis),
             _emoji_cue(text, analysis),
+            _condemnation_cue(text, analysis),
+            _censored_swearing_cue(text, analysis),
             _echoed_figure_cue(ctx, i, text, analysis) if after_assistant else None,
         ]
         cues = [cue for cue in candidates if cue is not None]
@@ -277,6 +279,120 @@ def _emoji_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
     for at in sorted(found):
         if not any(token.norm in EMOJI_NAMED_BY for token in _sentence_around(analysis.scan.tokens, at)):
             return _Cue("annoyed_emoji", EMOJI_CONFIDENCE, at, at + 1, {"emoji": text[at : at + 1]})
+    return None
+
+
+# --- a judgement passed on the service or what it did ("These deductions are baseless and frankly
+# insulting.", "Das ist doch absurd.", "I find this wholly unacceptable"): a condemning word said of
+# "this", "that", "it", "these…", "your…" (or what the user finds it), a few intensifiers between.
+# Not when the clause is negated ("this is not unfair": the walk back stops at the negator), asks
+# ("isn't it unfair to ask?"), reports someone else's words ("my son says your app is a joke"), or
+# the subject is not the service or the situation ("late payment is unacceptable", "their app was a
+# mess"); rule condemnation in phrases/disengagement.yaml.
+CONDEMNATION_CONFIDENCE = 0.65
+_CONDEMNING = word_sequences("disengagement", "condemnation", "words")
+_CONDEMNING_FIRST = frozenset(words[0] for words in _CONDEMNING)
+_COPULAS = word_set("disengagement", "condemnation", "copulas")
+_POINTER_COPULAS = word_set("disengagement", "condemnation", "pointer_copulas")  # "that's", "c'est"
+_POINTERS = word_set("disengagement", "condemnation", "pointers")
+_INTENSIFIERS = word_set("disengagement", "condemnation", "intensifiers")
+_JUDGING = word_sequences("disengagement", "condemnation", "judging")
+_REPORTED = word_set("disengagement", "condemnation", "reported")
+_ARTICLES = word_set("disengagement", "condemnation", "articles")
+_TRAILING = word_set("disengagement", "condemnation", "trailing")
+CONDEMNED_SUBJECT_WORDS = 3  # "these (three) deductions are": the pointer at most this far before the verb
+CONDEMNED_OBJECT_WORDS = 6  # "I find (the lack of any communication) wholly unacceptable"
+
+
+def _condemnation_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
+    if analysis.satisfied:
+        return None
+    tokens = analysis.scan.tokens
+    for start, end in sentence_spans(tokens):
+        after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+        if "?" in after:
+            continue
+        for k in range(start, end):
+            if tokens[k].norm not in _CONDEMNING_FIRST or tokens[k].quoted:
+                continue
+            words = _condemning_at(tokens, k, end)
+            if (
+                words
+                and _judged(tokens, start, k)
+                and _closes_clause(tokens, words, k + len(words), end)
+                and not any(t.norm in _REPORTED for t in tokens[start:k])
+            ):
+                return _Cue(
+                    "condemnation",
+                    CONDEMNATION_CONFIDENCE,
+                    tokens[start].start,
+                    tokens[k + len(words) - 1].end,
+                    {"words": " ".join(words)},
+                )
+    return None
+
+
+def _condemning_at(tokens: list[Token], k: int, end: int) -> tuple[str, ...] | None:
+    """The longest _CONDEMNING sequence starting at token ``k`` within the sentence, or None."""
+    norms = tuple(t.norm for t in tokens[k:end])
+    found = [words for words in _CONDEMNING if norms[: len(words)] == words]
+    return max(found, key=len) if found else None
+
+
+def _closes_clause(tokens: list[Token], words: tuple[str, ...], after: int, end: int) -> bool:
+    """A judgement by a noun ("a joke", "una estafa") closes its clause, a few words of tone aside
+    ("your service is a joke now"): "it's a joke my son told" names a joke. An adjective goes on
+    ("it's ridiculous that I have to wait", "unacceptable for a 4 star hotel")."""
+    if words[0] not in _ARTICLES:
+        return True
+    while after < end and tokens[after].norm in _TRAILING and not tokens[after].clause_start:
+        after += 1
+    return after == end or tokens[after].clause_start
+
+
+def _judged(tokens: list[Token], start: int, k: int) -> bool:
+    """The condemning word at ``k`` is said of the service or the situation: intensifiers aside, a
+    fused pointer and verb just before it ("that's", "c'est"), or a verb with a pointer at most
+    CONDEMNED_SUBJECT_WORDS before it ("these deductions are"), or the user's "I find" within
+    CONDEMNED_OBJECT_WORDS ("I find the delay wholly unacceptable"), in the same clause."""
+    j = k - 1
+    while j >= start and tokens[j].norm in _INTENSIFIERS and not tokens[j + 1].clause_start:
+        j -= 1
+    if j < start or tokens[j + 1].clause_start:
+        return False
+    if tokens[j].norm in _POINTER_COPULAS:
+        return True
+    if tokens[j].norm in _COPULAS:
+        for m in range(j - 1, max(start, j - 1 - CONDEMNED_SUBJECT_WORDS) - 1, -1):
+            if tokens[m].norm in _POINTERS:
+                return True
+            if tokens[m + 1].clause_start:
+                break
+    clause_start = next((m for m in range(j, start - 1, -1) if tokens[m].clause_start), start)
+    before = tuple(t.norm for t in tokens[max(clause_start, j - CONDEMNED_OBJECT_WORDS) : j + 1])
+    return any(before[m : m + len(judging)] == judging for judging in _JUDGING for m in range(len(before)))
+
+
+# --- censored swearing ("this is a f***ing 4 star hotel", "what the sh*t"): letters with the middle
+# starred out ("f**k", "a**hole"), a word of one or two letters with its end starred out ("f***",
+# "sh**"), or one star in a common skeleton ("sh*t", "cr*p"). Not markdown emphasis ("**Status Bar**"),
+# arithmetic ("5*3", "a*b"), a wildcard ("*.txt", "SELECT *") or a masked password ("p*****").
+CENSORED_CONFIDENCE = 0.6
+_CENSORED = re.compile(
+    r"(?<![\w*])(?:[a-z]{1,3}\*{2,4}[a-z]{1,5}|[a-z]{1,2}\*{2,4}|(?:sh|f|cr|d|b|p)\*(?:t|ck|cking|cked|p|mn|llocks|ss|ssed|tch))"
+    r"(?![\w*])",
+    re.IGNORECASE,
+)
+
+
+def _censored_swearing_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
+    if "*" not in text:
+        return None
+    for found in _CENSORED.finditer(text):
+        line_start = text.rfind("\n", 0, found.start()) + 1
+        emphasis = "**" in text[line_start : found.start()]  # the closing stars of "**bold**"
+        if not emphasis and analysis.scan.quoted_end(found.start()) is None:
+            return _Cue("censored_swearing", CENSORED_CONFIDENCE, found.start(), found.end(), {})
     return None
 
 
