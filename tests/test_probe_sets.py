@@ -4,6 +4,8 @@ shape, and a floor under the detectors' precision on them. Recall is measured, n
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tests.probe_eval import HALVES, LEAVES, load, score
@@ -22,7 +24,7 @@ def test_probe_items_are_conversations_ending_with_the_user(leaf: str, half: str
     for item in items:
         roles = [role for role, _ in item["turns"]]
         assert roles[0] == roles[-1] == "user", item["id"]
-        assert all(a != b for a, b in zip(roles, roles[1:], strict=False)), item["id"]
+        assert all(a != b for a, b in itertools.pairwise(roles)), item["id"]
         assert set(roles) <= {"user", "assistant"} and isinstance(item["label"], bool), item["id"]
         assert all(isinstance(text, str) and text.strip() for _, text in item["turns"]), item["id"]
 
