@@ -198,6 +198,8 @@ CONTRAST_MAX_WORDS = 3  # "…, not tokyo", "…, not the 7am one": a short reje
 _CONTRAST_IDIOMS = word_set("misalignment", "contrast", "idioms")
 # An agent message offering a choice ("I could send it by express for £5", "would you like…").
 _CONTRAST_OFFERS = word_sequences("misalignment", "contrast", "offers")
+# "not" in the languages users mix in ("É o de outubro, não setembro", "Pour 4, pas 2")
+_NOT = word_set("misalignment", "contrast", "not_words")
 
 
 def _contrast_instance(
@@ -210,33 +212,43 @@ def _contrast_instance(
     tokens = analysis.scan.tokens
     context: frozenset[str] | None = None  # read lazily: most messages have no contrast at all
     for start, end in sentence_spans(tokens):
-        rejected = _rejected_item(tokens, start, end)
+        after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+        # "Not P45." as a sentence of its own, beside others; not "Not 10 January?", which asks
+        alone = (start > 0 or end < len(tokens)) and "?" not in after
+        rejected = _rejected_item(tokens, start, end, alone=alone)
         if not rejected:
             continue
         marked = any(t.norm == "actually" for t in tokens[start:end])
         if not marked and context is None:
             context = _conversation_words(ctx, i)
-        if marked or rejected & (context or frozenset()):
+        if marked or _mentioned(rejected, context or frozenset()):
             metadata = {"pattern": "contrast", "rejected": " ".join(sorted(rejected)), "actually": marked}
             span = snippet(text, tokens[start].start, tokens[end - 1].end)
             return SignalInstance(tx.CORRECTION, ctx.absolute_index(i), CONTRAST_CONFIDENCE, span, metadata)
     return None
 
 
-def _rejected_item(tokens: list[Token], start: int, end: int) -> frozenset[str]:
+def _mentioned(words: frozenset[str], context: frozenset[str]) -> bool:
+    """One of ``words`` is in ``context``, a plural's "s" aside ("not dog" after "your dog's plan")."""
+    return any(w in context or w + "s" in context or w.removesuffix("s") in context for w in words)
+
+
+def _rejected_item(tokens: list[Token], start: int, end: int, *, alone: bool = False) -> frozenset[str]:
     """Y's content words when tokens[start:end] is "X…, not Y" with X holding a content word (not only
     "actually") and Y 1–CONTRAST_MAX_WORDS tokens closing the sentence, or "(no,) not Y, X…" with Y a
     clause of 1–CONTRAST_MAX_WORDS tokens and more said after it; empty otherwise."""
-    fronted = _fronted_rejection(tokens, start, end)
+    fronted = _fronted_rejection(tokens, start, end, alone=alone)
     if fronted:
         return fronted
     # After "no," the comma may go ("wait no, cream not white!!"): the user is already rejecting.
     rejecting = _opens_with_no(tokens, start, end)
     for k in range(start + 1, end):
         token = tokens[k]
-        if token.norm != "not" or token.quoted or end - k - 1 > CONTRAST_MAX_WORDS:
+        if token.norm not in _NOT or token.quoted or end - k - 1 > CONTRAST_MAX_WORDS:
             continue  # (the length check first keeps this linear: at most 3 candidates per sentence)
-        if not token.clause_start and not (rejecting and _set_against(tokens, k, end)):
+        if not token.clause_start and not (
+            (rejecting and _set_against(tokens, k, end)) or _numbers_against(tokens, k, end)
+        ):
             continue
         item = [t.norm for t in tokens[k + 1 : end]]
         before = [t.norm for t in tokens[start:k] if t.norm not in STOP_WORDS and t.norm != "actually"]
@@ -273,18 +285,27 @@ def _opens_with_no(tokens: list[Token], start: int, end: int) -> bool:
     return k + 1 < end and tokens[k].norm in _FRONTED_LEADS and tokens[k + 1].clause_start
 
 
-def _fronted_rejection(tokens: list[Token], start: int, end: int) -> frozenset[str]:
+def _numbers_against(tokens: list[Token], k: int, end: int) -> bool:
+    """A comma-less "32 not 36" closing its sentence: a number set against a number."""
+    return k + 2 == end and all(tokens[j].norm.isdigit() for j in (k - 1, k + 1))
+
+
+def _fronted_rejection(tokens: list[Token], start: int, end: int, *, alone: bool) -> frozenset[str]:
     """Y's content words when the sentence opens "(no,) not Y, X…": the rejected item first ("no, not
-    pannierstraße, that's the old one"), closed by a clause boundary, the sentence going on after it."""
+    pannierstraße, that's the old one"), closed by a clause boundary, the sentence going on after it;
+    or, with ``alone`` (the message has other sentences and this one does not ask), when the sentence
+    is "not Y." ("P60. Not P45. I haven't left.", "Go. The language. Not Python.")."""
     lead = start + 1 if tokens[start].norm in _INTERJECTIONS and start + 1 < end else start  # "wait no not…"
     led = tokens[lead].norm in _FRONTED_LEADS and lead + 1 < end
     k = lead + 1 if led else start
     # "no, not leeds, manchester" and "no not leeds, manchester" alike: after "no" the comma may go
-    if tokens[k].norm != "not" or not (tokens[k].clause_start or led) or tokens[k].quoted:
+    if tokens[k].norm not in _NOT or not (tokens[k].clause_start or led) or tokens[k].quoted:
         return frozenset()
     close = next(
         (j for j in range(k + 1, min(end, k + 2 + CONTRAST_MAX_WORDS)) if tokens[j].clause_start), None
     )
+    if close is None and alone and not led and end - k - 1 <= CONTRAST_MAX_WORDS:
+        close = end
     if close is None or close == k + 1:
         return frozenset()
     item = {t.norm for t in tokens[k + 1 : close]}
