@@ -516,8 +516,8 @@ def _reask_instance(
 
 # --- asked again for what the answer left out ------------------------------------------------------
 # "Why is my bill £18 higher?" … "Your bill is £52.40, due on 28 May." … "I can see the total. I want to
-# know why it went up by 18 quid": the user pushes back (a word such as "not", "but", "still", "I know",
-# or "??") and asks again (a short question or request) with words of their previous question or
+# know why it went up by 18 quid": the user pushes back (a sentence opening "not", "but", "I know", "I
+# can see", "yes but", or "??") and asks again (a short question or request) with words of their previous question or
 # request that none of the agent's answers since then used ("and sunday??", "not sort code, I need the
 # IBAN"). A follow-up about what the agent did answer shares only words the agent used ("is the Osaka
 # flight direct?" after "booked the Osaka flight"); a new request shares none; and without pushback a
@@ -533,7 +533,8 @@ def _root(key: str) -> str:
     return key[:4] if len(key) > 4 else key.removesuffix("s")
 
 
-_PUSHBACK = word_set("misalignment", "unanswered", "pushback_words")
+_PUSHBACK_OPENERS = word_sequences("misalignment", "unanswered", "pushback_openers")
+_PUSHBACK_WORDS = word_set("misalignment", "unanswered", "pushback_words")
 # words that say nothing of what was asked for ("could you guide me", "am I doing something wrong?")
 _VAGUE = frozenset(_root(_key(word)) for word in word_order("misalignment", "unanswered", "vague_words"))
 # asking again is short: a longer message or sentence is a new, fuller request or a report
@@ -581,8 +582,22 @@ def _unanswered_instance(
 
 
 def _pushes_back(text: str, tokens: list[Token]) -> bool:
-    """A word of pushback ("not", "but", "still", "already"…), or "??"."""
-    return "??" in text or any(t.norm in _PUSHBACK for t in tokens if not t.quoted)
+    """Pushback: "??"; a sentence opening with it ("not sort code…", "but sunday", "I know, but…";
+    PUSHBACK_OPENERS); or a word of it in a sentence that states ("I don't want an estimate", "The
+    visa though."; PUSHBACK_WORDS). Inside a question such a word asks on: "can I still bring a
+    bag?", "but I only have brown rice, does that work?"."""
+    if "??" in text:
+        return True
+    for start, end in sentence_spans(tokens):
+        if tokens[start].quoted:
+            continue
+        words = tuple(t.norm for t in tokens[start : start + 4])
+        if any(words[: len(opener)] == opener for opener in _PUSHBACK_OPENERS):
+            return True
+        after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+        if "?" not in after and any(t.norm in _PUSHBACK_WORDS for t in tokens[start:end]):
+            return True
+    return False
 
 
 def _answers_keys(ctx: DetectionContext, at: int, i: int) -> frozenset[str]:
