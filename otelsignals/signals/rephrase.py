@@ -515,14 +515,14 @@ def _reask_instance(
 
 
 # --- asked again for what the answer left out ------------------------------------------------------
-# "Why is my bill £18 higher?" … "Your bill is £52.40, due on 28 May." … "I can see the total. I want to
-# know why it went up by 18 quid": the user pushes back (a sentence opening "not", "but", "I know", "I
-# can see", "yes but", or "??") and asks again (a short question or request) with words of their previous question or
-# request that none of the agent's answers since then used ("and sunday??", "not sort code, I need the
-# IBAN"). A follow-up about what the agent did answer shares only words the agent used ("is the Osaka
-# flight direct?" after "booked the Osaka flight"); a new request shares none; and without pushback a
-# question on the same template is a new one ("how do I sort a dictionary?" after "how do I sort a
-# list?", the answer in other words).
+# "Why is my bill £18 higher?" … "Your bill is £52.40, due on 28 May." … "I can see the total. I want
+# to know why it went up by 18 quid": the user pushes back (_pushes_back) and asks again, in a short
+# question or request, with words of their previous question or request that none of the agent's
+# answers since then used ("but sunday??", "not sort code, I need the IBAN"). A follow-up about what
+# the agent did answer shares only words the agent used ("is the Osaka flight direct?" after "booked
+# the Osaka flight"); a new request shares none; and without pushback a question on the same
+# template is a new one ("how do I sort a dictionary?" after "how do I sort a list?", the answer in
+# other words).
 UNANSWERED_CONFIDENCE = 0.55
 
 
