@@ -300,6 +300,7 @@ _JUDGING = word_sequences("disengagement", "condemnation", "judging")
 _REPORTED = word_set("disengagement", "condemnation", "reported")
 _ARTICLES = word_set("disengagement", "condemnation", "articles")
 _TRAILING = word_set("disengagement", "condemnation", "trailing")
+_FOLLOWERS = word_set("disengagement", "condemnation", "followers")
 CONDEMNED_SUBJECT_WORDS = 3  # "these (three) deductions are": the pointer at most this far before the verb
 CONDEMNED_OBJECT_WORDS = 6  # "I find (the lack of any communication) wholly unacceptable"
 
@@ -340,14 +341,15 @@ def _condemning_at(tokens: list[Token], k: int, end: int) -> tuple[str, ...] | N
 
 
 def _closes_clause(tokens: list[Token], words: tuple[str, ...], after: int, end: int) -> bool:
-    """A judgement by a noun ("a joke", "una estafa") closes its clause, a few words of tone aside
-    ("your service is a joke now"): "it's a joke my son told" names a joke. An adjective goes on
-    ("it's ridiculous that I have to wait", "unacceptable for a 4 star hotel")."""
-    if words[0] not in _ARTICLES:
-        return True
+    """A judgement closes its clause, a few words of tone aside ("your service is a shambles now"):
+    "it's a farce my son wrote" names a farce. An adjective may also go on with a word of _FOLLOWERS
+    ("ridiculous that I have to wait", "unacceptable for a 4 star hotel"); "theft cover", "rubbish
+    collection", "absurd how fast it learns" are about something else."""
     while after < end and tokens[after].norm in _TRAILING and not tokens[after].clause_start:
         after += 1
-    return after == end or tokens[after].clause_start
+    if after == end or tokens[after].clause_start:
+        return True
+    return words[0] not in _ARTICLES and tokens[after].norm in _FOLLOWERS
 
 
 def _judged(tokens: list[Token], start: int, k: int) -> bool:
@@ -373,14 +375,18 @@ def _judged(tokens: list[Token], start: int, k: int) -> bool:
     return any(before[m : m + len(judging)] == judging for judging in _JUDGING for m in range(len(before)))
 
 
-# --- censored swearing ("this is a f***ing 4 star hotel", "what the sh*t"): letters with the middle
-# starred out ("f**k", "a**hole"), a word of one or two letters with its end starred out ("f***",
-# "sh**"), or one star in a common skeleton ("sh*t", "cr*p"). Not markdown emphasis ("**Status Bar**"),
-# arithmetic ("5*3", "a*b"), a wildcard ("*.txt", "SELECT *") or a masked password ("p*****").
+# --- censored swearing ("this is a f***ing 4 star hotel", "what the sh*t"): the common swear words
+# with letters starred out, as their skeletons (_CENSORED). Not initials ("J**"), Python's power
+# ("x**y"), markdown emphasis ("**Status Bar**"), arithmetic ("5*3"), a wildcard ("*.txt") or a
+# masked password ("p*****").
 CENSORED_CONFIDENCE = 0.6
 _CENSORED = re.compile(
-    r"(?<![\w*])(?:[a-z]{1,3}\*{2,4}[a-z]{1,5}|[a-z]{1,2}\*{2,4}|(?:sh|f|cr|d|b|p)\*(?:t|ck|cking|cked|p|mn|llocks|ss|ssed|tch))"
-    r"(?![\w*])",
+    r"(?<![\w*])(?:"
+    r"f(?:\*{2,4}(?:c?k)?|\*ck|\*\*k|u\*k|u\*\*)(?:ing|in|ed|er|s)?"  # f**k, f***, f*cking, fu*k
+    r"|sh(?:\*t|\*\*t?|i\*)(?:ty|s)?"  # sh*t, sh**, shi*
+    r"|(?:bull|hor)s\*{1,2}t"  # bulls**t
+    r"|a\*{2}(?:hole)?|a\*shole|b\*tch|b\*{2}ch|cr\*p|d\*mn|b\*llocks|b\*{4}cks|p\*ss(?:ed)?|wt\*"
+    r")(?![\w*])",
     re.IGNORECASE,
 )
 
