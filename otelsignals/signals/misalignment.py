@@ -221,11 +221,87 @@ def _contrast_instance(
         marked = any(t.norm == "actually" for t in tokens[start:end])
         if not marked and context is None:
             context = _conversation_words(ctx, i)
-        if marked or _mentioned(rejected, context or frozenset()):
-            metadata = {"pattern": "contrast", "rejected": " ".join(sorted(rejected)), "actually": marked}
-            span = snippet(text, tokens[start].start, tokens[end - 1].end)
-            return SignalInstance(tx.CORRECTION, ctx.absolute_index(i), CONTRAST_CONFIDENCE, span, metadata)
+        if not (marked or _mentioned(rejected, context or frozenset())):
+            continue
+        said = previous_assistant_words(ctx, i)
+        if _chose(text, tokens, start, end, rejected, said) or _own_mistake(tokens):
+            continue
+        # a number set against a number corrects the agent's number with one the user gave before
+        # ("32 not 36" after asking for a 32), not the user's own figures ("my old car seated 7 not 5")
+        if all(word.isdigit() for word in rejected) and not _numbers_corrected(
+            ctx, i, tokens, start, end, said
+        ):
+            continue
+        metadata = {"pattern": "contrast", "rejected": " ".join(sorted(rejected)), "actually": marked}
+        span = snippet(text, tokens[start].start, tokens[end - 1].end)
+        return SignalInstance(tx.CORRECTION, ctx.absolute_index(i), CONTRAST_CONFIDENCE, span, metadata)
     return None
+
+
+CHOICE_MIN_LETTERS = 5  # kept words this long (or numbers) name an option, not a function word
+# words that long that name no option ("not after the 25th")
+_NOT_OPTIONS = word_set("misalignment", "contrast", "not_options")
+
+
+def _chose(
+    text: str, tokens: list[Token], start: int, end: int, rejected: frozenset[str], said: frozenset[str]
+) -> bool:
+    """The user keeps one of two things of a kind the agent's last message named and drops the other:
+    a choice between its options ("Je préfère mercredi, pas mardi" after "mardi ou mercredi"; "We'll
+    go for Belém. Not Alfama." after "Alfama is charming; Belém is quieter"), not a correction. Of a
+    kind: both numbers, both names, or both other words ("approved on the 27th, not after the 25th"
+    keeps the agent's "approved" but sets a date against a date the agent got wrong). The kept words
+    are the sentence's; when it holds only the rejection ("Not Alfama."), those of the sentences
+    before and after it."""
+    if not rejected <= said:
+        return False
+    kinds = {_kind(text, t) for t in tokens[start:end] if t.norm in rejected and t.norm not in _NOT_OPTIONS}
+    kept = _option_words(text, tokens, start, end, rejected)
+    if not kept:
+        spans = sentence_spans(tokens)
+        at = spans.index((start, end))
+        around = spans[max(at - 1, 0)][0], spans[min(at + 1, len(spans) - 1)][1]
+        kept = _option_words(text, tokens, *around, rejected)
+    return any(word in said and kind in kinds for word, kind in kept)
+
+
+def _option_words(
+    text: str, tokens: list[Token], start: int, end: int, rejected: frozenset[str]
+) -> set[tuple[str, str]]:
+    return {
+        (t.norm, _kind(text, t))
+        for t in tokens[start:end]
+        if t.norm not in rejected
+        and t.norm not in STOP_WORDS
+        and t.norm not in _NOT_OPTIONS
+        and (len(t.norm) >= CHOICE_MIN_LETTERS or any(c.isdigit() for c in t.norm))
+    }
+
+
+def _kind(text: str, token: Token) -> str:
+    """A number (any digit: "2pm", "27th"), a name (capitalised inside its sentence), or a word."""
+    if any(c.isdigit() for c in token.norm):
+        return "number"
+    return "name" if text[token.start].isupper() and not token.sentence_start else "word"
+
+
+def _numbers_corrected(
+    ctx: DetectionContext, i: int, tokens: list[Token], start: int, end: int, said: frozenset[str]
+) -> bool:
+    numbers = {t.norm for t in tokens[start:end] if t.norm.isdigit()}
+    rejected = numbers & said
+    kept = numbers - said
+    return bool(rejected) and kept <= _earlier_user_words(ctx, i)
+
+
+_OWN_MISTAKE = word_sequences("misalignment", "contrast", "own_mistake")
+
+
+def _own_mistake(tokens: list[Token]) -> bool:
+    """The user owns the slip ("sorry, I meant 14, not 41, my typo", "oops, make it 6:30 not 6"):
+    fixing their own mistake is no correction of the agent's."""
+    norms = tuple(t.norm for t in tokens)
+    return holds_any(norms, _OWN_MISTAKE)
 
 
 def _mentioned(words: frozenset[str], context: frozenset[str]) -> bool:
