@@ -286,9 +286,11 @@ def _emoji_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
 # insulting.", "Das ist doch absurd.", "I find this wholly unacceptable"): a condemning word said of
 # "this", "that", "it", "these…", "your…" (or what the user finds it), a few intensifiers between.
 # Not when the clause is negated ("this is not unfair": the walk back stops at the negator), asks
-# ("isn't it unfair to ask?"), reports someone else's words ("my son says your app is a joke"), or
-# the subject is not the service or the situation ("late payment is unacceptable", "their app was a
-# mess"); rule condemnation in phrases/disengagement.yaml.
+# ("isn't it unfair to ask?"), reports someone else's words or sets a writing task ("my son says your
+# app is useless", "write a tweet saying this is unacceptable"), the subject is not the service or
+# the situation ("late payment is unacceptable", "their app was a shambles"), or the word goes on
+# about something else ("theft cover", "absurd how fast it learns"); rule condemnation in
+# phrases/disengagement.yaml.
 CONDEMNATION_CONFIDENCE = 0.65
 _CONDEMNING = word_sequences("disengagement", "condemnation", "words")
 _CONDEMNING_FIRST = frozenset(words[0] for words in _CONDEMNING)
