@@ -110,13 +110,15 @@ def detect_negative_stance(ctx: DetectionContext) -> list[SignalInstance]:
         analysis = analysis_of(ctx, text)
         caps = caps_cue(text, analysis) or caps_run_cue(text, analysis)
         candidates = [
-            _phrase_cue(analysis),
+            # the words of a complaint count once, whichever rule read them ("This is ridiculous." is a
+            # phrase and a condemnation: one instance, as the reference counts it)
+            _phrase_cue(analysis)
+            or _condemnation_cue(text, analysis)
+            or _censored_swearing_cue(text, analysis),
             caps,
             _punctuation_cue(text, analysis),
             _rhetorical_cue(text, analysis),
             _emoji_cue(text, analysis),
-            _condemnation_cue(text, analysis),
-            _censored_swearing_cue(text, analysis),
             _echoed_figure_cue(ctx, i, text, analysis) if after_assistant else None,
         ]
         cues = [cue for cue in candidates if cue is not None]
