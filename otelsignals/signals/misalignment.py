@@ -208,7 +208,9 @@ def _contrast_instance(
     """A sentence "X…, not Y" (Y a short clause after a comma or dash, closing the sentence) is a
     correction when the user marks it ("actually") or Y is the conversation's: the agent said it (in a
     statement; after a question "the window, not the aisle" is a choice) or the user asked for it before
-    ("that's everyone active today, not Q1"). Plain "for my son, not me" or "not bad" never count."""
+    ("that's everyone active today, not Q1"). Plain "for my son, not me" or "not bad" never count;
+    nor does a choice between two of the agent's options (_chose), the user's own slip (_own_mistake),
+    or a number the agent never gave (_numbers_corrected)."""
     tokens = analysis.scan.tokens
     context: frozenset[str] | None = None  # read lazily: most messages have no contrast at all
     for start, end in sentence_spans(tokens):
@@ -288,6 +290,8 @@ def _kind(text: str, token: Token) -> str:
 def _numbers_corrected(
     ctx: DetectionContext, i: int, tokens: list[Token], start: int, end: int, said: frozenset[str]
 ) -> bool:
+    """The sentence rejects a number of the agent's last message and keeps only numbers the user
+    gave before."""
     numbers = {t.norm for t in tokens[start:end] if t.norm.isdigit()}
     rejected = numbers & said
     kept = numbers - said
