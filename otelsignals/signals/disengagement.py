@@ -34,6 +34,7 @@ from otelsignals.signals.phrase_analysis import (
     detect_phrases,
     holds_any,
     previous_assistant_text,
+    sentence_closing,
     sentence_spans,
     user_texts,
 )
@@ -258,7 +259,7 @@ def _rhetorical_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
         words = tuple(t.norm for t in tokens[start : start + 4])
         if tokens[start].quoted or not any(words[: len(head)] == head for head in _RHETORICAL_HEADS):
             continue
-        after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+        after = sentence_closing(text, tokens, end)
         closer = next((char for char in after if char in ".!?"), "")
         if closer in (".", "!"):
             metadata = {"head": " ".join(words[:3])}
@@ -314,7 +315,7 @@ def _condemnation_cue(text: str, analysis: TextAnalysis) -> _Cue | None:
         return None
     tokens = analysis.scan.tokens
     for start, end in sentence_spans(tokens):
-        after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+        after = sentence_closing(text, tokens, end)
         if "?" in after:
             continue
         for k in range(start, end):

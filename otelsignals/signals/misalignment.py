@@ -30,6 +30,7 @@ from otelsignals.signals.phrase_analysis import (
     phrase_instance,
     previous_assistant_text,
     previous_assistant_words,
+    sentence_closing,
     sentence_spans,
     user_texts,
 )
@@ -146,7 +147,7 @@ def _piecemeal_instance(index: int, text: str, analysis: TextAnalysis) -> Signal
     if _PIECEMEAL_WORDS.isdisjoint(t.norm for t in tokens):
         return None  # the cheap first look: no marker word at all
     for start, end in sentence_spans(tokens):
-        after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+        after = sentence_closing(text, tokens, end)
         question = "?" in after
         for a, b in clause_spans(tokens, start, end):
             if question and end - b <= QUESTION_TAG_WORDS:
@@ -214,7 +215,7 @@ def _contrast_instance(
     tokens = analysis.scan.tokens
     context: frozenset[str] | None = None  # read lazily: most messages have no contrast at all
     for start, end in sentence_spans(tokens):
-        after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+        after = sentence_closing(text, tokens, end)
         # "Not P45." as a sentence of its own, beside others; not "Not 10 January?", which asks
         alone = (start > 0 or end < len(tokens)) and "?" not in after
         rejected = _rejected_item(tokens, start, end, alone=alone)

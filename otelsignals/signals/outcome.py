@@ -43,7 +43,14 @@ from otelsignals.model import SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, DetectorSpec, memory_key
 from otelsignals.signals.matching import Match
-from otelsignals.signals.phrase_analysis import TextAnalysis, analysis_of, best_of, instance_of, user_texts
+from otelsignals.signals.phrase_analysis import (
+    TextAnalysis,
+    analysis_of,
+    best_of,
+    instance_of,
+    sentence_closing,
+    user_texts,
+)
 from otelsignals.signals.tokens import Token
 from otelsignals.signals.word_lists import phrase_file, strings
 
@@ -136,7 +143,7 @@ def _yes_no_question(text: str, tokens: list[Token], match: Match) -> bool:
     end = first + 1
     while end < len(tokens) and not tokens[end].sentence_start:
         end += 1
-    after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+    after = sentence_closing(text, tokens, end)
     return "?" in after
 
 

@@ -867,6 +867,12 @@ def previous_assistant_words(ctx: DetectionContext, i: int) -> frozenset[str]:
     return frozenset(t.norm for t in tokenise(previous_assistant_text(ctx, i)))
 
 
+def sentence_closing(text: str, tokens: list[Token], end: int) -> str:
+    """What closes the sentence whose last token is ``tokens[end - 1]``: the text between it and the
+    next token ("." or "?!" or an emoji), as the rules that tell a statement from a question read it."""
+    return text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+
+
 def clause_spans(tokens: list[Token], start: int, end: int) -> list[tuple[int, int]]:
     """[a, b) token ranges of the clauses of the sentence tokens[start:end]."""
     cuts = [k for k in range(start + 1, end) if tokens[k].clause_start]

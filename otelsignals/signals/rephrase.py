@@ -42,6 +42,7 @@ from otelsignals.signals.phrase_analysis import (
     phrase_instance,
     previous_assistant_words,
     recent_messages,
+    sentence_closing,
     sentence_spans,
     user_texts,
 )
@@ -567,8 +568,9 @@ def _unanswered_instance(
     if not candidates:
         return None
     pushback: bool | None = None  # read lazily
+    answers: dict[int, frozenset[str]] = {}  # one earlier message's sentences share its answers
     for at, shared in candidates:
-        answered = _answers_keys(ctx, at, i)
+        answered = answers[at] if at in answers else answers.setdefault(at, _answers_keys(ctx, at, i))
         left_out = {word for word in shared if _root(word) not in answered and _root(word) not in _VAGUE}
         if not left_out:
             continue
@@ -594,7 +596,7 @@ def _pushes_back(text: str, tokens: list[Token]) -> bool:
         words = tuple(t.norm for t in tokens[start : start + 4])
         if any(words[: len(opener)] == opener for opener in _PUSHBACK_OPENERS):
             return True
-        after = text[tokens[end - 1].end : tokens[end].start if end < len(tokens) else len(text)]
+        after = sentence_closing(text, tokens, end)
         if "?" not in after and any(t.norm in _PUSHBACK_WORDS for t in tokens[start:end]):
             return True
     return False
