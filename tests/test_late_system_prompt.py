@@ -178,7 +178,7 @@ def test_renumbering_moves_declared_numbers_and_the_latest_messages_drops_caches
         "execution.loops.retry:next": 12,
         "environment.exhaustion.timeout:emitted": [3, 9],
         "rephrase.task": (1, ["cancel"]),
-        "interaction.first_assistant": -1,
+        "interaction.first_reply": -1,  # before the messages kept: stays
         "dragging.user_turns": 4,  # a count, not a message number
         "execution.loops.retry:state": {"run": 2},
         rebuilt[0]: ["prepared"],  # not a list of numbered entries: a cache, dropped
@@ -189,7 +189,7 @@ def test_renumbering_moves_declared_numbers_and_the_latest_messages_drops_caches
         "execution.loops.retry:next": 13,
         "environment.exhaustion.timeout:emitted": [4, 10],
         "rephrase.task": (2, ["cancel"]),
-        "interaction.first_assistant": -1,
+        "interaction.first_reply": -1,
         "dragging.user_turns": 4,
         "execution.loops.retry:state": {"run": 2},
         rebuilt[1]: [(3, ["a"]), (6, ["b"])],

@@ -20,6 +20,7 @@ from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, DetectorSpec
 from otelsignals.signals.matching import DEFAULT_NEGATORS, snippet
 from otelsignals.signals.phrase_analysis import (
+    ASKED_WHICH,
     COMPARE_CHARS,
     SEED_LOOKBACK,
     STOP_WORDS,
@@ -28,6 +29,8 @@ from otelsignals.signals.phrase_analysis import (
     clause_spans,
     holds_any,
     phrase_instance,
+    phrase_library,
+    previous_assistant_cues,
     previous_assistant_text,
     previous_assistant_words,
     sentence_closing,
@@ -51,6 +54,8 @@ def detect_correction(ctx: DetectionContext) -> list[SignalInstance]:
         analysis = analysis_of(ctx, text)
         index = ctx.absolute_index(i)
         instance = phrase_instance(tx.CORRECTION, index, text, analysis)
+        if instance is not None and _answers_which(ctx, i, analysis):
+            instance = None
         if instance is None and not analysis.satisfied:
             instance = (
                 _contrast_instance(ctx, i, text, analysis)
@@ -60,6 +65,15 @@ def detect_correction(ctx: DetectionContext) -> list[SignalInstance]:
         if instance is not None:
             found.append(instance)
     return found
+
+
+def _answers_which(ctx: DetectionContext, i: int, analysis: TextAnalysis) -> bool:
+    """Every correction hit is an "I meant…" (the ``answers_which`` groups) and the agent's last answer
+    asked which one the user meant: "Which Blue do you mean?" → "I meant the US album" answers it."""
+    groups = phrase_library().groups
+    return all(groups[m.group].answers_which for m in analysis.hits[tx.CORRECTION]) and (
+        ASKED_WHICH in previous_assistant_cues(ctx, i)
+    )
 
 
 # --- what the user said, said again: "I said no meat." ------------------------------------------------

@@ -29,7 +29,9 @@ negative stance is dropped when the message blames a third party or the world ("
 delayed again, so frustrating") and nothing in it points at the agent, the chat or the service
 ("you keep…", "this chat"); a confirmation made of acknowledgements only ("got it", "I see",
 "understood", the ``acknowledgement`` groups) is dropped when the agent's last answer refused or gave
-bad news ("unfortunately…", "I can't…"): accepting bad news is not satisfaction. A satisfaction hit
+bad news ("unfortunately…", "I can't…"): accepting bad news is not satisfaction; "I meant…" (the
+``answers_which`` groups) is no correction when the agent's last answer asked which one the user
+meant ("Which Blue do you mean?"): it answers the question. A satisfaction hit
 in the value of a status readout (a message with two or more ``label: value`` lines, "- **Signal
 Strength**: Excellent (4 bars)", "Connection: Connected") reports a state, not the user's reaction
 (:func:`readout_values`), so it does not count.
@@ -58,7 +60,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from otelsignals.model import RecentList, Role, SignalInstance
+from otelsignals.model import Message, RecentList, Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, holds_message_numbers
 from otelsignals.signals.matching import (
@@ -115,6 +117,9 @@ class GroupSpec:
     # a bare acknowledgement ("got it", "I see"): confirmation only when the agent's last answer did
     # not refuse or give bad news (see detect_confirmation)
     acknowledgement: bool = False
+    # "I meant…": no correction when the agent's last answer asked which one the user meant (the
+    # asked_which cue): the user answers the question (see detect_correction)
+    answers_which: bool = False
     # an irony marker ("🙃"): it counts (as its signal) only beside thanks or praise and no success,
     # and then takes their place ("thanks so much for all your help 🙃" is no gratitude)
     ironic: bool = False
@@ -303,6 +308,7 @@ def parse_library(data: dict[str, Any]) -> PhraseLibrary:
             bool(entry.get("unless_plain_question", False)),
             bool(entry.get("unless_asking", False)),
             bool(entry.get("acknowledgement", False)),
+            bool(entry.get("answers_which", False)),
             bool(entry.get("ironic", False)),
             bool(entry.get("unless_troubled", False)),
             bool(entry.get("unless_hypothetical", False)),
@@ -399,7 +405,9 @@ def _word_sequences(
 THIRD_PARTY = "third_party"  # someone or something else caused the trouble ("the courier", "got delayed")
 AGENT = "agent"  # the user points at the agent, the chat or the service ("you keep…", "this chat")
 BAD_NEWS = "bad_news"  # an agent answer that refuses or gives bad news ("unfortunately", "I can't")
-_CUE_NAMES = frozenset([THIRD_PARTY, AGENT, BAD_NEWS])
+ASKED_WHICH = "asked_which"  # an agent answer that asks which thing the user means ("which one do you mean?")
+GREETING = "greeting"  # an agent's opening offer of help ("Hi! How can I help you today?")
+_CUE_NAMES = frozenset([THIRD_PARTY, AGENT, BAD_NEWS, ASKED_WHICH, GREETING])
 
 
 PHRASE_FILES = ("misalignment", "disengagement", "satisfaction", "outcome")  # phrases/<name>.yaml: the groups
@@ -716,23 +724,35 @@ def phrase_confidence(base: float, match: Match, message_tokens: int) -> float:
 
 # --- shared helpers --------------------------------------------------------------------------------
 
-_FIRST_ASSISTANT = holds_message_numbers("interaction.first_assistant")
+# The conversation's first assistant reply (absolute index; None while there is none). An agent's
+# greeting ("Hi! How can I help you today?", the GREETING cue in a short message) answers nothing, so a
+# user message after it alone is an opening request, not a reply to the agent.
+_FIRST_REPLY = holds_message_numbers("interaction.first_reply")
+GREETING_MAX_TOKENS = 20  # a greeting is short: a longer message says something besides
 
 
-def _first_assistant(ctx: DetectionContext) -> int | None:
-    """Absolute index of the conversation's first assistant message seen so far (remembered)."""
-    if _FIRST_ASSISTANT in ctx.memory:
-        return ctx.memory[_FIRST_ASSISTANT]
+def _first_reply(ctx: DetectionContext) -> int | None:
+    """Absolute index of the conversation's first assistant message that is no greeting (remembered)."""
+    if _FIRST_REPLY in ctx.memory:
+        return ctx.memory[_FIRST_REPLY]
     if ctx.conversation.message_offset:
         return -1  # messages were dropped from the front: there were turns before
-    for i in range(ctx.new_from):  # once per conversation; stops at the first assistant message
-        if ctx.messages[i].role is Role.ASSISTANT:
+    for i in range(ctx.new_from):  # once per conversation; stops at the first reply
+        if _replies(ctx.messages[i]):
             return ctx.absolute_index(i)
     return None
 
 
+def _replies(message: Message) -> bool:
+    """``message`` is an assistant message that is no bare greeting."""
+    if message.role is not Role.ASSISTANT:
+        return False
+    text = message.content
+    return not (text and len(text.split(None, GREETING_MAX_TOKENS)) <= GREETING_MAX_TOKENS and GREETING in phrase_library().cue_hits(text))
+
+
 def user_texts(ctx: DetectionContext) -> list[tuple[int, str, bool]]:
-    """(local index, text, follows an assistant turn) for each new user message with text (found
+    """(local index, text, follows an assistant reply: no greeting) for each new user message with text (found
     once per call: every phrase detector reads them)."""
     return ctx.shared(_USER_TEXTS, lambda: _user_texts(ctx))
 
@@ -741,15 +761,15 @@ _USER_TEXTS = "interaction.user_texts"
 
 
 def _user_texts(ctx: DetectionContext) -> list[tuple[int, str, bool]]:
-    first = _first_assistant(ctx)
+    first = _first_reply(ctx)
     found: list[tuple[int, str, bool]] = []
     for i in range(ctx.new_from, len(ctx.messages)):
         message, index = ctx.messages[i], ctx.absolute_index(i)
-        if message.role is Role.ASSISTANT and (first is None or index < first):
+        if first is None and _replies(message):
             first = index
         elif message.role is Role.USER and message.content:
             found.append((i, message.content, first is not None and first < index))
-    ctx.memory[_FIRST_ASSISTANT] = first
+    ctx.memory[_FIRST_REPLY] = first
     return found
 
 
@@ -860,6 +880,13 @@ def previous_assistant_text(ctx: DetectionContext, i: int) -> str:
         if message.role is Role.ASSISTANT and message.content:
             return message.content[:COMPARE_CHARS]
     return ""
+
+
+def previous_assistant_cues(ctx: DetectionContext, i: int) -> frozenset[str]:
+    """The cue lists (BAD_NEWS, ASKED_WHICH) hit by the nearest assistant message with text before
+    local index ``i``."""
+    text = previous_assistant_text(ctx, i)
+    return phrase_library().cue_hits(text) if text else frozenset()
 
 
 def previous_assistant_words(ctx: DetectionContext, i: int) -> frozenset[str]:

@@ -6,17 +6,16 @@ Phrase groups in ``phrases/satisfaction.yaml``. A confirmation made only of bare
 
 from __future__ import annotations
 
-from otelsignals.model import Role, SignalInstance
+from otelsignals.model import SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, DetectorSpec
 from otelsignals.signals.phrase_analysis import (
     BAD_NEWS,
-    COMPARE_CHARS,
-    SEED_LOOKBACK,
     analysis_of,
     detect_phrases,
     phrase_instance,
     phrase_library,
+    previous_assistant_cues,
     user_texts,
 )
 
@@ -42,19 +41,10 @@ def detect_confirmation(ctx: DetectionContext) -> list[SignalInstance]:
         if instance is None:
             continue
         acknowledged = all(groups[m.group].acknowledgement for m in analysis.hits[tx.CONFIRMATION])
-        if acknowledged and _after_bad_news(ctx, i):
+        if acknowledged and BAD_NEWS in previous_assistant_cues(ctx, i):
             continue
         found.append(instance)
     return found
-
-
-def _after_bad_news(ctx: DetectionContext, i: int) -> bool:
-    """The nearest assistant message with text before local index ``i`` refuses or gives bad news."""
-    for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
-        message = ctx.messages[j]
-        if message.role is Role.ASSISTANT and message.content:
-            return BAD_NEWS in phrase_library().cue_hits(message.content[:COMPARE_CHARS])
-    return False
 
 
 def detect_success(ctx: DetectionContext) -> list[SignalInstance]:

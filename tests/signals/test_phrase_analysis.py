@@ -190,6 +190,43 @@ def test_context_dependent_signals_need_an_assistant_turn(signal: str, text: str
     assert only(signal, [(U, text)]) == []
 
 
+# An agent's greeting answers nothing: the request after it is still a first message, whether the
+# agent spoke first or greeted back.
+GREETINGS = [
+    [(A, "Hi! How can I help you today?")],
+    [(A, "Welcome to Acme Bank support. What can I do for you?")],
+    [(U, "hi"), (A, "Hello! How may I assist you?")],
+    [("system", "You are a shop assistant."), (A, "Hey there, how can I help?")],
+]
+
+
+@pytest.mark.parametrize("greeting", GREETINGS)
+@pytest.mark.parametrize(("signal", "text"), FIRST_MESSAGE_NEAR_MISSES)
+def test_a_greeting_is_no_answer_to_react_to(greeting: list[Turn], signal: str, text: str) -> None:
+    assert only(signal, [*greeting, (U, text)]) == []
+
+
+@pytest.mark.parametrize("greeting", GREETINGS)
+@pytest.mark.parametrize(("signal", "text"), FIRST_MESSAGE_POSITIVES)
+def test_unambiguous_signals_fire_after_a_greeting(greeting: list[Turn], signal: str, text: str) -> None:
+    assert_fires(signal, [*greeting, (U, text)])
+
+
+# Near misses of the greeting: an agent's first message that says something is an answer to react to.
+OPENING_ANSWERS = [
+    "Your card ending 4421 has been blocked.",
+    "Hi! Your parcel was delivered to the front desk at 9:40 this morning.",
+    "Welcome to Acme Bank. I see a payment of $240 to Volt Energy failed yesterday; it was retried today,"
+    " and your statement now shows both the failed attempt and the successful one, which is expected.",
+]
+
+
+@pytest.mark.parametrize("answer", OPENING_ANSWERS)
+def test_an_agent_s_first_message_with_content_is_an_answer(answer: str) -> None:
+    assert_fires(tx.CORRECTION, [(A, answer), (U, "no, I meant the other one")])
+    assert_fires(tx.CLARIFICATION, [(A, answer), (U, "I don't understand, what does that mean?")])
+
+
 def test_first_message_seen_after_a_system_prompt_still_counts_as_first() -> None:
     assert_fires(
         tx.QUIT, [("system", "You are a shop assistant."), (U, "forget it, I'll just go to the store")]

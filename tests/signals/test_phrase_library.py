@@ -196,7 +196,7 @@ CUE_NEAR_MISSES = [(name, text) for name, (_, near) in LIBRARY.cue_examples.item
 
 
 def test_every_cue_list_is_there_and_documented() -> None:
-    assert set(LIBRARY.cue_examples) == {"third_party", "agent", "bad_news"}
+    assert set(LIBRARY.cue_examples) == {"third_party", "agent", "bad_news", "asked_which", "greeting"}
     for positives, near_misses in LIBRARY.cue_examples.values():
         assert len(positives) >= 8 and len(near_misses) >= 8
 
