@@ -18,7 +18,7 @@ from __future__ import annotations
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, DetectorSpec
-from otelsignals.signals.matching import DEFAULT_NEGATORS, snippet
+from otelsignals.signals.matching import DEFAULT_NEGATORS, Match, snippet
 from otelsignals.signals.phrase_analysis import (
     ASKED_WHICH,
     COMPARE_CHARS,
@@ -26,8 +26,10 @@ from otelsignals.signals.phrase_analysis import (
     STOP_WORDS,
     TextAnalysis,
     analysis_of,
+    best_of,
     clause_spans,
     holds_any,
+    instance_of,
     phrase_instance,
     phrase_library,
     previous_assistant_cues,
@@ -439,11 +441,55 @@ def detect_clarification(ctx: DetectionContext) -> list[SignalInstance]:
         instance = phrase_instance(
             tx.CLARIFICATION, ctx.absolute_index(i), text, analysis, opening=not follows
         )
+        if instance is not None and follows:
+            instance = _about_the_answer(ctx, i, text, analysis)
         if instance is None and follows:  # a term question needs the agent's words to ask about
             instance = _term_question(ctx, i, text, analysis)
         if instance is not None:
             found.append(instance)
     return found
+
+
+# --- "I don't follow football": confusion said of something the agent never spoke of -----------------
+# A confusion verb ending its phrase ("I don't follow", "I don't understand") with an object whose words
+# the agent's last answer does not hold says what the user does not know or do ("I don't follow
+# football", "I don't understand the German on this form"), not that the answer lost them. An object
+# that points at the answer ("you", "your steps", "why…", "this") or names its words keeps the hit.
+_OBJECT_VERBS = word_set("misalignment", "confusion_object", "verbs")
+_POINTING_WORDS = word_set("misalignment", "confusion_object", "pointing")
+_ANSWER_PARTS = word_set("misalignment", "confusion_object", "answer_parts")
+OBJECT_MAX_WORDS = 4  # the object's words read: "the German on this form"
+
+
+def _about_the_answer(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis
+) -> SignalInstance | None:
+    """The clarification instance of the message's hits left once those naming something else are dropped."""
+    hits = analysis.hits[tx.CLARIFICATION]
+    kept = [m for m in hits if not _names_something_else(ctx, i, m, analysis)]
+    if len(kept) == len(hits):
+        return phrase_instance(tx.CLARIFICATION, ctx.absolute_index(i), text, analysis)
+    if not kept:
+        return None
+    return instance_of(tx.CLARIFICATION, ctx.absolute_index(i), text, analysis, *best_of(kept, analysis))
+
+
+def _names_something_else(ctx: DetectionContext, i: int, match: Match, analysis: TextAnalysis) -> bool:
+    if match.phrase.rsplit(" ", 1)[-1] not in _OBJECT_VERBS:
+        return False
+    tokens = analysis.scan.tokens
+    after = next((k for k, t in enumerate(tokens) if t.start >= match.end), len(tokens))
+    words: list[str] = []
+    for token in tokens[after : after + OBJECT_MAX_WORDS]:
+        if token.clause_start:  # "I don't follow, which key?": no object
+            break
+        words.append(token.norm)
+    if not words or words[0] in _POINTING_WORDS:
+        return False
+    content = {w for w in words if w not in STOP_WORDS and w not in _POINTING_WORDS}
+    if not content or content & _ANSWER_PARTS:
+        return False
+    return not {_stem(w) for w in content} & {_stem(w) for w in previous_assistant_words(ctx, i)}
 
 
 TERM_QUESTION_CONFIDENCE = 0.7
