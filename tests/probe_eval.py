@@ -26,6 +26,8 @@ LEAVES = {
     "correction": tx.CORRECTION,
     "rephrase": tx.REPHRASE,
     "negative_stance": tx.NEGATIVE_STANCE,
+    "quit": tx.QUIT,
+    "clarification": tx.CLARIFICATION,
 }
 HALVES = ("dev", "test")
 
