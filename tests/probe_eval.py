@@ -80,7 +80,7 @@ def score(leaf: str, half: str, misses: list[str] | None = None) -> ProbeScore:
             result.true_negatives += 1
         if misses is not None and fired != item["label"]:
             kind = "FN" if item["label"] else "FP"
-            misses.append(f"{kind} {item['id']} ({item['why']}): {turns[-1][1]!r}")
+            misses.append(f"{kind} {item['id']} ({item.get('why', 'no note')}): {turns[-1][1]!r}")
     return result
 
 

@@ -63,10 +63,98 @@ def detect_correction(ctx: DetectionContext) -> list[SignalInstance]:
                 _contrast_instance(ctx, i, text, analysis)
                 or _piecemeal_instance(index, text, analysis)
                 or _said_before_instance(ctx, i, text, analysis)
+                or _denial_instance(ctx, i, text, analysis)
             )
         if instance is not None:
             found.append(instance)
     return found
+
+
+# --- what the agent said of the user, denied: "I'm not a student." ------------------------------------
+# A short statement opening with a denial ("it isn't", "I'm not") whose first content word after it is
+# one the agent's last answer said of the user or their things, in a sentence that speaks to them
+# ("you", "your"), states (no "?") and does not deny the word itself. "I'm not a student" after "As a
+# student, you get 20% off" (or "you'll need your student card") corrects the agent; after "The fee is
+# waived for students" (a rule, said of nobody) it does not, nor does "It's not a problem" (a
+# courtesy). Saying what one lacks ("I don't have a porch", "there's no employer") corrects only a
+# sentence that asks or requires nothing ("please", "need", "could"…): "I don't have the receipt"
+# after "you'll need your receipt" answers a requirement.
+DENIAL_CONFIDENCE = 0.65
+DENIAL_OPENING_WORDS = 3  # the denial opens the clause after a subject of two words at most ("the fee isn't")
+_DENIALS = word_sequences("misalignment", "denial", "denials")
+_LACKING = word_sequences("misalignment", "denial", "lacking")
+_DENIAL_SKIPPED = word_set("misalignment", "denial", "skipped")
+_NOT_DENIED = word_set("misalignment", "denial", "courtesies")
+_ADDRESSED = word_set("misalignment", "denial", "addressed")
+_ASKING = word_set("misalignment", "denial", "asking")
+
+
+def _denial_instance(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis
+) -> SignalInstance | None:
+    tokens = analysis.scan.tokens
+    said: tuple[frozenset[str], frozenset[str]] | None = None  # read lazily: most messages deny nothing
+    for start, end in sentence_spans(tokens):
+        if "?" in sentence_closing(text, tokens, end) or tokens[start].norm in _QUESTION_WORDS:
+            continue
+        for a, b in clause_spans(tokens, start, end):
+            found = _denied_word(tokens, a, b)
+            if found is None:
+                continue
+            denied, lacking = found
+            if said is None:
+                said = _said_of_the_user(previous_assistant_text(ctx, i))
+            if _stem(tokens[denied].norm) in said[lacking]:
+                metadata = {"pattern": "denial", "rejected": tokens[denied].norm}
+                span = snippet(text, tokens[a].start, tokens[b - 1].end)
+                return SignalInstance(tx.CORRECTION, ctx.absolute_index(i), DENIAL_CONFIDENCE, span, metadata)
+    return None
+
+
+def _denied_word(tokens: list[Token], a: int, b: int) -> tuple[int, bool] | None:
+    """(index of the first content word after a denial opening the clause tokens[a:b], whether the
+    denial says what the user lacks), else None."""
+    words = [t.norm for t in tokens[a : min(b, a + DENIAL_OPENING_WORDS + 3)]]
+    for denial, lacking in _DENIAL_KINDS:
+        # a denial may follow a subject of two words; what one lacks is said from the clause's start
+        for at in range(1 if lacking else min(DENIAL_OPENING_WORDS, len(words) - len(denial) + 1)):
+            if tuple(words[at : at + len(denial)]) != denial:
+                continue
+            k = a + at + len(denial)
+            while k < b and tokens[k].norm in _DENIAL_SKIPPED:
+                k += 1
+            if k == b or tokens[k].quoted:
+                return None
+            word = tokens[k].norm
+            if word in STOP_WORDS or word in DEFAULT_NEGATORS or word in _NOT_DENIED or len(word) < 3:
+                return None
+            return k, lacking
+    return None
+
+
+_DENIAL_KINDS = tuple((denial, False) for denial in _DENIALS) + tuple((denial, True) for denial in _LACKING)
+_QUESTION_WORDS = word_set("misalignment", "denial", "question_words")
+
+
+def _said_of_the_user(answer: str) -> tuple[frozenset[str], frozenset[str]]:
+    """Stems of the words of ``answer``'s statements addressed to the user, less those denied in them
+    (within three words before): of them all, and of those that ask or require nothing."""
+    tokens = tokenise(answer)
+    stated: set[str] = set()
+    plain: set[str] = set()
+    for start, end in sentence_spans(tokens):
+        norms = [t.norm for t in tokens[start:end]]
+        if "?" in sentence_closing(answer, tokens, end) or _ADDRESSED.isdisjoint(norms):
+            continue
+        words = {
+            _stem(norm)
+            for k, norm in enumerate(norms)
+            if DEFAULT_NEGATORS.isdisjoint(norms[max(0, k - 3) : k])
+        }
+        stated |= words
+        if _ASKING.isdisjoint(norms):
+            plain |= words
+    return frozenset(stated), frozenset(plain)
 
 
 def _answers_which(ctx: DetectionContext, i: int, analysis: TextAnalysis) -> bool:

@@ -748,7 +748,11 @@ def _replies(message: Message) -> bool:
     if message.role is not Role.ASSISTANT:
         return False
     text = message.content
-    return not (text and len(text.split(None, GREETING_MAX_TOKENS)) <= GREETING_MAX_TOKENS and GREETING in phrase_library().cue_hits(text))
+    return not (
+        text
+        and len(text.split(None, GREETING_MAX_TOKENS)) <= GREETING_MAX_TOKENS
+        and GREETING in phrase_library().cue_hits(text)
+    )
 
 
 def user_texts(ctx: DetectionContext) -> list[tuple[int, str, bool]]:

@@ -16,7 +16,10 @@ from otelsignals.signals.word_lists import phrase_file
 Turn = tuple[str, str]  # (role, text): "user", "assistant", "tool" or "system"
 
 # A neutral opening so that the message under test follows an assistant turn.
-OPENING: list[Turn] = [("user", "Hi, I need some help with my account."), ("assistant", "Sure, I have your account open.")]
+OPENING: list[Turn] = [
+    ("user", "Hi, I need some help with my account."),
+    ("assistant", "Sure, I have your account open."),
+]
 
 
 def message(role: str, text: str | None) -> Message:
