@@ -15,6 +15,10 @@ rules are data, with their examples: ``rules`` in ``phrases/misalignment.yaml``.
 
 from __future__ import annotations
 
+import re
+
+from rapidfuzz.distance import OSA
+
 from otelsignals.model import Role, SignalInstance
 from otelsignals.signals import taxonomy as tx
 from otelsignals.signals.base import DetectionContext, DetectorSpec
@@ -64,6 +68,7 @@ def detect_correction(ctx: DetectionContext) -> list[SignalInstance]:
                 or _piecemeal_instance(index, text, analysis)
                 or _said_before_instance(ctx, i, text, analysis)
                 or _denial_instance(ctx, i, text, analysis)
+                or _restated_number_instance(ctx, i, text, analysis)
             )
         if instance is not None:
             found.append(instance)
@@ -228,6 +233,78 @@ def _earlier_user_words(ctx: DetectionContext, i: int) -> frozenset[str]:
         if message.role is Role.USER and message.content:
             words.update(t.norm for t in analysis_of(ctx, message.content[:COMPARE_CHARS]).scan.tokens)
     return frozenset(words)
+
+
+# --- a number the agent got one slip wrong, said again: "0093." after "account 0039" ---------------------
+# The user says again a number (or an identifier with digits) of their own earlier messages, and the
+# agent's last answer holds, instead of it, one a single slip away: two digits swapped, one dropped or
+# added ("1200" written "120", "0093" read "0039"), or, in four characters or more, one changed (4471
+# for 4472). The agent misread or mistyped it. Both have three characters or more: shorter ones (a
+# date's day, a count) are as often other numbers ("3 sentences max" beside "June 30"). Not in a
+# question, and not the user's own correction of a figure they had given wrongly ("sorry, 14 not 41":
+# 14 was never said before).
+RESTATED_NUMBER_CONFIDENCE = 0.7
+RESTATED_NUMBER_MIN = 3
+RESTATED_NUMBER_SUBSTITUTION_MIN = 4  # numbers differing in one digit are as often other numbers
+
+
+def _restated_number_instance(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis
+) -> SignalInstance | None:
+    tokens = analysis.scan.tokens
+    said = [(k, n) for k, t in enumerate(tokens) if (n := _number_of(t.norm)) is not None]
+    if not said:
+        return None  # the cheap first look: no number at all
+    earlier = {n for w in _earlier_user_words(ctx, i) if (n := _number_of(w)) is not None}
+    restated = [(k, n) for k, n in said if n in earlier]
+    if not restated:
+        return None
+    answer = {n for t in tokenise(previous_assistant_text(ctx, i)) if (n := _number_of(t.norm)) is not None}
+    for k, number in restated:
+        slipped = next((n for n in sorted(answer) if _one_slip(number, n)), None)
+        if number in answer or slipped is None or _in_question(text, tokens, k):
+            continue
+        metadata = {"pattern": "restated_number", "rejected": slipped}
+        span = snippet(text, tokens[k].start, tokens[k].end)
+        return SignalInstance(
+            tx.CORRECTION, ctx.absolute_index(i), RESTATED_NUMBER_CONFIDENCE, span, metadata
+        )
+    return None
+
+
+_ORDINAL = re.compile(r"(\d+)(?:st|nd|rd|th)")
+
+
+def _number_of(norm: str) -> str | None:
+    """The number a token stands for ("14th" is 14), or the token itself when it is an identifier with
+    three digits or more ("px9920318gb"), else None."""
+    if norm.isdigit():
+        return norm
+    ordinal = _ORDINAL.fullmatch(norm)
+    if ordinal:
+        return ordinal.group(1)
+    return norm if sum(map(str.isdigit, norm)) >= 3 else None
+
+
+def _one_slip(said: str, written: str) -> bool:
+    """``written`` is ``said`` with one slip (both RESTATED_NUMBER_MIN characters or more): two
+    neighbours swapped, one character dropped or added, or (RESTATED_NUMBER_SUBSTITUTION_MIN characters
+    or more) one changed."""
+    if said == written or min(len(said), len(written)) < RESTATED_NUMBER_MIN:
+        return False
+    if OSA.distance(said, written, score_cutoff=1) > 1:
+        return False
+    if len(said) != len(written) or len(said) >= RESTATED_NUMBER_SUBSTITUTION_MIN:
+        return True
+    return sorted(said) == sorted(written)  # same length, short: only a swap
+
+
+def _in_question(text: str, tokens: list[Token], k: int) -> bool:
+    """Token ``k`` is in a sentence that closes with "?"."""
+    for start, end in sentence_spans(tokens):
+        if start <= k < end:
+            return "?" in sentence_closing(text, tokens, end)
+    return False
 
 
 # --- a needlessly piecemeal approach: "you don't need to check them one by one, just…" ----------------
