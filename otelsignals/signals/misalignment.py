@@ -41,6 +41,7 @@ from otelsignals.signals.phrase_analysis import (
     previous_assistant_words,
     sentence_closing,
     sentence_spans,
+    stated_sentences,
     user_texts,
 )
 from otelsignals.signals.rephrase import detect_rephrase
@@ -144,12 +145,10 @@ _QUESTION_WORDS = word_set("misalignment", "denial", "question_words")
 def _said_of_the_user(answer: str) -> tuple[frozenset[str], frozenset[str]]:
     """Stems of the words of ``answer``'s statements addressed to the user, less those denied in them
     (within three words before): of them all, and of those that ask or require nothing."""
-    tokens = tokenise(answer)
     stated: set[str] = set()
     plain: set[str] = set()
-    for start, end in sentence_spans(tokens):
-        norms = [t.norm for t in tokens[start:end]]
-        if "?" in sentence_closing(answer, tokens, end) or _ADDRESSED.isdisjoint(norms):
+    for norms in stated_sentences(answer):
+        if _ADDRESSED.isdisjoint(norms):
             continue
         words = {
             _stem(norm)

@@ -898,6 +898,17 @@ def previous_assistant_words(ctx: DetectionContext, i: int) -> frozenset[str]:
     return frozenset(t.norm for t in tokenise(previous_assistant_text(ctx, i)))
 
 
+def stated_sentences(text: str) -> list[list[str]]:
+    """The token norms of each of ``text``'s first MAX_SENTENCES sentences that does not close with "?"
+    (what an agent's answer states, not what it asks)."""
+    tokens = tokenise(text)
+    return [
+        [t.norm for t in tokens[start:end]]
+        for start, end in sentence_spans(tokens)
+        if "?" not in sentence_closing(text, tokens, end)
+    ]
+
+
 def sentence_closing(text: str, tokens: list[Token], end: int) -> str:
     """What closes the sentence whose last token is ``tokens[end - 1]``: the text between it and the
     next token ("." or "?!" or an emoji), as the rules that tell a statement from a question read it."""

@@ -42,8 +42,10 @@ from otelsignals.signals.phrase_analysis import (
     phrase_instance,
     previous_assistant_words,
     recent_messages,
+    previous_assistant_text,
     sentence_closing,
     sentence_spans,
+    stated_sentences,
     user_texts,
 )
 from otelsignals.signals.stagnation import REPETITION_WINDOW, Answer, most_similar, prepared_answer
@@ -154,6 +156,7 @@ def detect_rephrase(ctx: DetectionContext) -> list[SignalInstance]:
                 or _insistence_instance(ctx, i, text, analysis, [*keys, *_task(ctx)])
                 or _reask_instance(ctx, i, text, analysis, [*keys, *_task(ctx)])
                 or _unanswered_instance(ctx, i, text, analysis, keys[-1:])
+                or _refused_substitute_instance(ctx, i, text, analysis)
             )
         if instance is not None:
             found.append(instance)
@@ -581,6 +584,58 @@ def _unanswered_instance(
         span = snippet(text, 0, min(len(text), 200))
         return SignalInstance(tx.REPHRASE, ctx.absolute_index(i), UNANSWERED_CONFIDENCE, span, metadata)
     return None
+
+
+# --- the agent's substitute refused, the request said again: "I don't want a voucher. I want my money
+# back." A clause refusing ("I don't want", "I didn't ask for") a thing the agent's last answer put
+# forward in a statement ("What I can do is put a £7.75 voucher on your account"), followed in the
+# message by what the user does want ("I want", "I need", "all I want"). Refusing an offer the agent
+# asked about ("Would you like a voucher?" → "I don't want a voucher, I want a refund") answers it;
+# refusing alone ("I don't want the insurance, thanks") says no more than no.
+REFUSED_SUBSTITUTE_CONFIDENCE = 0.7
+_SUBSTITUTE_REFUSALS = word_sequences("misalignment", "refused_substitute", "refusals")
+_WANTS = word_sequences("misalignment", "refused_substitute", "wants")
+_REFUSAL_LEADS = word_set("misalignment", "refused_substitute", "leads")  # "no, I don't want…"
+_REFUSED_SKIPPED = word_set("misalignment", "refused_substitute", "skipped")  # "a", "the", "another"
+
+
+def _refused_substitute_instance(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis
+) -> SignalInstance | None:
+    tokens = analysis.scan.tokens
+    norms = [t.norm for t in tokens]
+    for k, token in enumerate(tokens):
+        if not token.clause_start or token.quoted:
+            continue
+        at = k + 1 if norms[k] in _REFUSAL_LEADS else k
+        refusal = next((r for r in _SUBSTITUTE_REFUSALS if tuple(norms[at : at + len(r)]) == r), None)
+        if refusal is None:
+            continue
+        thing = at + len(refusal)
+        while thing < len(norms) and norms[thing] in _REFUSED_SKIPPED:
+            thing += 1
+        if thing == len(norms) or not _wants_later(norms, thing + 1):
+            continue
+        offered = {
+            _root(w) for sentence in stated_sentences(previous_assistant_text(ctx, i)) for w in sentence
+        }
+        if norms[thing] not in STOP_WORDS and _root(norms[thing]) in offered:
+            metadata = {"pattern": "refused_substitute", "rejected": norms[thing]}
+            span = snippet(text, tokens[k].start, tokens[thing].end)
+            return SignalInstance(
+                tx.REPHRASE, ctx.absolute_index(i), REFUSED_SUBSTITUTE_CONFIDENCE, span, metadata
+            )
+        return None
+    return None
+
+
+def _wants_later(norms: list[str], start: int) -> bool:
+    """A _WANTS sequence, not negated (no negator just before), from token ``start`` on."""
+    return any(
+        tuple(norms[k : k + len(want)]) == want and (k == 0 or norms[k - 1] not in DEFAULT_NEGATORS)
+        for k in range(start, len(norms))
+        for want in _WANTS
+    )
 
 
 def _pushes_back(text: str, tokens: list[Token]) -> bool:
