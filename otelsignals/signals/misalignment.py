@@ -121,10 +121,10 @@ def _denied_word(tokens: list[Token], a: int, b: int) -> tuple[int, bool] | None
     """(index of the first content word after a denial opening the clause tokens[a:b], whether the
     denial says what the user lacks), else None."""
     words = [t.norm for t in tokens[a : min(b, a + DENIAL_OPENING_WORDS + 3)]]
-    for denial, lacking in _DENIAL_KINDS:
-        # a denial may follow a subject of two words; what one lacks is said from the clause's start
-        for at in range(1 if lacking else min(DENIAL_OPENING_WORDS, len(words) - len(denial) + 1)):
-            if tuple(words[at : at + len(denial)]) != denial:
+    # a denial may follow a subject of two words; what one lacks is said from the clause's start
+    for at, first in enumerate(words[:DENIAL_OPENING_WORDS]):
+        for denial, lacking in _DENIALS_BY_FIRST_WORD.get(first, ()):
+            if (lacking and at) or tuple(words[at : at + len(denial)]) != denial:
                 continue
             k = a + at + len(denial)
             while k < b and tokens[k].norm in _DENIAL_SKIPPED:
@@ -138,7 +138,17 @@ def _denied_word(tokens: list[Token], a: int, b: int) -> tuple[int, bool] | None
     return None
 
 
-_DENIAL_KINDS = tuple((denial, False) for denial in _DENIALS) + tuple((denial, True) for denial in _LACKING)
+def _denials_by_first_word() -> dict[str, list[tuple[tuple[str, ...], bool]]]:
+    """(denial, whether it says what one lacks) by the denial's first word: a clause's opening words
+    are looked up, not every denial compared."""
+    table: dict[str, list[tuple[tuple[str, ...], bool]]] = {}
+    for denials, lacking in ((_DENIALS, False), (_LACKING, True)):
+        for denial in denials:
+            table.setdefault(denial[0], []).append((denial, lacking))
+    return table
+
+
+_DENIALS_BY_FIRST_WORD = _denials_by_first_word()
 _QUESTION_WORDS = word_set("misalignment", "denial", "question_words")
 
 
@@ -254,14 +264,17 @@ def _restated_number_instance(
     said = [(k, n) for k, t in enumerate(tokens) if (n := _number_of(t.norm)) is not None]
     if not said:
         return None  # the cheap first look: no number at all
-    earlier = {n for w in _earlier_user_words(ctx, i) if (n := _number_of(w)) is not None}
-    restated = [(k, n) for k, n in said if n in earlier]
-    if not restated:
+    answer = _numbers_in(previous_assistant_text(ctx, i))
+    slips = [(k, n, s) for k, n in said if n not in answer for s in sorted(answer) if _one_slip(n, s)]
+    if not slips:
         return None
-    answer = {n for t in tokenise(previous_assistant_text(ctx, i)) if (n := _number_of(t.norm)) is not None}
-    for k, number in restated:
-        slipped = next((n for n in sorted(answer) if _one_slip(number, n)), None)
-        if number in answer or slipped is None or _in_question(text, tokens, k):
+    earlier: set[str] = set()  # the user's own numbers, read only now: the rare case
+    for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
+        message = ctx.messages[j]
+        if message.role is Role.USER and message.content:
+            earlier |= _numbers_in(message.content[:COMPARE_CHARS])
+    for k, number, slipped in slips:
+        if number not in earlier or _in_question(text, tokens, k):
             continue
         metadata = {"pattern": "restated_number", "rejected": slipped}
         span = snippet(text, tokens[k].start, tokens[k].end)
@@ -274,9 +287,19 @@ def _restated_number_instance(
 _ORDINAL = re.compile(r"(\d+)(?:st|nd|rd|th)")
 
 
+_DIGIT_WORD = re.compile(r"[^\W_]*\d[^\W_]*")
+
+
+def _numbers_in(text: str) -> set[str]:
+    """The numbers (_number_of) of the words of ``text`` that hold a digit, found without tokenising."""
+    return {n for word in _DIGIT_WORD.findall(text.casefold()) if (n := _number_of(word)) is not None}
+
+
 def _number_of(norm: str) -> str | None:
     """The number a token stands for ("14th" is 14), or the token itself when it is an identifier with
     three digits or more ("px9920318gb"), else None."""
+    if norm.isalpha():
+        return None  # most words: no digit at all
     if norm.isdigit():
         return norm
     ordinal = _ORDINAL.fullmatch(norm)

@@ -595,6 +595,7 @@ def _unanswered_instance(
 REFUSED_SUBSTITUTE_CONFIDENCE = 0.7
 _SUBSTITUTE_REFUSALS = word_sequences("misalignment", "refused_substitute", "refusals")
 _WANTS = word_sequences("misalignment", "refused_substitute", "wants")
+_REFUSAL_FIRST_WORDS = frozenset(refusal[0] for refusal in _SUBSTITUTE_REFUSALS)
 _REFUSAL_LEADS = word_set("misalignment", "refused_substitute", "leads")  # "no, I don't want…"
 _REFUSED_SKIPPED = word_set("misalignment", "refused_substitute", "skipped")  # "a", "the", "another"
 
@@ -608,6 +609,8 @@ def _refused_substitute_instance(
         if not token.clause_start or token.quoted:
             continue
         at = k + 1 if norms[k] in _REFUSAL_LEADS else k
+        if at == len(norms) or norms[at] not in _REFUSAL_FIRST_WORDS:
+            continue
         refusal = next((r for r in _SUBSTITUTE_REFUSALS if tuple(norms[at : at + len(r)]) == r), None)
         if refusal is None:
             continue
