@@ -79,12 +79,14 @@ def detect_correction(ctx: DetectionContext) -> list[SignalInstance]:
 # --- what the agent said of the user, denied: "I'm not a student." ------------------------------------
 # A short statement opening with a denial ("it isn't", "I'm not") whose first content word after it is
 # one the agent's last answer said of the user or their things, in a sentence that speaks to them
-# ("you", "your"), states (no "?") and does not deny the word itself. "I'm not a student" after "As a
-# student, you get 20% off" (or "you'll need your student card") corrects the agent; after "The fee is
-# waived for students" (a rule, said of nobody) it does not, nor does "It's not a problem" (a
-# courtesy). Saying what one lacks ("I don't have a porch", "there's no employer") corrects only a
-# sentence that asks or requires nothing ("please", "need", "could"…): "I don't have the receipt"
-# after "you'll need your receipt" answers a requirement.
+# ("you", "your"), states (no "?"), supposes nothing ("if", "unless") nor sets a state as a condition
+# ("you need to be resident"), and does not deny the word itself. "I'm not a student" after "As a
+# student, you get 20% off" corrects the agent, "It isn't my first licence" after "To apply for your
+# first licence, you'll need form D1" too; after "The fee is waived for students" (a rule, said of
+# nobody) or "If you're a student…" it does not, nor does "It's not a problem" (a courtesy). Saying
+# what one lacks opens the clause ("I don't have a porch", "there's no employer") and corrects only a
+# sentence that asks or requires nothing: "I don't have the receipt" after "you'll need your
+# receipt" answers a requirement.
 DENIAL_CONFIDENCE = 0.65
 DENIAL_OPENING_WORDS = 3  # the denial opens the clause after a subject of two words at most ("the fee isn't")
 _DENIALS = word_sequences("misalignment", "denial", "denials")
@@ -93,6 +95,9 @@ _DENIAL_SKIPPED = word_set("misalignment", "denial", "skipped")
 _NOT_DENIED = word_set("misalignment", "denial", "courtesies")
 _ADDRESSED = word_set("misalignment", "denial", "addressed")
 _ASKING = word_set("misalignment", "denial", "asking")
+_SUPPOSING = word_set("misalignment", "denial", "supposing")
+_STATE_REQUIRED = word_sequences("misalignment", "denial", "state_required")
+_QUESTION_WORDS = word_set("misalignment", "denial", "question_words")
 
 
 def _denial_instance(
@@ -149,16 +154,20 @@ def _denials_by_first_word() -> dict[str, list[tuple[tuple[str, ...], bool]]]:
 
 
 _DENIALS_BY_FIRST_WORD = _denials_by_first_word()
-_QUESTION_WORDS = word_set("misalignment", "denial", "question_words")
 
 
 def _said_of_the_user(answer: str) -> tuple[frozenset[str], frozenset[str]]:
     """Stems of the words of ``answer``'s statements addressed to the user, less those denied in them
-    (within three words before): of them all, and of those that ask or require nothing."""
+    (within three words before): of those that suppose nothing and set no state as a condition, and
+    of those that moreover ask or require nothing."""
     stated: set[str] = set()
     plain: set[str] = set()
     for norms in stated_sentences(answer):
-        if _ADDRESSED.isdisjoint(norms):
+        if (
+            _ADDRESSED.isdisjoint(norms)
+            or not _SUPPOSING.isdisjoint(norms)
+            or holds_any(tuple(norms), _STATE_REQUIRED)
+        ):
             continue
         words = {
             _stem(norm)
@@ -248,10 +257,12 @@ def _earlier_user_words(ctx: DetectionContext, i: int) -> frozenset[str]:
 # The user says again a number (or an identifier with digits) of their own earlier messages, and the
 # agent's last answer holds, instead of it, one a single slip away: two digits swapped, one dropped or
 # added ("1200" written "120", "0093" read "0039"), or, in four characters or more, one changed (4471
-# for 4472). The agent misread or mistyped it. Both have three characters or more: shorter ones (a
-# date's day, a count) are as often other numbers ("3 sentences max" beside "June 30"). Not in a
-# question, and not the user's own correction of a figure they had given wrongly ("sorry, 14 not 41":
-# 14 was never said before).
+# for 4472), named alike in both ("account 0093" / "Account 0039": a word near each, not a stop word
+# or a unit). The agent misread or mistyped it. Both have three characters or more: shorter ones (a
+# date's day, a count) are as often other numbers ("3 sentences max" beside "June 30"); a figure named
+# by no shared word is another figure ("a 2019 model" / "2018 and earlier models"). Not in a question,
+# and not the user's own correction of a figure they had given wrongly ("sorry, 14 not 41": 14 was
+# never said before).
 RESTATED_NUMBER_CONFIDENCE = 0.7
 RESTATED_NUMBER_MIN = 3
 RESTATED_NUMBER_SUBSTITUTION_MIN = 4  # numbers differing in one digit are as often other numbers
@@ -264,17 +275,20 @@ def _restated_number_instance(
     said = [(k, n) for k, t in enumerate(tokens) if (n := _number_of(t.norm)) is not None]
     if not said:
         return None  # the cheap first look: no number at all
-    answer = _numbers_in(previous_assistant_text(ctx, i))
+    answer_text = previous_assistant_text(ctx, i)
+    answer = _numbers_in(answer_text)
     slips = [(k, n, s) for k, n in said if n not in answer for s in sorted(answer) if _one_slip(n, s)]
     if not slips:
         return None
-    earlier: set[str] = set()  # the user's own numbers, read only now: the rare case
+    earlier: list[str] = []  # the words of the user's own messages, read only now: the rare case
     for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
         message = ctx.messages[j]
         if message.role is Role.USER and message.content:
-            earlier |= _numbers_in(message.content[:COMPARE_CHARS])
+            earlier += _DIGIT_OR_WORD.findall(message.content[:COMPARE_CHARS].casefold())
+    answer_words = _DIGIT_OR_WORD.findall(answer_text.casefold())
     for k, number, slipped in slips:
-        if number not in earlier or _in_question(text, tokens, k):
+        labels = _labels(earlier, number)
+        if not labels or not labels & _labels(answer_words, slipped) or _in_question(text, tokens, k):
             continue
         metadata = {"pattern": "restated_number", "rejected": slipped}
         span = snippet(text, tokens[k].start, tokens[k].end)
@@ -288,6 +302,21 @@ _ORDINAL = re.compile(r"(\d+)(?:st|nd|rd|th)")
 
 
 _DIGIT_WORD = re.compile(r"[^\W_]*\d[^\W_]*")
+_DIGIT_OR_WORD = re.compile(r"[^\W_]+")
+NUMBER_LABEL_WORDS = 3  # words either side of a number that name what it is ("order", "account")
+_UNITS = word_set("misalignment", "restated_number", "units")
+
+
+def _labels(words: list[str], number: str) -> set[str]:
+    """The words within NUMBER_LABEL_WORDS of each place ``number`` stands in ``words``, but stop words
+    and units: what the number is named ("order 4417", "employee ID 60418", "555-123-2002"). A
+    quantity's unit ("2500 euros", "120 guests") names no thing: budgets and capacities differ."""
+    found: set[str] = set()
+    for at, word in enumerate(words):
+        if _number_of(word) == number:
+            found.update(words[max(0, at - NUMBER_LABEL_WORDS) : at + NUMBER_LABEL_WORDS + 1])
+    found.discard(number)
+    return {w for w in found if w not in STOP_WORDS and w not in _UNITS and _number_of(w) != number}
 
 
 def _numbers_in(text: str) -> set[str]:
@@ -640,10 +669,14 @@ def detect_clarification(ctx: DetectionContext) -> list[SignalInstance]:
 # --- "I don't follow football": confusion said of something the agent never spoke of -----------------
 # A confusion verb ending its phrase ("I don't follow", "I don't understand") with an object whose words
 # the agent's last answer does not hold says what the user does not know or do ("I don't follow
-# football", "I don't understand the German on this form"), not that the answer lost them. An object
-# that points at the answer ("you", "your steps", "why…", "this") or names its words keeps the hit.
+# football", "I don't understand the German on this form", "…why people love cruises"), not that the
+# answer lost them. No object ("I don't understand it", "…at all", "…well"), an object with a word
+# pointing at the answer ("your steps", "what you mean"), none but words read through ("this",
+# "why"), a part of an answer ("the last step") or the answer's own words keeps the hit.
 _OBJECT_VERBS = word_set("misalignment", "confusion_object", "verbs")
 _POINTING_WORDS = word_set("misalignment", "confusion_object", "pointing")
+_READ_THROUGH = word_set("misalignment", "confusion_object", "read_through")
+_NO_OBJECT = word_set("misalignment", "confusion_object", "no_object")
 _ANSWER_PARTS = word_set("misalignment", "confusion_object", "answer_parts")
 OBJECT_MAX_WORDS = 4  # the object's words read: "the German on this form"
 
@@ -671,9 +704,9 @@ def _names_something_else(ctx: DetectionContext, i: int, match: Match, analysis:
         if token.clause_start:  # "I don't follow, which key?": no object
             break
         words.append(token.norm)
-    if not words or words[0] in _POINTING_WORDS:
-        return False
-    content = {w for w in words if w not in STOP_WORDS and w not in _POINTING_WORDS}
+    if not words or words[0] in _NO_OBJECT or not _POINTING_WORDS.isdisjoint(words):
+        return False  # "I don't understand it", "I don't follow you", "…what you mean"
+    content = {w for w in words if w not in STOP_WORDS and w not in _READ_THROUGH and w not in _NO_OBJECT}
     if not content or content & _ANSWER_PARTS:
         return False
     return not {_stem(w) for w in content} & {_stem(w) for w in previous_assistant_words(ctx, i)}
