@@ -609,12 +609,15 @@ def _refused_substitute_instance(
         if not token.clause_start or token.quoted:
             continue
         at = k + 1 if norms[k] in _REFUSAL_LEADS else k
-        if at == len(norms) or norms[at] not in _REFUSAL_FIRST_WORDS:
+        if at < len(norms) and norms[at] in _REFUSAL_FIRST_WORDS:
+            refusal = next((r for r in _SUBSTITUTE_REFUSALS if tuple(norms[at : at + len(r)]) == r), None)
+            if refusal is None:
+                continue
+            thing = at + len(refusal)
+        elif norms[k] == "no" and at < len(norms) and not tokens[at].clause_start:
+            thing = at  # "no pause. i want it cancelled", "No replacement please, I want a refund"
+        else:
             continue
-        refusal = next((r for r in _SUBSTITUTE_REFUSALS if tuple(norms[at : at + len(r)]) == r), None)
-        if refusal is None:
-            continue
-        thing = at + len(refusal)
         while thing < len(norms) and norms[thing] in _REFUSED_SKIPPED:
             thing += 1
         if thing == len(norms) or not _wants_later(norms, thing + 1):
