@@ -595,6 +595,7 @@ def _unanswered_instance(
 REFUSED_SUBSTITUTE_CONFIDENCE = 0.7
 _SUBSTITUTE_REFUSALS = word_sequences("misalignment", "refused_substitute", "refusals")
 _WANTS = word_sequences("misalignment", "refused_substitute", "wants")
+_WANT_FIRST_WORDS = frozenset(want[0] for want in _WANTS)
 _REFUSAL_FIRST_WORDS = frozenset(refusal[0] for refusal in _SUBSTITUTE_REFUSALS)
 _REFUSAL_LEADS = word_set("misalignment", "refused_substitute", "leads")  # "no, I don't want…"
 _REFUSED_SKIPPED = word_set("misalignment", "refused_substitute", "skipped")  # "a", "the", "another"
@@ -605,6 +606,7 @@ def _refused_substitute_instance(
 ) -> SignalInstance | None:
     tokens = analysis.scan.tokens
     norms = [t.norm for t in tokens]
+    last_want: int | None = None  # found once, when first needed: a long message may refuse often
     for k, token in enumerate(tokens):
         if not token.clause_start or token.quoted:
             continue
@@ -620,7 +622,9 @@ def _refused_substitute_instance(
             continue
         while thing < len(norms) and norms[thing] in _REFUSED_SKIPPED:
             thing += 1
-        if thing == len(norms) or not _wants_later(norms, thing + 1):
+        if last_want is None:
+            last_want = _last_want(norms)
+        if thing == len(norms) or last_want <= thing:
             continue
         offered = {
             _root(w) for sentence in stated_sentences(previous_assistant_text(ctx, i)) for w in sentence
@@ -635,13 +639,13 @@ def _refused_substitute_instance(
     return None
 
 
-def _wants_later(norms: list[str], start: int) -> bool:
-    """A _WANTS sequence, not negated (no negator just before), from token ``start`` on."""
-    return any(
-        tuple(norms[k : k + len(want)]) == want and (k == 0 or norms[k - 1] not in DEFAULT_NEGATORS)
-        for k in range(start, len(norms))
-        for want in _WANTS
-    )
+def _last_want(norms: list[str]) -> int:
+    """Where the message's last _WANTS sequence not negated (no negator just before) starts, else -1."""
+    for k in range(len(norms) - 1, -1, -1):
+        if norms[k] in _WANT_FIRST_WORDS and (k == 0 or norms[k - 1] not in DEFAULT_NEGATORS):
+            if any(tuple(norms[k : k + len(want)]) == want for want in _WANTS):
+                return k
+    return -1
 
 
 def _pushes_back(text: str, tokens: list[Token]) -> bool:
