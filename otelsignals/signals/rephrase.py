@@ -642,9 +642,12 @@ def _refused_substitute_instance(
 def _last_want(norms: list[str]) -> int:
     """Where the message's last _WANTS sequence not negated (no negator just before) starts, else -1."""
     for k in range(len(norms) - 1, -1, -1):
-        if norms[k] in _WANT_FIRST_WORDS and (k == 0 or norms[k - 1] not in DEFAULT_NEGATORS):
-            if any(tuple(norms[k : k + len(want)]) == want for want in _WANTS):
-                return k
+        if (
+            norms[k] in _WANT_FIRST_WORDS
+            and (k == 0 or norms[k - 1] not in DEFAULT_NEGATORS)
+            and any(tuple(norms[k : k + len(want)]) == want for want in _WANTS)
+        ):
+            return k
     return -1
 
 
