@@ -272,23 +272,33 @@ def _restated_number_instance(
     ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis
 ) -> SignalInstance | None:
     tokens = analysis.scan.tokens
-    said = [(k, n) for k, t in enumerate(tokens) if (n := _number_of(t.norm)) is not None]
+    said: dict[str, int] = {}  # number → its first token, in the message's first COMPARE_CHARS
+    for k, token in enumerate(tokens):
+        if token.start >= COMPARE_CHARS:
+            break
+        number = _number_of(token.norm)
+        if number is not None:
+            said.setdefault(number, k)
     if not said:
         return None  # the cheap first look: no number at all
     answer_text = previous_assistant_text(ctx, i)
-    answer = _numbers_in(answer_text)
-    slips = [(k, n, s) for k, n in said if n not in answer for s in sorted(answer) if _one_slip(n, s)]
+    answer = sorted(_numbers_in(answer_text))
+    slips = [(k, n, s) for n, k in said.items() if n not in answer for s in answer if _one_slip(n, s)]
     if not slips:
         return None
     earlier: list[str] = []  # the words of the user's own messages, read only now: the rare case
     for j in range(i - 1, max(i - SEED_LOOKBACK, 0) - 1, -1):
         message = ctx.messages[j]
         if message.role is Role.USER and message.content:
-            earlier += _DIGIT_OR_WORD.findall(message.content[:COMPARE_CHARS].casefold())
-    answer_words = _DIGIT_OR_WORD.findall(answer_text.casefold())
-    for k, number, slipped in slips:
+            earlier += _words_of(message.content[:COMPARE_CHARS])
+    answer_words = _words_of(answer_text)
+    user_numbers = {n for w in earlier if (n := _number_of(w)) is not None}
+    for k, number, slipped in slips[:MAX_SLIPS_TRIED]:
+        # the agent's number is the user's too ("order 4471 and order 4417"): another thing, no slip
+        if slipped in user_numbers or _in_question(text, tokens, k):
+            continue
         labels = _labels(earlier, number)
-        if not labels or not labels & _labels(answer_words, slipped) or _in_question(text, tokens, k):
+        if not labels or not labels & _labels(answer_words, slipped):
             continue
         metadata = {"pattern": "restated_number", "rejected": slipped}
         span = snippet(text, tokens[k].start, tokens[k].end)
@@ -302,8 +312,11 @@ _ORDINAL = re.compile(r"(\d+)(?:st|nd|rd|th)")
 
 
 _DIGIT_WORD = re.compile(r"[^\W_]*\d[^\W_]*")
-_DIGIT_OR_WORD = re.compile(r"[^\W_]+")
+# a word as the tokeniser reads it: apostrophes dropped ("we're" is "were", not "we" and "re")
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 NUMBER_LABEL_WORDS = 3  # words either side of a number that name what it is ("order", "account")
+MAX_SLIPS_TRIED = 8  # a numeric paste after a numeric answer has many candidates; a few decide
+LABEL_MIN_CHARS = 3  # shorter words ("1" of "$1,200", "s", "id"…) name nothing reliably
 _UNITS = word_set("misalignment", "restated_number", "units")
 
 
@@ -313,10 +326,18 @@ def _labels(words: list[str], number: str) -> set[str]:
     quantity's unit ("2500 euros", "120 guests") names no thing: budgets and capacities differ."""
     found: set[str] = set()
     for at, word in enumerate(words):
-        if _number_of(word) == number:
+        if word == number or (not word.isalpha() and _number_of(word) == number):
             found.update(words[max(0, at - NUMBER_LABEL_WORDS) : at + NUMBER_LABEL_WORDS + 1])
-    found.discard(number)
-    return {w for w in found if w not in STOP_WORDS and w not in _UNITS and _number_of(w) != number}
+    return {
+        w
+        for w in found
+        if len(w) >= LABEL_MIN_CHARS and w not in STOP_WORDS and w not in _UNITS and _number_of(w) != number
+    }
+
+
+def _words_of(text: str) -> list[str]:
+    """``text``'s words as token norms (casefolded, apostrophes dropped), found with one regex."""
+    return [word.replace("'", "").replace("’", "") for word in _WORD.findall(text.casefold())]
 
 
 def _numbers_in(text: str) -> set[str]:

@@ -728,7 +728,11 @@ def phrase_confidence(base: float, match: Match, message_tokens: int) -> float:
 # greeting ("Hi! How can I help you today?", the GREETING cue in a short message) answers nothing, so a
 # user message after it alone is an opening request, not a reply to the agent.
 _FIRST_REPLY = holds_message_numbers("interaction.first_reply")
-GREETING_MAX_TOKENS = 20  # a greeting is short: a longer message says something besides
+GREETING_MAX_WORDS = 20  # a greeting is short: a longer message says something besides
+SALUTATION_MAX_WORDS = 8  # a sentence beside the offer of help that says nothing: "Hi, this is Sam from IT."
+_SALUTATION_OPENERS = frozenset(
+    strings(phrase_file("interaction").get("salutation_openers"), "salutation_openers")
+)
 
 
 def _first_reply(ctx: DetectionContext) -> int | None:
@@ -744,15 +748,31 @@ def _first_reply(ctx: DetectionContext) -> int | None:
 
 
 def _replies(message: Message) -> bool:
-    """``message`` is an assistant message that is no bare greeting."""
+    """``message`` is an assistant message that is no bare greeting: an offer of help (the GREETING cue)
+    and at most salutations beside it (a short sentence opening "hi", "welcome", "I'm", "this is"…,
+    without a digit or bad news). "Done, order 4417 is cancelled. Need help with anything else?"
+    answers; "Hi, this is Sam from IT support. How can I help?" does not."""
     if message.role is not Role.ASSISTANT:
         return False
     text = message.content
-    return not (
-        text
-        and len(text.split(None, GREETING_MAX_TOKENS)) <= GREETING_MAX_TOKENS
-        and GREETING in phrase_library().cue_hits(text)
-    )
+    if not text or len(text.split(None, GREETING_MAX_WORDS)) > GREETING_MAX_WORDS:
+        return True
+    library = phrase_library()
+    if GREETING not in library.cue_hits(text):
+        return True
+    tokens = tokenise(text)
+    for start, end in sentence_spans(tokens):
+        sentence = text[tokens[start].start : tokens[end - 1].end]
+        cues = library.cue_hits(sentence)
+        salutation = (
+            end - start <= SALUTATION_MAX_WORDS
+            and tokens[start].norm in _SALUTATION_OPENERS
+            and BAD_NEWS not in cues
+            and not any(char.isdigit() for char in sentence)
+        )
+        if GREETING not in cues and not salutation:
+            return True
+    return False
 
 
 def user_texts(ctx: DetectionContext) -> list[tuple[int, str, bool]]:

@@ -38,6 +38,7 @@ from otelsignals.signals.phrase_analysis import (
     STOP_WORDS,
     TextAnalysis,
     analysis_of,
+    asked,
     clause_spans,
     phrase_instance,
     previous_assistant_text,
@@ -598,6 +599,7 @@ _WANTS = word_sequences("misalignment", "refused_substitute", "wants")
 _WANT_FIRST_WORDS = frozenset(want[0] for want in _WANTS)
 _REFUSAL_FIRST_WORDS = frozenset(refusal[0] for refusal in _SUBSTITUTE_REFUSALS)
 _REFUSAL_LEADS = word_set("misalignment", "refused_substitute", "leads")  # "no, I don't want…"
+_NO_COURTESIES = word_set("misalignment", "refused_substitute", "no_courtesies")  # "no problem", "no rush"
 _REFUSED_SKIPPED = word_set("misalignment", "refused_substitute", "skipped")  # "a", "the", "another"
 
 
@@ -616,7 +618,13 @@ def _refused_substitute_instance(
             if refusal is None:
                 continue
             thing = at + len(refusal)
-        elif norms[k] == "no" and at < len(norms) and not tokens[at].clause_start:
+        elif (
+            norms[k] == "no"
+            and at < len(norms)
+            and not tokens[at].clause_start
+            and norms[at] not in _NO_COURTESIES
+            and not asked(text, tokens[k].start, tokens[at].end)
+        ):
             thing = at  # "no pause. i want it cancelled", "No replacement please, I want a refund"
         else:
             continue
@@ -635,7 +643,6 @@ def _refused_substitute_instance(
             return SignalInstance(
                 tx.REPHRASE, ctx.absolute_index(i), REFUSED_SUBSTITUTE_CONFIDENCE, span, metadata
             )
-        return None
     return None
 
 

@@ -151,3 +151,21 @@ MISSED_REQUEST = [
 @pytest.mark.parametrize("text", MISSED_REQUEST)
 def test_an_answer_that_missed_the_request_is_a_correction(text: str) -> None:
     assert_fires(tx.CORRECTION, opened((U, "Does it ship to Canada?"), (A, "We ship worldwide."), (U, text)))
+
+
+# --- "I meant…" answering the agent's "which one do you mean?" ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["Which Blue do you mean? There are two albums.", "Did you mean the savings or the checking account?"],
+)
+def test_i_meant_answering_which_one_is_no_correction(question: str) -> None:
+    assert only(tx.CORRECTION, [(U, "What's on Blue?"), (A, question), (U, "I meant the US one")]) == []
+
+
+def test_i_meant_after_a_statement_is_a_correction() -> None:
+    assert_fires(
+        tx.CORRECTION,
+        [(U, "What's on Blue?"), (A, "Blue (UK, 1995) opens with Tiny."), (U, "I meant the US one")],
+    )

@@ -197,6 +197,8 @@ GREETINGS = [
     [(A, "Welcome to Acme Bank support. What can I do for you?")],
     [(U, "hi"), (A, "Hello! How may I assist you?")],
     [("system", "You are a shop assistant."), (A, "Hey there, how can I help?")],
+    [(A, "Good morning! I'm Ava, your virtual assistant. How can I help?")],
+    [(A, "Hi, this is Sam from IT support. How can I help?")],
 ]
 
 
@@ -218,6 +220,10 @@ OPENING_ANSWERS = [
     "Hi! Your parcel was delivered to the front desk at 9:40 this morning.",
     "Welcome to Acme Bank. I see a payment of $240 to Volt Energy failed yesterday; it was retried today,"
     " and your statement now shows both the failed attempt and the successful one, which is expected.",
+    # an offer of help beside an answer is no bare greeting
+    "Done, order 4417 is cancelled. Need help with anything else?",
+    "Welcome back! Your card ending 4421 has been blocked.",
+    "Sorry, I can only answer billing questions. How can I help?",
 ]
 
 
