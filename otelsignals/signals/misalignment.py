@@ -679,7 +679,7 @@ def detect_clarification(ctx: DetectionContext) -> list[SignalInstance]:
             tx.CLARIFICATION, ctx.absolute_index(i), text, analysis, opening=not follows
         )
         if instance is not None and follows:
-            instance = _about_the_answer(ctx, i, text, analysis)
+            instance = _about_the_answer(ctx, i, text, analysis, instance)
         if instance is None and follows:  # a term question needs the agent's words to ask about
             instance = _term_question(ctx, i, text, analysis)
         if instance is not None:
@@ -703,13 +703,14 @@ OBJECT_MAX_WORDS = 4  # the object's words read: "the German on this form"
 
 
 def _about_the_answer(
-    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, instance: SignalInstance
 ) -> SignalInstance | None:
-    """The clarification instance of the message's hits left once those naming something else are dropped."""
+    """``instance`` (of the message's best clarification hit) when no hit names something else, else
+    the instance of the best hit left, if any."""
     hits = analysis.hits[tx.CLARIFICATION]
     kept = [m for m in hits if not _names_something_else(ctx, i, m, analysis)]
     if len(kept) == len(hits):
-        return phrase_instance(tx.CLARIFICATION, ctx.absolute_index(i), text, analysis)
+        return instance
     if not kept:
         return None
     return instance_of(tx.CLARIFICATION, ctx.absolute_index(i), text, analysis, *best_of(kept, analysis))
