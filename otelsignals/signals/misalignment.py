@@ -31,6 +31,7 @@ from otelsignals.signals.phrase_analysis import (
     TextAnalysis,
     analysis_of,
     best_of,
+    by_first_word,
     clause_spans,
     holds_any,
     instance_of,
@@ -89,8 +90,8 @@ def detect_correction(ctx: DetectionContext) -> list[SignalInstance]:
 # receipt" answers a requirement.
 DENIAL_CONFIDENCE = 0.65
 DENIAL_OPENING_WORDS = 3  # the denial opens the clause after a subject of two words at most ("the fee isn't")
-_DENIALS = word_sequences("misalignment", "denial", "denials")
-_LACKING = word_sequences("misalignment", "denial", "lacking")
+_DENIALS = by_first_word(word_sequences("misalignment", "denial", "denials"))
+_LACKING = by_first_word(word_sequences("misalignment", "denial", "lacking"))
 _DENIAL_SKIPPED = word_set("misalignment", "denial", "skipped")
 _NOT_DENIED = word_set("misalignment", "denial", "courtesies")
 _ADDRESSED = word_set("misalignment", "denial", "addressed")
@@ -128,8 +129,11 @@ def _denied_word(tokens: list[Token], a: int, b: int) -> tuple[int, bool] | None
     words = [t.norm for t in tokens[a : min(b, a + DENIAL_OPENING_WORDS + 3)]]
     # a denial may follow a subject of two words; what one lacks is said from the clause's start
     for at, first in enumerate(words[:DENIAL_OPENING_WORDS]):
-        for denial, lacking in _DENIALS_BY_FIRST_WORD.get(first, ()):
-            if (lacking and at) or tuple(words[at : at + len(denial)]) != denial:
+        candidates = [(d, False) for d in _DENIALS.get(first, ())]
+        if at == 0:
+            candidates += [(d, True) for d in _LACKING.get(first, ())]
+        for denial, lacking in candidates:
+            if tuple(words[at : at + len(denial)]) != denial:
                 continue
             k = a + at + len(denial)
             while k < b and tokens[k].norm in _DENIAL_SKIPPED:
@@ -141,19 +145,6 @@ def _denied_word(tokens: list[Token], a: int, b: int) -> tuple[int, bool] | None
                 return None
             return k, lacking
     return None
-
-
-def _denials_by_first_word() -> dict[str, list[tuple[tuple[str, ...], bool]]]:
-    """(denial, whether it says what one lacks) by the denial's first word: a clause's opening words
-    are looked up, not every denial compared."""
-    table: dict[str, list[tuple[tuple[str, ...], bool]]] = {}
-    for denials, lacking in ((_DENIALS, False), (_LACKING, True)):
-        for denial in denials:
-            table.setdefault(denial[0], []).append((denial, lacking))
-    return table
-
-
-_DENIALS_BY_FIRST_WORD = _denials_by_first_word()
 
 
 def _said_of_the_user(answer: str) -> tuple[frozenset[str], frozenset[str]]:

@@ -399,7 +399,7 @@ def _word_sequences(
 ) -> dict[str, tuple[tuple[str, ...], ...]]:
     """A list of phrases (written out too) as word sequences indexed by their first word."""
     phrases = written_out(strings(data.get(key), key), contractions)
-    return _by_first_word(tuple(tuple(phrase_tokens(phrase)[0]) for phrase in phrases))
+    return by_first_word(tuple(tuple(phrase_tokens(phrase)[0]) for phrase in phrases))
 
 
 THIRD_PARTY = "third_party"  # someone or something else caused the trouble ("the courier", "got delayed")
@@ -611,13 +611,14 @@ def _sequence_at(words: list[str], at: int, sequences: dict[str, tuple[tuple[str
 
 def holds_any(words: tuple[str, ...], sequences: tuple[tuple[str, ...], ...]) -> bool:
     """One of the word ``sequences`` stands, in order, somewhere in ``words`` (one pass)."""
-    by_first = _by_first_word(sequences)
+    by_first = by_first_word(sequences)
     listed = list(words)
     return any(_sequence_at(listed, k, by_first) for k in range(len(listed)))
 
 
 @functools.lru_cache(maxsize=64)  # a few fixed lists of the data files: indexed once each
-def _by_first_word(sequences: tuple[tuple[str, ...], ...]) -> dict[str, tuple[tuple[str, ...], ...]]:
+def by_first_word(sequences: tuple[tuple[str, ...], ...]) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """``sequences`` indexed by their first word: a text's words are looked up, not every sequence."""
     index: dict[str, list[tuple[str, ...]]] = {}
     for sequence in sequences:
         if sequence:
