@@ -120,8 +120,10 @@ def _restated(words: str, recent: Sequence[tuple[int, str]]) -> tuple[int, float
 
 
 def _answered_since(ctx: DetectionContext, recent: Sequence[tuple[int, str]], i: int, follows: bool) -> bool:
-    """An assistant message lies between the user's previous message and message ``i``."""
-    if not recent:
+    """An assistant message lies between the user's previous message and message ``i``, and the agent
+    had replied before ``i`` (``follows``: a bare greeting answers nothing, so a request said again after
+    "Hi! How can I help?" restates nothing the agent answered)."""
+    if not follows or not recent:
         return follows
     start = max(recent[-1][0] - ctx.conversation.message_offset + 1, 0)
     return any(ctx.messages[j].role is Role.ASSISTANT for j in range(start, i))

@@ -153,6 +153,11 @@ REPHRASE_NEAR_MISSES = [
     opened((U, "Can you rephrase this paragraph for my essay?")),
     opened((U, "Again, thanks a lot!")),
     [(U, "Let me rephrase my earlier email for the client"), (A, "Sure, paste it.")],  # no assistant before
+    [  # only a greeting between the two: the agent answered nothing yet
+        (U, "I need to cancel order 4417 please"),
+        (A, "Hi! How can I help you today?"),
+        (U, "I need to cancel order 4417, please."),
+    ],
     opened(
         (U, "Book a table for two at 7pm at Luigi's"),
         (A, "Booked."),
