@@ -78,7 +78,7 @@ def detect_correction(ctx: DetectionContext) -> list[SignalInstance]:
 
 
 # --- what the agent said of the user, denied: "I'm not a student." ------------------------------------
-# A short statement opening with a denial ("it isn't", "I'm not") whose first content word after it is
+# A clause of a statement opening with a denial ("it isn't", "I'm not") whose first content word after it is
 # one the agent's last answer said of the user or their things, in a sentence that speaks to them
 # ("you", "your"), states (no "?"), supposes nothing ("if", "unless") nor sets a state as a condition
 # ("you need to be resident"), and does not deny the word itself. "I'm not a student" after "As a
