@@ -160,6 +160,7 @@ def detect_rephrase(ctx: DetectionContext) -> list[SignalInstance]:
                 or _reask_instance(ctx, i, text, analysis, [*keys, *_task(ctx)])
                 or _unanswered_instance(ctx, i, text, analysis, keys[-1:])
                 or _refused_substitute_instance(ctx, i, text, analysis)
+                or _known_then_ask_instance(ctx, i, text, analysis, keys[-1:])
             )
         if instance is not None:
             found.append(instance)
@@ -646,6 +647,85 @@ def _refused_substitute_instance(
                 tx.REPHRASE, ctx.absolute_index(i), REFUSED_SUBSTITUTE_CONFIDENCE, span, metadata
             )
     return None
+
+
+# --- told what they knew, asking again: "I know they need replacing. What's the price?" -------------
+# The message opens (after "yes", "ok"…) by saying the user knew what the agent's last answer stated:
+# the opener names a word of that answer's statements ("I know the syntax", "I can see it's £52.40"),
+# or says nothing more and pushes back ("I get that, but…"). Then, in the same message, the user asks
+# or requests without moving on ("also", "another", "instead"), while their previous request still
+# holds words none of the agent's answers since used (as _unanswered_instance reads it). Unlike that
+# rule the new question need not repeat the request's words ("What's the price?" after "How much
+# would it cost…"): saying the answer told them nothing new is the pushback.
+KNOWN_CONFIDENCE = 0.6
+_KNOWN_OPENERS = word_sequences("misalignment", "known_then_ask", "openers")
+_KNOWN_LEADS = word_set("misalignment", "known_then_ask", "leads")
+_KNOWN_CONTRASTS = word_set("misalignment", "known_then_ask", "contrasts")
+_KNOWN_IDIOMS = word_sequences("misalignment", "known_then_ask", "idioms")
+_KNOWN_COMPLEMENTS = word_set("misalignment", "known_then_ask", "complements")
+_QUESTION_KEYS = frozenset(_key(word) for word in _QUESTION_OPENERS)
+
+
+def _known_then_ask_instance(
+    ctx: DetectionContext, i: int, text: str, analysis: TextAnalysis, earlier: Sequence[KeptMessage]
+) -> SignalInstance | None:
+    tokens = analysis.scan.tokens
+    norms = [t.norm for t in tokens]
+    start = 0
+    while start < len(norms) and norms[start] in _KNOWN_LEADS:
+        start += 1
+    opener = next((o for o in _KNOWN_OPENERS if tuple(norms[start : start + len(o)]) == o), None)
+    if opener is None or not earlier or any(tuple(norms[start : start + len(d)]) == d for d in _KNOWN_IDIOMS):
+        return None
+    end = start + len(opener)  # the end of what the user says they knew: the clause, or "but"
+    if end < len(tokens) and norms[end] in _KNOWN_COMPLEMENTS:
+        end += 1  # "Ich weiß, dass…": the clause after the comma is what they knew
+    while end < len(tokens) and not tokens[end].clause_start and norms[end] not in _KNOWN_CONTRASTS:
+        end += 1
+    known = [norm for norm in norms[start + len(opener) : end] if norm not in _KEY_STOP]
+    if not known and not (end < len(tokens) and norms[end] in _KNOWN_CONTRASTS):
+        return None  # "I understand, thanks." neither names the answer nor pushes back
+    stated = {
+        _root(_key(word))
+        for sentence in stated_sentences(previous_assistant_text(ctx, i))
+        for word in sentence
+    }
+    if known and all(_root(_key(norm)) not in stated for norm in known):
+        return None
+    if not stated or not _asks_after(text, tokens, end):
+        return None
+    for at, sentences in earlier:
+        if not any(s.request or s.asks for s in sentences):
+            continue
+        # the whole message: "my car clicks when I turn left. what could that be?" asks about the car
+        before = frozenset(key for s in sentences for key in s.keys) - _GENERIC_KEYS - _QUESTION_KEYS
+        answered = _answers_keys(ctx, at, i)
+        left_out = {word for word in before if _root(word) not in answered and _root(word) not in _VAGUE}
+        if left_out:
+            metadata = {"pattern": "known_then_ask", "similar_to": at, "left_out": sorted(left_out)}
+            span = snippet(text, 0, min(len(text), 200))
+            return SignalInstance(tx.REPHRASE, ctx.absolute_index(i), KNOWN_CONFIDENCE, span, metadata)
+    return None
+
+
+def _asks_after(text: str, tokens: list[Token], at: int) -> bool:
+    """The message asks or requests after token ``at`` (a contrast word there skipped), in a sentence
+    that does not move on to something else (_ADDITIVE_WORDS)."""
+    for start, end in sentence_spans(tokens):
+        if end <= at:
+            continue
+        first = max(start, at)
+        if first < end and tokens[first].norm in _KNOWN_CONTRASTS:
+            first += 1
+        if first >= end or not _ADDITIVE_WORDS.isdisjoint(t.norm for t in tokens[first:end]):
+            continue
+        if (
+            tokens[first].norm in _QUESTION_OPENERS
+            or "?" in sentence_closing(text, tokens, end)
+            or any(_requests(tokens, k) for k in range(first, end))
+        ):
+            return True
+    return False
 
 
 def _last_want(norms: list[str]) -> int:
