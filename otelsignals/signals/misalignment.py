@@ -273,7 +273,8 @@ def _restated_number_instance(
     if not said:
         return None  # the cheap first look: no number at all
     answer_text = previous_assistant_text(ctx, i)
-    answer = sorted(_numbers_in(answer_text))
+    answer_words = _words_of(answer_text)
+    answer = sorted({n for word in answer_words if (n := _number_of(word)) is not None})
     slips = [(k, n, s) for n, k in said.items() if n not in answer for s in answer if _one_slip(n, s)]
     if not slips:
         return None
@@ -282,7 +283,6 @@ def _restated_number_instance(
         message = ctx.messages[j]
         if message.role is Role.USER and message.content:
             earlier += _words_of(message.content[:COMPARE_CHARS])
-    answer_words = _words_of(answer_text)
     user_numbers = {n for w in earlier if (n := _number_of(w)) is not None}
     for k, number, slipped in slips[:MAX_SLIPS_TRIED]:
         # the agent's number is the user's too ("order 4471 and order 4417"): another thing, no slip
@@ -302,9 +302,6 @@ def _restated_number_instance(
 _ORDINAL = re.compile(r"(\d+)(?:st|nd|rd|th)")
 
 
-_DIGIT_WORD = re.compile(r"[^\W_]*\d[^\W_]*")
-# a word as the tokeniser reads it: apostrophes dropped ("we're" is "were", not "we" and "re")
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 NUMBER_LABEL_WORDS = 3  # words either side of a number that name what it is ("order", "account")
 MAX_SLIPS_TRIED = 8  # a numeric paste after a numeric answer has many candidates; a few decide
 LABEL_MIN_CHARS = 3  # shorter words ("1" of "$1,200", "s", "id"…) name nothing reliably
@@ -327,13 +324,8 @@ def _labels(words: list[str], number: str) -> set[str]:
 
 
 def _words_of(text: str) -> list[str]:
-    """``text``'s words as token norms (casefolded, apostrophes dropped), found with one regex."""
-    return [word.replace("'", "").replace("’", "") for word in _WORD.findall(text.casefold())]
-
-
-def _numbers_in(text: str) -> set[str]:
-    """The numbers (_number_of) of the words of ``text`` that hold a digit, found without tokenising."""
-    return {n for word in _DIGIT_WORD.findall(text.casefold()) if (n := _number_of(word)) is not None}
+    """``text``'s token norms, in order."""
+    return [token.norm for token in tokenise(text)]
 
 
 def _number_of(norm: str) -> str | None:
